@@ -1,0 +1,1 @@
+"""Tessera kubelet device plugin (deviceplugin v1beta1) for fractional and whole GPUs."""

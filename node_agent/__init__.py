@@ -1,0 +1,1 @@
+"""Tessera node agent: NVML collector, GPUNodeReport publisher, metrics and per-pod limit enforcement."""

@@ -1,0 +1,38 @@
+"""The shared contract between Tessera's components.
+
+Everything here is plain pydantic / stdlib: no numpy, no Kubernetes client, so the node agent and the
+device plugin can import it without pulling in the scheduler.
+"""
+
+from scheduler.api.assignment import AssignedGPU, GPUAssignment
+from scheduler.api.gpu_request import GPURequest, InvalidGPURequest, parse_gpu_request
+from scheduler.api.keys import GROUP, VERSION
+from scheduler.api.podgroup import PodGroup, PodGroupSpec, PodGroupStatus
+from scheduler.api.priority import PRIORITY_CLASSES, PriorityClassInfo, resolve_priority
+from scheduler.api.queue import Queue, QueueResource, QueueResources, QueueSpec, QueueStatus
+from scheduler.api.report import GPUNodeReport, GPUNodeReportSpec, GPUReport, GPUProcess
+
+__all__ = [
+    "GROUP",
+    "PRIORITY_CLASSES",
+    "VERSION",
+    "AssignedGPU",
+    "GPUAssignment",
+    "GPUNodeReport",
+    "GPUNodeReportSpec",
+    "GPUProcess",
+    "GPURequest",
+    "GPUReport",
+    "InvalidGPURequest",
+    "PodGroup",
+    "PodGroupSpec",
+    "PodGroupStatus",
+    "PriorityClassInfo",
+    "Queue",
+    "QueueResource",
+    "QueueResources",
+    "QueueSpec",
+    "QueueStatus",
+    "parse_gpu_request",
+    "resolve_priority",
+]

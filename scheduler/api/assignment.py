@@ -1,0 +1,43 @@
+"""The `tessera.dev/gpu-assignment` annotation: the scheduler's decision, read by the device plugin."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
+
+
+class AssignedGPU(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    index: int = Field(ge=0)
+    uuid: str = ""
+    milli: int = Field(ge=1, le=MILLI_PER_GPU)
+    memory_mib: int = Field(default=0, ge=0, alias="memoryMiB")
+
+
+class GPUAssignment(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    node: str = Field(min_length=1)
+    gpus: list[AssignedGPU] = Field(default_factory=list)
+    assumed_at: datetime = Field(default_factory=lambda: datetime.now(UTC), alias="assumedAt")
+
+    def to_annotation(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+    @classmethod
+    def from_annotation(cls, raw: str) -> GPUAssignment:
+        """Parse the annotation; raises ValueError with a one-line reason on malformed input."""
+        try:
+            return cls.model_validate(json.loads(raw))
+        except (json.JSONDecodeError, ValidationError, TypeError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"annotation {GPU_ASSIGNMENT} is malformed: {first}") from None
+
+    @property
+    def whole_gpus(self) -> bool:
+        return bool(self.gpus) and all(g.milli == MILLI_PER_GPU for g in self.gpus)

@@ -1,0 +1,35 @@
+"""Annotation, label and resource names: the user-facing API (compatible with KAI Scheduler's)."""
+
+GROUP = "scheduling.tessera.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+SCHEDULER_NAME = "tessera"
+
+# What a user writes on a pod.
+QUEUE_LABEL = "tessera.dev/queue"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
+DEFAULT_QUEUE = "default"
+GPU_FRACTION = "gpu-fraction"
+GPU_MEMORY = "gpu-memory"
+GPU_FRACTION_NUM_DEVICES = "gpu-fraction-num-devices"
+POD_GROUP = "tessera.dev/pod-group"
+KAI_POD_GROUP = "pod-group-name"
+
+# What the scheduler and the webhook write.
+GPU_ASSIGNMENT = "tessera.dev/gpu-assignment"
+GPU_SLICE_RESOURCE = "tessera.dev/gpu-slice"
+WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+# Per-node bind lock held from bind until the device plugin allocated (DESIGN.md, hand-off step 3).
+BIND_LOCK = "tessera.dev/bind-lock"
+# Set by the device plugin once it has served the pod's Allocate.
+GPU_ALLOCATED = "tessera.dev/gpu-allocated"
+
+# Node labels (as published by NVIDIA's GPU feature discovery).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+
+# Simulation-only pod annotations.
+SIM_ARRIVAL = "tessera.dev/sim-arrival"
+SIM_DURATION = "tessera.dev/sim-duration"
+
+MILLI_PER_GPU = 1000

@@ -1,0 +1,73 @@
+"""The `GPUNodeReport` CRD: what NVML sees on one node, written by the node agent."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.api.keys import API_VERSION
+from scheduler.api.meta import ObjectMeta
+
+Health = Literal["Healthy", "Unhealthy", "Unknown"]
+
+
+class GPUProcess(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    pid: int
+    used_mib: int = Field(default=0, alias="usedMiB")
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None
+    pod_uid: str | None = Field(default=None, alias="podUID")
+
+
+class PodShare(BaseModel):
+    """A pod's assigned share on one GPU against what it actually uses."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    pod: str
+    namespace: str
+    milli: int
+    memory_limit_mib: int = Field(alias="memoryLimitMiB")
+    memory_used_mib: int = Field(default=0, alias="memoryUsedMiB")
+    over_limit: bool = Field(default=False, alias="overLimit")
+
+
+class GPUReport(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    index: int
+    uuid: str
+    model: str
+    memory_total_mib: int = Field(alias="memoryTotalMiB")
+    memory_used_mib: int = Field(default=0, alias="memoryUsedMiB")
+    utilization_pct: float | None = Field(default=None, alias="utilizationPct")
+    temperature_c: float | None = Field(default=None, alias="temperatureC")
+    power_w: float | None = Field(default=None, alias="powerW")
+    health: Health = "Healthy"
+    health_reason: str | None = Field(default=None, alias="healthReason")
+    processes: list[GPUProcess] = Field(default_factory=list)
+    assigned_milli: int = Field(default=0, alias="assignedMilli")
+    shares: list[PodShare] = Field(default_factory=list)
+
+
+class GPUNodeReportSpec(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    node: str
+    driver_version: str | None = Field(default=None, alias="driverVersion")
+    cuda_version: str | None = Field(default=None, alias="cudaVersion")
+    observed_at: str = Field(alias="observedAt")
+    gpus: list[GPUReport] = Field(default_factory=list)
+
+
+class GPUNodeReport(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    api_version: Literal["scheduling.tessera.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["GPUNodeReport"] = "GPUNodeReport"
+    metadata: ObjectMeta
+    spec: GPUNodeReportSpec
