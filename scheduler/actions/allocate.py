@@ -26,8 +26,9 @@ def admissible(session: Session, job: Job) -> tuple[str, str] | None:
 def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict[PodDemand, str]) -> int:
     """Place as many pending members as fit (in order); return how many were placed.
 
-    `unplaceable` remembers demands that fit nowhere during this action: allocate only ever fills the
-    cluster, so an identical demand will not fit later in the same action either.
+    `unplaceable` remembers demands that fit nowhere on the committed state: allocate only ever fills
+    the cluster, so an identical demand will not fit later in the same action either. Failures seen while
+    this transaction holds placements are not remembered: those placements may yet be rolled back.
     """
     xp, state = session.xp, session.cache.state
     placed = 0
@@ -38,7 +39,8 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
         if pl is None:
             if msg is None:
                 msg = explain_unschedulable(xp, state, d)
-                unplaceable[d] = msg
+                if not tx.ops:
+                    unplaceable[d] = msg
             session.set_reason(pod, "Unschedulable", msg)
             if placed + (len(job.pending) - i - 1) < job.need:
                 break  # the gang can no longer reach minMember
@@ -81,9 +83,9 @@ def allocate(session: Session, cluster: Cluster) -> None:
         if placed == 0 or placed < job.need:
             tx.rollback()
             if job.is_gang:
+                failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
+                detail = failed[-1] if failed else "capacity taken by earlier placements"
                 for p in job.pending:
-                    first = session.reasons.get(p.uid)
-                    detail = first.message if first else "capacity taken by earlier placements"
                     session.set_reason(
                         p, "GangUnschedulable",
                         f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}",

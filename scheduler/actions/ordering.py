@@ -35,8 +35,8 @@ def jobs_in_order(session: Session, jobs: list[Job]) -> Iterator[Job]:
     by_queue: dict[str, list[Job]] = {}
     for job in jobs:
         by_queue.setdefault(job.queue, []).append(job)
-    for q in by_queue.values():
-        q.sort(key=Job.sort_key, reverse=True)  # pop() from the end gives the first
+    for queue_jobs in by_queue.values():
+        queue_jobs.sort(key=Job.sort_key, reverse=True)  # pop() from the end gives the first
     heap = [(queue_key(session, q), q) for q in by_queue]
     heapq.heapify(heap)
     while heap:

@@ -72,7 +72,7 @@ def summarize(sim: SimCluster, scheduler: Scheduler, result: SimResult) -> dict[
             "capacity": capacity,
             "allocated": round(allocated, 3),
             "allocated_pct": round(100 * allocated / capacity, 2) if capacity else 0.0,
-        },  # fmt: skip
+        },
         "stranded_milli": stranded_milli(scheduler),
         "pods_by_phase": phases,
         "top_pending_reasons": [{"reason": r, "pods": n} for r, n in top_reasons(sim)],
