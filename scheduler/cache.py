@@ -19,8 +19,11 @@ from scheduler.api.queue import Queue
 from scheduler.api.report import GPUNodeReport
 from scheduler.backend import ArrayNamespace
 from scheduler.cluster import WatchEvent
-from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo
-from scheduler.objects import InvalidObject, parse_node, parse_pod
+from scheduler.jobs import Job, build_job, is_job_member, job_key
+from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo, PodPhase
+from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue
+from scheduler.placement.incremental import IncrementalPlacer
+from scheduler.placement.policy import PlacementPolicy
 from scheduler.state.cluster_state import ClusterState, OvercommitError
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,17 @@ class Cache:
     queues: dict[str, Queue] = field(default_factory=dict)
     podgroups: dict[str, PodGroup] = field(default_factory=dict)  # namespace/name
     errors: list[str] = field(default_factory=list)  # objects we could not use, for the user
+    # Jobs kept across cycles: a job is rebuilt only when one of its pods or its PodGroup changed, or
+    # when it had pending pods (the actions work on those). Keys in first-seen order, as build_jobs.
+    _members: dict[str, dict[str, PodInfo]] = field(default_factory=dict, init=False, repr=False)
+    _jobs: dict[str, Job] = field(default_factory=dict, init=False, repr=False)
+    _job_usage: dict[str, tuple[int, int, int]] = field(default_factory=dict, init=False, repr=False)
+    _queue_usage: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)
+    _dirty: dict[str, None] = field(default_factory=dict, init=False, repr=False)
+    _active: dict[str, None] = field(default_factory=dict, init=False, repr=False)
+    _placer: IncrementalPlacer | None = field(default=None, init=False, repr=False)
+    _max_mem: int | None = field(default=None, init=False, repr=False)
+    _max_mem_key: int = field(default=-1, init=False, repr=False)
 
     @classmethod
     def create(cls, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 64) -> Cache:
@@ -42,6 +56,12 @@ class Cache:
     @property
     def xp(self) -> ArrayNamespace:
         return self.state.xp
+
+    def placer(self, policy: PlacementPolicy) -> IncrementalPlacer:
+        """The placer for `policy`, kept across cycles so its per-demand scores stay warm."""
+        if self._placer is None or self._placer.policy is not policy or self._placer.state is not self.state:
+            self._placer = IncrementalPlacer(self.state, policy)
+        return self._placer
 
     # --------------------------------------------------------------------------------------- events
     def apply(self, events: list[WatchEvent]) -> None:
@@ -61,6 +81,8 @@ class Cache:
             for uid, pl in list(self.placements.items()):
                 if self.state.node_names[pl.node] == name:
                     del self.placements[uid]
+                    if (gone := self.pods.get(uid)) is not None:
+                        self._dirty[job_key(gone)] = None
             self.state.remove_node(name)
             return
         node = parse_node(ev.obj)
@@ -76,10 +98,13 @@ class Cache:
         )
 
     def _on_pod(self, ev: WatchEvent) -> None:
+        if self._bind_echo(ev):
+            return
         pod = parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib())
         if ev.type == "DELETED":
             self.forget_pod(pod.uid)
             return
+        self._index_pod(pod)
         self.pods[pod.uid] = pod
         if pod.holds_resources:
             if pod.uid not in self.placements:
@@ -87,10 +112,99 @@ class Cache:
         elif pod.uid in self.placements:
             self._release(pod.uid)
 
+    def _bind_echo(self, ev: WatchEvent) -> bool:
+        """The API's answer to our own bind (same pod, on the node we chose, now Running): update the phase
+        in place instead of parsing the whole pod again. Anything else that changed takes the full path."""
+        if ev.type != "MODIFIED":
+            return False
+        meta = ev.obj.get("metadata") or {}
+        uid = str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
+        old = self.pods.get(uid)
+        if old is None or old.phase != PodPhase.BOUND or uid not in self.placements:
+            return False
+        phase = str((ev.obj.get("status") or {}).get("phase") or "Pending")
+        if (ev.obj.get("spec") or {}).get("nodeName") != old.node or phase not in ("Pending", "Running"):
+            return False
+        annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+        if _without_assignment(annotations) != _without_assignment(old.annotations):
+            return False
+        if pod_queue({str(k): str(v) for k, v in (meta.get("labels") or {}).items()}) != old.queue:
+            return False
+        old.phase = PodPhase.RUNNING if phase == "Running" else PodPhase.BOUND
+        old.annotations = annotations
+        self._dirty[job_key(old)] = None
+        return True
+
     def forget_pod(self, uid: str) -> None:
-        self.pods.pop(uid, None)
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            self._unindex_pod(old)
         if uid in self.placements:
             self._release(uid)
+
+    # ----------------------------------------------------------------------------------------- jobs
+    def _unindex_pod(self, pod: PodInfo) -> None:
+        key = job_key(pod)
+        self._dirty[key] = None
+        members = self._members.get(key)
+        if members is not None:
+            members.pop(pod.uid, None)
+
+    def _index_pod(self, pod: PodInfo) -> None:
+        old = self.pods.get(pod.uid)
+        if old is not None:
+            self._unindex_pod(old)
+        key = job_key(pod)
+        self._dirty[key] = None
+        if is_job_member(pod):
+            self._members.setdefault(key, {})[pod.uid] = pod
+
+    def jobs(self) -> list[Job]:
+        """All jobs, as `build_jobs(self.pods.values(), self.podgroups)` gives them, rebuilding only the
+        jobs whose pods changed or that have pending pods (settled jobs are reused as they are)."""
+        for key in list({**self._dirty, **self._active}):
+            old = self._jobs.get(key)
+            if old is not None:
+                self._charge_queue(old.queue, self._job_usage.pop(key, (0, 0, 0)), -1)
+            members = self._members.get(key)
+            if not members:
+                self._members.pop(key, None)
+                self._jobs.pop(key, None)
+                self._active.pop(key, None)
+                continue
+            job = self._jobs[key] = build_job(key, list(members.values()), self.podgroups)
+            gpu = cpu = mem = 0
+            for p in job.running:
+                pl = self.placements.get(p.uid)
+                if pl is not None:
+                    gpu += sum(g.milli for g in pl.gpus)
+                    cpu += pl.cpu_milli
+                    mem += pl.memory_mib
+            self._job_usage[key] = (gpu, cpu, mem)
+            self._charge_queue(job.queue, (gpu, cpu, mem), +1)
+            if job.pending:
+                self._active[key] = None
+            else:
+                self._active.pop(key, None)
+        self._dirty.clear()
+        return list(self._jobs.values())
+
+    def _charge_queue(self, queue: str, usage: tuple[int, int, int], sign: int) -> None:
+        acc = self._queue_usage.setdefault(queue, [0, 0, 0])
+        for i in range(3):
+            acc[i] += sign * usage[i]
+
+    def pending_jobs(self) -> list[Job]:
+        """The jobs with pending pods, as of the last `jobs()` (a subset of what it returned)."""
+        return [self._jobs[k] for k in self._active]
+
+    def queue_usage(self) -> dict[str, tuple[int, int, int]]:
+        """Per queue: (GPU milli, CPU milli, MiB) held by the running pods of its jobs, as of `jobs()`."""
+        return {q: (u[0], u[1], u[2]) for q, u in self._queue_usage.items() if any(u)}
+
+    def job_usage(self, key: str) -> tuple[int, int, int]:
+        """(GPU milli, CPU milli, memory MiB) the running pods of job `key` held when `jobs()` ran."""
+        return self._job_usage.get(key, (0, 0, 0))
 
     def _on_queue(self, ev: WatchEvent) -> None:
         q = Queue.model_validate(ev.obj)
@@ -102,6 +216,7 @@ class Cache:
     def _on_podgroup(self, ev: WatchEvent) -> None:
         g = PodGroup.model_validate(ev.obj)
         key = f"{g.metadata.namespace or 'default'}/{g.metadata.name}"
+        self._dirty[key] = None
         if ev.type == "DELETED":
             self.podgroups.pop(key, None)
         else:
@@ -122,8 +237,13 @@ class Cache:
 
     # ----------------------------------------------------------------------------------- accounting
     def max_gpu_memory_mib(self) -> int | None:
-        mems = [n.gpu_memory_mib for n in self.state.nodes if n is not None and n.gpu_count]
-        return max(mems) if mems else None
+        # Asked for every pod event: recomputed only when a node was written since (O(nodes) each time).
+        key = self.state.node_epoch
+        if self._max_mem_key != key:
+            mems = [n.gpu_memory_mib for n in self.state.nodes if n is not None and n.gpu_count]
+            self._max_mem = max(mems) if mems else None
+            self._max_mem_key = key
+        return self._max_mem
 
     def assume(self, pod: PodInfo, placement: Placement) -> None:
         """Record a placement the scheduler made (already applied to the arrays)."""
@@ -191,3 +311,7 @@ class Cache:
             return None
         shares = tuple(GPUShare(j, MILLI_PER_GPU, int(self.state.total_mib[row, j])) for j in free[:n])
         return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+
+
+def _without_assignment(annotations: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in annotations.items() if k != GPU_ASSIGNMENT}

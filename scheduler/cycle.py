@@ -39,6 +39,7 @@ class CycleResult:
     pending: int
     reasons: dict[str, PendingReason] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)  # state_update, scoring, commit, other
 
 
 class Scheduler:
@@ -63,6 +64,7 @@ class Scheduler:
         now = self.cluster.now()
         self.cache.apply(self.cluster.drain_events())
         session = Session.open(self.cache, self.policy, now)
+        session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
         for name in self.actions:
             ta = time.perf_counter()
@@ -72,9 +74,12 @@ class Scheduler:
         self.last_session = session
         bound = sum(1 for e in session.events if e["type"] == "Scheduled")
         evicted = sum(1 for e in session.events if e["type"] == "Evicted")
+        duration = time.perf_counter() - t0
+        phases = dict(session.timings)
+        phases["other"] = max(0.0, duration - sum(phases.values()))
         return CycleResult(
-            started_s=now, duration_s=time.perf_counter() - t0, action_s=timings, bound=bound, evicted=evicted,
-            pending=len(session.reasons), reasons=dict(session.reasons), events=session.events,
+            started_s=now, duration_s=duration, action_s=timings, bound=bound, evicted=evicted,
+            pending=len(session.reasons), reasons=dict(session.reasons), events=session.events, phase_s=phases,
         )  # fmt: skip
 
     def _report(self, session: Session) -> None:

@@ -40,43 +40,54 @@ class Job:
         return (-self.priority, self.created_s, self.key)
 
 
+def is_job_member(pod: PodInfo) -> bool:
+    """Our live pods form jobs; pods of other schedulers and finished pods do not."""
+    return pod.ours and pod.phase not in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+
+
+def job_key(pod: PodInfo) -> str:
+    return pod.group or f"pod:{pod.key}"
+
+
 def build_jobs(pods: Iterable[PodInfo], podgroups: dict[str, PodGroup]) -> list[Job]:
     """Group our live pods into jobs. Pods of other schedulers and finished pods are not jobs."""
     members: dict[str, list[PodInfo]] = {}
     for pod in pods:
-        if not pod.ours or pod.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+        if not is_job_member(pod):
             continue
-        members.setdefault(pod.group or f"pod:{pod.key}", []).append(pod)
-    jobs = []
-    for key, group_pods in members.items():
-        group_pods.sort(key=lambda p: (p.created_s, p.name))
-        pg = podgroups.get(key)
-        first = group_pods[0]
-        if pg is not None:
-            priority, preemptible = (
-                resolve_priority(pg.spec.priority_class_name, None, pg.spec.preemptibility)
-                if pg.spec.priority_class_name or pg.spec.preemptibility
-                else (first.priority, first.preemptible)
-            )
-            queue, min_member, explicit, grace = (
-                pg.spec.queue,
-                pg.spec.min_member,
-                True,
-                pg.spec.stale_grace_seconds,
-            )
-        else:
-            priority = max(p.priority for p in group_pods)
-            preemptible = all(p.preemptible for p in group_pods)
-            queue = first.queue
-            # A pod-group annotation without its PodGroup: all annotated pods seen so far form the gang.
-            min_member = len(group_pods) if first.group else 1
-            explicit, grace = first.group is None, 60.0
-        job = Job(
-            key=key, queue=queue, priority=priority, preemptible=preemptible, min_member=min_member,
-            created_s=first.created_s, is_gang=first.group is not None, explicit_group=explicit,
-            stale_grace_s=grace,
-        )  # fmt: skip
-        for p in group_pods:
-            (job.running if p.holds_resources else job.pending).append(p)
-        jobs.append(job)
-    return jobs
+        members.setdefault(job_key(pod), []).append(pod)
+    return [build_job(key, group_pods, podgroups) for key, group_pods in members.items()]
+
+
+def build_job(key: str, group_pods: list[PodInfo], podgroups: dict[str, PodGroup]) -> Job:
+    """The job of `key` from its member pods (at least one)."""
+    group_pods.sort(key=lambda p: (p.created_s, p.name))
+    pg = podgroups.get(key)
+    first = group_pods[0]
+    if pg is not None:
+        priority, preemptible = (
+            resolve_priority(pg.spec.priority_class_name, None, pg.spec.preemptibility)
+            if pg.spec.priority_class_name or pg.spec.preemptibility
+            else (first.priority, first.preemptible)
+        )
+        queue, min_member, explicit, grace = (
+            pg.spec.queue,
+            pg.spec.min_member,
+            True,
+            pg.spec.stale_grace_seconds,
+        )
+    else:
+        priority = max(p.priority for p in group_pods)
+        preemptible = all(p.preemptible for p in group_pods)
+        queue = first.queue
+        # A pod-group annotation without its PodGroup: all annotated pods seen so far form the gang.
+        min_member = len(group_pods) if first.group else 1
+        explicit, grace = first.group is None, 60.0
+    job = Job(
+        key=key, queue=queue, priority=priority, preemptible=preemptible, min_member=min_member,
+        created_s=first.created_s, is_gang=first.group is not None, explicit_group=explicit,
+        stale_grace_s=grace,
+    )  # fmt: skip
+    for p in group_pods:
+        (job.running if p.holds_resources else job.pending).append(p)
+    return job

@@ -7,6 +7,7 @@ same validation. Nothing here raises on bad user input: a pod with a bad request
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from datetime import datetime
@@ -39,13 +40,25 @@ class InvalidObject(ValueError):
 
 
 def quantity(raw: object, *, what: str) -> Decimal:
+    value = _parsed_quantity(raw) if isinstance(raw, str | int) else _parse_quantity(raw)
+    if isinstance(value, str):
+        raise InvalidObject(f"{what}: {raw!r} {value}")
+    return value
+
+
+def _parse_quantity(raw: object) -> Decimal | str:
+    """The quantity, or why it is not one (a string, so that the memo below can keep it too)."""
     try:
         value = parse_quantity(raw)
     except (ValueError, TypeError, InvalidOperation):
-        raise InvalidObject(f"{what}: {raw!r} is not a valid Kubernetes quantity") from None
+        return "is not a valid Kubernetes quantity"
     if not math.isfinite(float(value)) or value < 0:
-        raise InvalidObject(f"{what}: {raw!r} must be a finite, non-negative quantity")
+        return "must be a finite, non-negative quantity"
     return Decimal(value)
+
+
+# Pods repeat a handful of quantities ("4", "16Gi"): parsing each once saves most of a pod's parse time.
+_parsed_quantity = functools.lru_cache(maxsize=4096)(_parse_quantity)
 
 
 def cpu_milli(raw: object, what: str = "cpu") -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
 from scheduler.cache import Cache
-from scheduler.jobs import Job, build_jobs
+from scheduler.jobs import Job
 from scheduler.model import PodInfo
 from scheduler.placement.policy import PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
-from scheduler.resources import Resources, placement_usage
+from scheduler.resources import Resources
 
 
 @dataclass
@@ -27,8 +28,11 @@ class Session:
     now: float
     tree: QueueTree
     jobs: list[Job]
+    pending_jobs: list[Job] = field(default_factory=list)  # those of `jobs` with pending pods
     reasons: dict[str, PendingReason] = field(default_factory=dict)  # by pod uid
     events: list[dict[str, Any]] = field(default_factory=list)
+    # Seconds spent per phase ("scoring", "commit"...), summed by the actions for the cycle's report.
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def xp(self) -> ArrayNamespace:
@@ -37,25 +41,25 @@ class Session:
     @classmethod
     def open(cls, cache: Cache, policy: PlacementPolicy, now: float) -> Session:
         tree = QueueTree(cache.queues.values())
-        jobs = build_jobs(cache.pods.values(), cache.podgroups)
-        job_of = {p.uid: job for job in jobs for p in (*job.running, *job.pending)}
-        allocated: dict[str, Resources] = {}
+        jobs = cache.jobs()  # kept across cycles; only changed jobs and those with pending pods rebuilt
+        allocated = {
+            q: Resources(gpu=g / MILLI_PER_GPU, cpu=float(c), memory=float(m))
+            for q, (g, c, m) in cache.queue_usage().items()
+            if q in tree.nodes  # pods of other schedulers take capacity but belong to no queue
+        }
         requested: dict[str, Resources] = {}
-        for uid, pl in cache.placements.items():
-            job = job_of.get(uid)
-            if job is None or job.queue not in tree.nodes:
-                continue  # pods of other schedulers take capacity but belong to no queue
-            allocated[job.queue] = allocated.get(job.queue, Resources()) + placement_usage(pl)
-        for job in jobs:
-            if job.queue not in tree.nodes:
-                continue
-            req = job.pending_request()
-            requested[job.queue] = requested.get(job.queue, Resources()) + req
+        pending = cache.pending_jobs()
+        for job in pending:
+            if job.queue in tree.nodes:
+                requested[job.queue] = requested.get(job.queue, Resources()) + job.pending_request()
         for q, a in allocated.items():
             requested[q] = requested.get(q, Resources()) + a
         tree.roll_up(allocated, requested)
         compute_fair_shares(tree, cluster_capacity(cache))
-        return cls(cache=cache, policy=policy, now=now, tree=tree, jobs=jobs)
+        return cls(cache=cache, policy=policy, now=now, tree=tree, jobs=jobs, pending_jobs=pending)
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
     def set_reason(self, pod: PodInfo, reason: str, message: str) -> None:
         self.reasons[pod.uid] = PendingReason(reason, message)

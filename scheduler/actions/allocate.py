@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.placement.explain import explain_unschedulable
-from scheduler.placement.placer import place_one
 from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
 from scheduler.transaction import Transaction
@@ -31,11 +32,15 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
     this transaction holds placements are not remembered: those placements may yet be rolled back.
     """
     xp, state = session.xp, session.cache.state
+    placer = session.cache.placer(session.policy)
     placed = 0
     for i, pod in enumerate(job.pending):
         d = demand_for(pod)
         msg = unplaceable.get(d)
-        pl = None if msg is not None else place_one(xp, state, session.policy, d)
+        t0 = time.perf_counter()
+        pl = None if msg is not None else placer.place(xp, d)
+        t1 = time.perf_counter()
+        session.add_time("scoring", t1 - t0)
         if pl is None:
             if msg is None:
                 msg = explain_unschedulable(xp, state, d)
@@ -46,6 +51,7 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
                 break  # the gang can no longer reach minMember
             continue
         tx.place(pod, job.queue, pl)
+        session.add_time("commit", time.perf_counter() - t1)
         placed += 1
     return placed
 
@@ -53,7 +59,7 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
 def allocate(session: Session, cluster: Cluster) -> None:
     unplaceable: dict[PodDemand, str] = {}
     pending_jobs = []
-    for job in session.jobs:
+    for job in session.pending_jobs:  # the others have nothing to allocate
         bad = [p for p in job.pending if p.error]
         for p in bad:
             session.set_reason(p, "InvalidRequest", p.error or "")
@@ -91,6 +97,8 @@ def allocate(session: Session, cluster: Cluster) -> None:
                         f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}",
                     )  # fmt: skip
             continue
+        t0 = time.perf_counter()
         outcome = tx.commit(cluster)
+        session.add_time("commit", time.perf_counter() - t0)
         for p in outcome.bound:
             session.reasons.pop(p.uid, None)

@@ -44,6 +44,7 @@ class ClusterState:
         self._journal: list[_JournalEntry] = []
         self.version = 0  # bumped on every change; lets callers cache derived values
         self.touched: set[int] = set()  # rows changed since the last `take_touched()`
+        self.node_epoch = 0  # bumped when a node is added, updated or removed (not on placements)
         self._allocate(max(capacity, 1), label_cols=8, taint_cols=4)
 
     # ----------------------------------------------------------------------------------------- storage
@@ -176,6 +177,7 @@ class ClusterState:
         for taint in node.taints:
             if taint.effect in _BLOCKING_EFFECTS:
                 self.taint_matrix[row, self._column(self.taints, "taint_matrix", taint.code)] = True
+        self.node_epoch += 1
         self._touch(row)
 
     def remove_node(self, name: str) -> None:
@@ -193,6 +195,7 @@ class ClusterState:
         self.valid[row] = False
         self.model[row] = -1
         self._free_rows.append(row)
+        self.node_epoch += 1
         self._touch(row)
 
     def set_gpu_health(self, row: int, slot: int, healthy: bool) -> None:
@@ -280,3 +283,31 @@ class ClusterState:
         from scheduler.backend import to_numpy
 
         return to_numpy(arr)
+
+    # ------------------------------------------------------------------------------------- row views
+    def take_rows(self, rows: list[int]) -> ClusterState:
+        """A read-only state holding only `rows` (in that order), sharing codebooks with this one.
+
+        Kernels that look at each node on its own (filters, binpack/spread scores) give the same answer
+        for a row here as on the whole state, so a cache can re-score just the rows a placement touched.
+        """
+        xp = self.xp
+        view = object.__new__(ClusterState)
+        view.xp = xp
+        view.max_gpus = self.max_gpus
+        view.models, view.labels, view.taints = self.models, self.labels, self.taints
+        view.node_names = [self.node_names[r] for r in rows]
+        view.nodes = [self.nodes[r] for r in rows]
+        view.node_index = {}
+        view._free_rows, view._journal, view.touched = [], [], set()
+        view.version, view.node_epoch = self.version, self.node_epoch
+        if rows == list(range(rows[0], rows[0] + len(rows))):  # contiguous (often one row): a slice, no copy
+            lo, hi = rows[0], rows[0] + len(rows)
+            for name in self._ROW_ARRAYS:
+                setattr(view, name, getattr(self, name)[lo:hi, ...])
+        else:
+            idx = xp.asarray(rows, dtype=xp.int64)
+            for name in self._ROW_ARRAYS:
+                setattr(view, name, xp.take(getattr(self, name), idx, axis=0))
+        view.capacity = len(rows)
+        return view

@@ -1,0 +1,190 @@
+"""Run the benchmark: build the cluster, place the init pods, then measure the real scheduling cycle.
+
+Like scheduler_perf, only the scheduler's work is timed: pods are created by the "client" (this module)
+between cycles and that time is not counted, as the API server would create them concurrently. What the
+scheduler does with them — watch events into the cache, session, allocate, binds — is all timed.
+Throughput windows are 1 s of scheduler time (the clock runs only inside cycles).
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.bench.cluster import BenchCluster
+from scheduler.bench.workload import make_nodes, make_pods
+from scheduler.cycle import Scheduler, SchedulerConfig
+
+PHASES = ("state_update", "scoring", "commit", "other")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    nodes: int = 5000
+    gpus_per_node: int = 8
+    init_pods: int = 10_000
+    pods: int = 10_000
+    policy: str = "binpack"
+    gangs: float = 0.05  # fraction of measured pods that are gang members
+    batch: int = 500  # pods created between two cycles
+    backend: str | None = None
+    seed: int = 1
+
+
+@dataclass
+class BenchResult:
+    config: BenchConfig
+    backend: str
+    scheduled: int
+    unschedulable: int
+    elapsed_s: float  # scheduler time of the measured cycles
+    cycles_s: list[float] = field(default_factory=list)
+    windows: list[float] = field(default_factory=list)  # pods/s in each 1 s window of scheduler time
+    phase_s: dict[str, float] = field(default_factory=dict)
+    setup_s: float = 0.0
+    init_scheduled: int = 0
+    peak_rss_mib: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "config": {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node, "init_pods": c.init_pods,
+                       "pods": c.pods, "policy": c.policy, "gangs": c.gangs, "batch": c.batch, "seed": c.seed},
+            "backend": self.backend,
+            "scheduled": self.scheduled,
+            "unschedulable": self.unschedulable,
+            "init_scheduled": self.init_scheduled,
+            "elapsed_s": round(self.elapsed_s, 4),
+            "pods_per_s": round(self.scheduled / self.elapsed_s, 1) if self.elapsed_s > 0 else 0.0,
+            "pods_per_s_windows": {
+                "count": len(self.windows),
+                "p50": round(percentile(self.windows, 50), 1),
+                "p90": round(percentile(self.windows, 90), 1),
+                "p99": round(percentile(self.windows, 99), 1),
+            },
+            "cycles": len(self.cycles_s),
+            "cycle_latency_ms": {
+                "p50": round(1000 * percentile(self.cycles_s, 50), 2),
+                "p99": round(1000 * percentile(self.cycles_s, 99), 2),
+            },
+            "time_split_s": {k: round(self.phase_s.get(k, 0.0), 4) for k in PHASES},
+            "time_split_pct": {
+                k: round(100 * self.phase_s.get(k, 0.0) / self.elapsed_s, 1) if self.elapsed_s else 0.0
+                for k in PHASES
+            },
+            "setup_s": round(self.setup_s, 2),
+            "peak_rss_mib": round(self.peak_rss_mib, 1),
+        }  # fmt: skip
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[min(int(rank), len(ordered)) - 1]
+
+
+def peak_rss_mib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
+
+
+def throughput_windows(
+    binds: list[float], cycles: list[tuple[float, float]], width: float = 1.0
+) -> list[float]:
+    """Pods/s per `width` seconds of scheduler time. `cycles` are (start, end) wall times of the measured
+    cycles; bind times are mapped onto a clock that runs only inside them. The last window counts only if
+    it is at least half full (a sliver at the end says nothing about the rate)."""
+    counts: list[int] = []
+    offset = 0.0  # scheduler time at the start of the current cycle
+    i = 0
+    for start, end in cycles:
+        while i < len(binds) and binds[i] <= end:
+            t = offset + max(0.0, binds[i] - start)
+            slot = int(t // width)
+            counts.extend([0] * (slot + 1 - len(counts)))
+            counts[slot] += 1
+            i += 1
+        offset += end - start
+    full = int(offset // width)
+    counts.extend([0] * (max(full, 1) - len(counts)))
+    rates = [c / width for c in counts[:full]]
+    rest = offset - full * width
+    if rest >= width / 2 or not rates:
+        tail = counts[full] if full < len(counts) else 0
+        rates.append(tail / rest if rest > 0 else 0.0)
+    return rates
+
+
+def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
+    t_setup = time.perf_counter()
+    rng = random.Random(cfg.seed)
+    cluster = BenchCluster()
+    for obj in make_nodes(cfg.nodes, cfg.gpus_per_node):
+        cluster.create("Node", obj)
+    sched = Scheduler(
+        cluster,
+        SchedulerConfig(
+            policy=cfg.policy, actions=("allocate",), backend=cfg.backend,
+            max_gpus_per_node=cfg.gpus_per_node, expected_nodes=cfg.nodes,
+        ),
+    )  # fmt: skip
+    # Init pods: scheduled by the same loop, not measured (scheduler_perf's "initPods").
+    init = make_pods("init", cfg.init_pods, gang_fraction=0.0, rng=rng)
+    for obj in init.pods:
+        cluster.create("Pod", obj)
+    sched.run_cycle()
+    init_scheduled = cluster.bound
+    sched.run_cycle()  # absorbs the bind events of the init pods, as the next cycle would
+    setup_s = time.perf_counter() - t_setup
+
+    measured = make_pods("pod", cfg.pods, gang_fraction=cfg.gangs, rng=rng)
+    for obj in measured.podgroups:
+        cluster.create("PodGroup", obj)
+    first_bind = cluster.bound
+    cycles: list[tuple[float, float]] = []
+    phases = dict.fromkeys(PHASES, 0.0)
+    durations: list[float] = []
+    batches = -(-len(measured.pods) // cfg.batch)
+    # One cycle more than there are batches: it absorbs the last binds and retries what is pending.
+    for b in range(batches + 1):
+        for obj in measured.pods[b * cfg.batch : (b + 1) * cfg.batch]:
+            cluster.create("Pod", obj)
+        pos = min((b + 1) * cfg.batch, len(measured.pods))
+        t0 = time.perf_counter()
+        result = sched.run_cycle()
+        cycles.append((t0, time.perf_counter()))
+        durations.append(result.duration_s)
+        for k, v in result.phase_s.items():
+            phases[k] = phases.get(k, 0.0) + v
+        if progress is not None:
+            progress(pos, len(measured.pods))
+    binds = cluster.bound_at[first_bind:]
+    scheduled = len(binds)
+    return BenchResult(
+        config=cfg,
+        backend=backend_label(sched),
+        scheduled=scheduled,
+        unschedulable=len(measured.pods) - scheduled,
+        elapsed_s=sum(durations),
+        cycles_s=durations,
+        windows=throughput_windows(binds, cycles),
+        phase_s=phases,
+        setup_s=setup_s,
+        init_scheduled=init_scheduled,
+        peak_rss_mib=peak_rss_mib(),
+    )
+
+
+def backend_label(sched: Scheduler) -> str:
+    name = getattr(sched.xp, "__name__", str(sched.xp))
+    for short in ("cupy", "array_api_strict", "numpy"):
+        if short in name:
+            return "strict" if short == "array_api_strict" else short
+    return name
