@@ -46,6 +46,8 @@ class Cache:
     _dirty: dict[str, None] = field(default_factory=dict, init=False, repr=False)
     _active: dict[str, None] = field(default_factory=dict, init=False, repr=False)
     _placer: IncrementalPlacer | None = field(default=None, init=False, repr=False)
+    # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
+    _deferred: dict[str, tuple[PodInfo, Placement]] = field(default_factory=dict, init=False, repr=False)
     _max_mem: int | None = field(default=None, init=False, repr=False)
     _max_mem_key: int = field(default=-1, init=False, repr=False)
 
@@ -67,6 +69,8 @@ class Cache:
     def apply(self, events: list[WatchEvent]) -> None:
         for ev in events:
             try:
+                if ev.kind != "Pod":
+                    self._flush()
                 handler = getattr(self, f"_on_{ev.kind.lower()}")
                 handler(ev)
             except (InvalidObject, ValidationError, ValueError) as exc:
@@ -74,6 +78,27 @@ class Cache:
                 msg = f"{ev.kind} {name}: {str(exc).splitlines()[0]}"
                 log.warning("ignoring invalid object: %s", msg)
                 self.errors.append(msg)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write the deferred placements: in bulk, or one by one (with per-pod errors) if the bulk
+        update refuses because one of them does not fit."""
+        if not self._deferred:
+            return
+        items, self._deferred = list(self._deferred.items()), {}
+        try:
+            self.state.apply_many([pl for _, (_, pl) in items])
+        except OvercommitError:
+            for uid, (pod, pl) in items:
+                try:
+                    self.state.place(pl)
+                except OvercommitError as exc:
+                    self.errors.append(f"pod {pod.key}: {exc}")
+                    continue
+                self.placements[uid] = pl
+            return
+        for uid, (_, pl) in items:
+            self.placements[uid] = pl
 
     def _on_node(self, ev: WatchEvent) -> None:
         name = str((ev.obj.get("metadata") or {}).get("name", ""))
@@ -92,6 +117,9 @@ class Cache:
         self.state.add_node(node)
 
     def _shrinks_below_allocation(self, row: int, node: NodeInfo) -> bool:
+        old = self.state.nodes[row]
+        if old is not None and node.gpu_count >= old.gpu_count:
+            return False  # the common update (labels, taints, a report): no need to scan placements
         return any(
             pl.node == row and any(s.slot >= node.gpu_count for s in pl.gpus)
             for pl in self.placements.values()
@@ -101,6 +129,8 @@ class Cache:
         if self._bind_echo(ev):
             return
         pod = parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib())
+        if pod.uid in self._deferred:
+            self._flush()  # this pod's earlier event must be in the arrays before this one is applied
         if ev.type == "DELETED":
             self.forget_pod(pod.uid)
             return
@@ -108,7 +138,7 @@ class Cache:
         self.pods[pod.uid] = pod
         if pod.holds_resources:
             if pod.uid not in self.placements:
-                self._account_running(pod)
+                self._account_running(pod, defer=True)
         elif pod.uid in self.placements:
             self._release(pod.uid)
 
@@ -259,12 +289,18 @@ class Cache:
         except OvercommitError as exc:  # node changed under us; never let it stop the cache
             log.error("release of %s failed: %s", uid, exc)
 
-    def _account_running(self, pod: PodInfo) -> None:
+    def _account_running(self, pod: PodInfo, *, defer: bool = False) -> None:
         assert pod.node is not None
         row = self.state.row_of(pod.node)
         if row is None:
             return  # node not known (yet); it is accounted when the node arrives through a relist
-        placement = self._placement_from_assignment(pod, row) or self._placement_from_request(pod, row)
+        placement = self._placement_from_assignment(pod, row)
+        if placement is not None and defer:
+            self._deferred[pod.uid] = (pod, placement)
+            return
+        if placement is None:
+            self._flush()  # finding free whole GPUs needs the arrays up to date
+            placement = self._placement_from_request(pod, row)
         if placement is None:
             msg = f"pod {pod.key} runs on {pod.node} but its GPUs cannot be accounted there"
             log.warning(msg)

@@ -30,7 +30,7 @@ class BenchConfig:
     pods: int = 10_000
     policy: str = "binpack"
     gangs: float = 0.05  # fraction of measured pods that are gang members
-    batch: int = 500  # pods created between two cycles
+    batch: int = 1000  # pods created between two cycles
     backend: str | None = None
     seed: int = 1
 
@@ -169,7 +169,7 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     scheduled = len(binds)
     return BenchResult(
         config=cfg,
-        backend=backend_label(sched),
+        backend=backend_label(sched.xp),
         scheduled=scheduled,
         unschedulable=len(measured.pods) - scheduled,
         elapsed_s=sum(durations),
@@ -182,8 +182,8 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     )
 
 
-def backend_label(sched: Scheduler) -> str:
-    name = getattr(sched.xp, "__name__", str(sched.xp))
+def backend_label(xp: Any) -> str:
+    name = getattr(xp, "__name__", str(xp))
     for short in ("cupy", "array_api_strict", "numpy"):
         if short in name:
             return "strict" if short == "array_api_strict" else short

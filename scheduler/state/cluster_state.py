@@ -311,3 +311,75 @@ class ClusterState:
                 setattr(view, name, xp.take(getattr(self, name), idx, axis=0))
         view.capacity = len(rows)
         return view
+
+    # ------------------------------------------------------------------------------------ bulk updates
+    def apply_many(self, placements: list[Placement], sign: int = 1) -> None:
+        """`apply` for many placements at once (a relist, a burst of watch events): one array program
+        instead of a few scalar writes each. All or nothing: raises OvercommitError, changing nothing,
+        when any GPU, CPU or memory would leave [0, total] (callers then apply one by one to find it)."""
+        if not placements:
+            return
+        xp, g = self.xp, self.max_gpus
+        keys: list[int] = []
+        milli: list[int] = []
+        mib: list[int] = []
+        rows: list[int] = []
+        cpu: list[int] = []
+        mem: list[int] = []
+        for pl in placements:
+            rows.append(pl.node)
+            cpu.append(pl.cpu_milli)
+            mem.append(pl.memory_mib)
+            for share in pl.gpus:
+                keys.append(pl.node * g + share.slot)
+                milli.append(share.milli)
+                mib.append(share.mib)
+        cells = self.capacity * g
+        d_milli, d_mib = _segment_totals(xp, keys, [milli, mib], cells)
+        d_cpu, d_mem = _segment_totals(xp, rows, [cpu, mem], self.capacity)
+        shape = (self.capacity, g)
+        free_milli = xp.astype(self.free_milli, xp.int64) - sign * xp.reshape(d_milli, shape)
+        free_mib = self.free_mib - sign * xp.reshape(d_mib, shape)
+        free_cpu = self.free_cpu - sign * d_cpu
+        free_mem = self.free_mem - sign * d_mem
+        used_cell = xp.reshape(d_milli, shape) > 0
+        bad = (
+            xp.any(used_cell & ~self.present)
+            | xp.any(free_milli < 0)
+            | xp.any(free_mib < 0)
+            | xp.any(free_milli > MILLI_PER_GPU)
+            | xp.any(free_mib > self.total_mib)
+            | (xp.any(free_cpu < 0) if sign > 0 else False)
+            | (xp.any(free_mem < 0) if sign > 0 else False)
+        )
+        if bool(bad):
+            raise OvercommitError(f"{len(placements)} placements at once would over-commit a node")
+        self.free_milli = xp.astype(free_milli, self.free_milli.dtype)
+        self.free_mib, self.free_cpu, self.free_mem = free_mib, free_cpu, free_mem
+        self._journal.extend(_JournalEntry(pl, sign) for pl in placements)
+        for row in sorted(set(rows)):
+            self._touch(row)
+
+
+def _segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]], size: int) -> list[Any]:
+    """Dense int64[size] totals of each value list grouped by key (a scatter-add in array-API terms:
+    sort, cumulative sums, segment ends, then searchsorted to spread the totals over all `size` cells)."""
+    if not keys:
+        return [xp.zeros((size,), dtype=xp.int64) for _ in values]
+    k = xp.asarray(keys, dtype=xp.int64)
+    order = xp.argsort(k, stable=True)
+    k = xp.take(k, order)
+    last = xp.concat([k[1:] != k[:-1], xp.ones((1,), dtype=xp.bool)])
+    ends = xp.nonzero(last)[0]
+    uniq = xp.take(k, ends)
+    cells = xp.arange(size, dtype=xp.int64)
+    pos = xp.clip(xp.searchsorted(uniq, cells), 0, int(uniq.shape[0]) - 1)
+    hit = xp.take(uniq, pos) == cells
+    out = []
+    for vals in values:
+        v = xp.take(xp.asarray(vals, dtype=xp.int64), order)
+        cs = xp.cumulative_sum(v)
+        at_end = xp.take(cs, ends)
+        seg = at_end - xp.concat([xp.zeros((1,), dtype=xp.int64), at_end[:-1]])
+        out.append(xp.where(hit, xp.take(seg, pos), xp.zeros((size,), dtype=xp.int64)))
+    return out

@@ -1,0 +1,135 @@
+"""`tessera bench`: scheduler throughput on a synthetic cluster; `tessera bench events`: watch-event cost."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.backend import BACKENDS, BackendError
+from scheduler.bench.events import EventsConfig, run_events
+from scheduler.bench.runner import PHASES, BenchConfig, run_bench
+from scheduler.placement.registry import policy_names
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _check_backend(backend: str | None) -> None:
+    if backend is not None and backend not in BACKENDS:
+        raise _fail(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+
+
+def _check_output(output: str) -> None:
+    if output not in ("table", "json"):
+        raise _fail(f"--output must be table or json, not {output!r}")
+
+
+def print_bench(console: Console, r: dict[str, Any]) -> None:
+    c = r["config"]
+    console.print(
+        f"[bold]tessera bench[/]: {c['nodes']} nodes x {c['gpus_per_node']} GPUs, {c['init_pods']} init pods, "
+        f"{c['pods']} measured pods, policy {c['policy']}, backend {r['backend']}"
+    )
+    w = r["pods_per_s_windows"]
+    console.print(
+        f"scheduled {r['scheduled']} ({r['unschedulable']} unschedulable) in {r['elapsed_s']:.3f} s: "
+        f"[bold]{r['pods_per_s']:.0f} pods/s[/] average; 1 s windows p50 {w['p50']:.0f}, p90 {w['p90']:.0f}, "
+        f"p99 {w['p99']:.0f} ({w['count']} windows)"
+    )
+    lat = r["cycle_latency_ms"]
+    console.print(f"cycles: {r['cycles']}, latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms")
+    t = Table(title="Where the time goes", title_justify="left")
+    t.add_column("phase")
+    t.add_column("seconds", justify="right")
+    t.add_column("share", justify="right")
+    for k in PHASES:
+        t.add_row(k, f"{r['time_split_s'][k]:.3f}", f"{r['time_split_pct'][k]:.1f}%")
+    console.print(t)
+    console.print(f"peak RSS {r['peak_rss_mib']:.0f} MiB; setup (cluster + init pods) {r['setup_s']:.1f} s")
+
+
+def register(app: typer.Typer) -> None:
+    bench_app = typer.Typer(
+        help="Benchmark the scheduler (modelled on Kubernetes' scheduler_perf).", add_completion=False
+    )
+
+    @bench_app.callback(invoke_without_command=True)
+    def bench(
+        ctx: typer.Context,
+        nodes: Annotated[int, typer.Option(min=1, help="GPU nodes in the synthetic cluster.")] = 5000,
+        gpus_per_node: Annotated[int, typer.Option(min=1, max=64, help="GPUs per node.")] = 8,
+        init_pods: Annotated[int, typer.Option(min=0, help="Pods placed before measuring.")] = 10_000,
+        pods: Annotated[int, typer.Option(min=1, help="Measured pods (openb mix).")] = 10_000,
+        policy: Annotated[
+            str, typer.Option(help=f"Placement policy ({', '.join(policy_names())}).")
+        ] = "binpack",
+        gangs: Annotated[
+            float, typer.Option(min=0.0, max=1.0, help="Share of measured pods that are gang members.")
+        ] = 0.05,
+        batch: Annotated[int, typer.Option(min=1, help="Pods arriving between two cycles.")] = 1000,
+        seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
+        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+        backend: Annotated[str | None, typer.Option(help="Array backend: numpy, strict, cupy, auto.")] = None,
+    ) -> None:
+        """Schedule --pods pods on a synthetic cluster with the real cycle and report the throughput."""
+        if ctx.invoked_subcommand is not None:
+            return
+        _check_output(output)
+        _check_backend(backend)
+        if policy not in policy_names():
+            raise _fail(f"unknown placement policy {policy!r}; choose one of {', '.join(policy_names())}")
+        cfg = BenchConfig(
+            nodes=nodes, gpus_per_node=gpus_per_node, init_pods=init_pods, pods=pods, policy=policy,
+            gangs=gangs, batch=batch, backend=backend, seed=seed,
+        )  # fmt: skip
+        try:
+            result = run_bench(cfg).to_dict()
+        except BackendError as exc:
+            raise _fail(str(exc)) from None
+        if output == "json":
+            typer.echo(json.dumps(result, indent=2))
+        else:
+            print_bench(Console(), result)
+
+    @bench_app.command("events")
+    def events(
+        nodes: Annotated[int, typer.Option(min=1, help="Nodes (each also updated once).")] = 5000,
+        gpus_per_node: Annotated[int, typer.Option(min=1, max=64, help="GPUs per node.")] = 8,
+        pods: Annotated[
+            int, typer.Option(min=1, help="Pod events (running pods, as after a relist).")
+        ] = 150_000,
+        seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
+        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+        backend: Annotated[str | None, typer.Option(help="Array backend: numpy, strict, cupy, auto.")] = None,
+    ) -> None:
+        """Apply --pods pod events and one update per node to the scheduler's state; report the time."""
+        _check_output(output)
+        _check_backend(backend)
+        cfg = EventsConfig(nodes=nodes, gpus_per_node=gpus_per_node, pods=pods, backend=backend, seed=seed)
+        try:
+            r = run_events(cfg)
+        except BackendError as exc:
+            raise _fail(str(exc)) from None
+        if output == "json":
+            typer.echo(json.dumps(r, indent=2))
+            return
+        console = Console()
+        console.print(
+            f"[bold]tessera bench events[/]: {r['pod_events']} pod events, {r['node_updates']} node updates, "
+            f"{nodes} nodes, backend {r['backend']}"
+        )
+        console.print(f"state (array updates of the events): [bold]{r['state_apply_s']:.3f} s[/]")
+        console.print(
+            f"cache (parse + validate + account): {r['cache_apply_s']:.3f} s "
+            f"({r['cache_events_per_s']:.0f} events/s); node updates: {r['node_updates_s']:.3f} s"
+        )
+        if r["errors"]:
+            console.print(f"[yellow]{r['errors']} events could not be applied[/]")
+
+    app.add_typer(bench_app, name="bench")

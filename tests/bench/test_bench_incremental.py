@@ -1,0 +1,146 @@
+"""The speed-ups must not change a decision: incremental placer vs place_one, bulk vs one-by-one state
+updates, jobs kept across cycles vs rebuilt, the bind-echo shortcut vs a full parse."""
+
+import json
+import random
+
+import pytest
+
+from scheduler.backend import get_namespace
+from scheduler.bench.cluster import BenchCluster
+from scheduler.bench.workload import make_nodes, make_pods
+from scheduler.cache import Cache
+from scheduler.cluster import WatchEvent
+from scheduler.cycle import Scheduler, SchedulerConfig
+from scheduler.jobs import build_jobs
+from scheduler.model import GPUShare, NodeInfo, Placement, Taint, Toleration
+from scheduler.placement import make_policy, place_one
+from scheduler.placement.incremental import IncrementalPlacer
+from scheduler.state import ClusterState, PodDemand
+from scheduler.state.cluster_state import OvercommitError
+
+
+def nodes(rng, n):
+    out = []
+    for i in range(n):
+        gpus = rng.choice([2, 4, 8])
+        taints = (Taint("dedicated", "infer"),) if i % 7 == 3 else ()
+        out.append(NodeInfo(f"n{i}", 32000, 131072, gpus, rng.choice(["A100", "T4"]), rng.choice([16384, 40960]),
+                            labels={"zone": "a" if i % 2 else "b"}, taints=taints))  # fmt: skip
+    return out
+
+
+def demands(rng):
+    return [
+        PodDemand(cpu_milli=1000, memory_mib=1024, num_gpus=1, gpu_milli=rng.choice([100, 250, 500, 810])),
+        PodDemand(cpu_milli=2000, memory_mib=4096, num_gpus=rng.choice([1, 2, 4]), gpu_milli=1000),
+        PodDemand(cpu_milli=1000, num_gpus=1, gpu_mib=rng.choice([8000, 20000])),
+        PodDemand(cpu_milli=4000, memory_mib=512),
+        PodDemand(num_gpus=1, gpu_milli=300, models=frozenset({"T4"}), selector=("zone=a",)),
+        PodDemand(num_gpus=1, gpu_milli=500, tolerations=(Toleration("dedicated", "Exists"),)),
+    ]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "strict"])
+@pytest.mark.parametrize("policy", ["binpack", "spread"])
+def test_incremental_placer_decides_as_place_one(backend, policy):
+    rng = random.Random(11)
+    xp = get_namespace(backend)
+    ref, inc = ClusterState(xp, max_gpus=8, capacity=4), ClusterState(xp, max_gpus=8, capacity=4)
+    for n in nodes(rng, 9):
+        ref.add_node(n)
+        inc.add_node(n)
+    pol = make_policy(policy)
+    placer = IncrementalPlacer(inc, pol)
+    for step in range(160):
+        d = rng.choice(demands(rng))
+        want, got = place_one(xp, ref, pol, d), placer.place(xp, d)
+        assert want == got, (step, d)
+        if want is not None:
+            ref.place(want)
+            inc.place(got)
+        if step % 23 == 5:  # a gang rolled back, a node changed, a node added (rows grow): all seen
+            cp_r, cp_i = ref.checkpoint(), inc.checkpoint()
+            ref.rollback(max(0, cp_r - 3))
+            inc.rollback(max(0, cp_i - 3))
+        if step % 31 == 7:
+            extra = NodeInfo(f"x{step}", 16000, 65536, 4, "A100", 40960)
+            ref.add_node(extra)
+            inc.add_node(extra)
+        if step % 37 == 11:
+            ref.set_gpu_health(0, 0, False)
+            inc.set_gpu_health(0, 0, False)
+
+
+def test_apply_many_matches_one_by_one_and_refuses_whole():
+    xp = get_namespace("numpy")
+    one, bulk = ClusterState(xp, max_gpus=4, capacity=8), ClusterState(xp, max_gpus=4, capacity=8)
+    for i in range(6):
+        n = NodeInfo(f"n{i}", 32000, 65536, 4, "A", 40960)
+        one.add_node(n)
+        bulk.add_node(n)
+    rng = random.Random(2)
+    pls = [Placement(rng.randrange(6), (GPUShare(rng.randrange(4), 40, 80),), 100, 100) for _ in range(60)]
+    for p in pls:
+        one.place(p)
+    bulk.apply_many(pls)
+    for name in ("free_milli", "free_mib", "free_cpu", "free_mem"):
+        assert bulk.host(getattr(bulk, name)).tolist() == one.host(getattr(one, name)).tolist()
+    before = bulk.host(bulk.free_milli).tolist()
+    with pytest.raises(OvercommitError):
+        bulk.apply_many(
+            [Placement(0, (GPUShare(1, 10, 10),), 0, 0), Placement(1, (GPUShare(0, 1000, 1),), 0, 0)]
+        )
+    assert bulk.host(bulk.free_milli).tolist() == before
+    bulk.rollback(0)
+    assert bulk.allocated_milli() == 0
+
+
+def test_cache_jobs_equal_build_jobs_and_bind_echo_is_applied():
+    rng = random.Random(4)
+    cluster = BenchCluster()
+    for n in make_nodes(6, 8):
+        cluster.create("Node", n)
+    sched = Scheduler(cluster, SchedulerConfig(backend="numpy", max_gpus_per_node=8, expected_nodes=6))
+    batch = make_pods("p", 50, gang_fraction=0.3, rng=rng)
+    for g in batch.podgroups:
+        cluster.create("PodGroup", g)
+    for i, p in enumerate(batch.pods):
+        cluster.create("Pod", p)
+        if i % 10 == 9:
+            sched.run_cycle()
+            cluster.delete_pod(f"bench/{batch.pods[i - 5]['metadata']['name']}")
+    sched.run_cycle()
+    sched.run_cycle()
+    cache = sched.cache
+
+    def shape(jobs):
+        return sorted((j.key, j.queue, j.min_member, sorted(p.uid for p in j.pending),
+                       sorted(p.uid for p in j.running)) for j in jobs)  # fmt: skip
+
+    assert shape(cache.jobs()) == shape(build_jobs(cache.pods.values(), cache.podgroups))
+    running = [p for p in cache.pods.values() if p.holds_resources]
+    assert running and all(p.phase.value == "Running" for p in running)  # echoes of our binds
+    assert all(p.annotations.get("tessera.dev/gpu-assignment") for p in running)
+    used = {q: u for q, u in cache.queue_usage().items()}
+    total = sum(sum(g.milli for g in cache.placements[p.uid].gpus) for p in running)
+    assert used["default"][0] == total and not cache.errors
+
+
+def test_cache_relist_in_bulk_and_errors_per_pod():
+    xp = get_namespace("numpy")
+    cache = Cache.create(xp, max_gpus=2, capacity=2)
+    cache.apply([WatchEvent("Node", "ADDED", n) for n in make_nodes(2, 2)])
+    pods = []
+    for i in range(5):  # five whole GPUs on four: the last one cannot be accounted
+        p = make_pods(f"r{i}", 1, gang_fraction=0.0, rng=random.Random(0)).pods[0]
+        p["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+        p["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1", "memory": "1Gi"}
+        p["metadata"]["annotations"].pop("gpu-fraction", None)
+        node = f"node-{i % 2:05d}"
+        gpus = [{"index": (i // 2) % 2, "milli": 1000}]
+        p["metadata"]["annotations"]["tessera.dev/gpu-assignment"] = json.dumps({"node": node, "gpus": gpus})
+        p["spec"]["nodeName"], p["status"] = node, {"phase": "Running"}
+        pods.append(WatchEvent("Pod", "ADDED", p))
+    cache.apply(pods)
+    assert len(cache.placements) == 4 and len(cache.errors) == 1 and cache.state.allocated_milli() == 4000
