@@ -11,7 +11,7 @@ from rich.table import Table
 
 from scheduler.backend import BACKENDS, BackendError
 from scheduler.bench.events import EventsConfig, run_events
-from scheduler.bench.runner import PHASES, BenchConfig, run_bench
+from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
 from scheduler.placement.registry import policy_names
 
 
@@ -51,7 +51,14 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
     for k in PHASES:
         t.add_row(k, f"{r['time_split_s'][k]:.3f}", f"{r['time_split_pct'][k]:.1f}%")
     console.print(t)
-    console.print(f"peak RSS {r['peak_rss_mib']:.0f} MiB; setup (cluster + init pods) {r['setup_s']:.1f} s")
+    console.print(
+        f"CPU {r['cpu_s']:.3f} s ({r['pods_per_cpu_s']:.0f} pods per CPU second), load average "
+        f"{r['load_avg_1m'][0]:.1f} -> {r['load_avg_1m'][1]:.1f}; peak RSS {r['peak_rss_mib']:.0f} MiB; "
+        f"setup (cluster + init pods) {r['setup_s']:.1f} s"
+    )
+    if "repeat" in r and r["repeat"]["runs"] > 1:
+        rates = ", ".join(f"{x:.0f}" for x in r["repeat"]["pods_per_s_all"])
+        console.print(f"best of {r['repeat']['runs']} runs shown; all averages (pods/s): {rates}")
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +81,9 @@ def register(app: typer.Typer) -> None:
         ] = 0.05,
         batch: Annotated[int, typer.Option(min=1, help="Pods arriving between two cycles.")] = 1000,
         seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
+        repeat: Annotated[
+            int, typer.Option(min=1, help="Runs; the best is reported (all averages too).")
+        ] = 1,
         output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
         backend: Annotated[str | None, typer.Option(help="Array backend: numpy, strict, cupy, auto.")] = None,
     ) -> None:
@@ -89,7 +99,7 @@ def register(app: typer.Typer) -> None:
             gangs=gangs, batch=batch, backend=backend, seed=seed,
         )  # fmt: skip
         try:
-            result = run_bench(cfg).to_dict()
+            result = run_repeated(cfg, repeat)
         except BackendError as exc:
             raise _fail(str(exc)) from None
         if output == "json":

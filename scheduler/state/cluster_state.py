@@ -290,26 +290,16 @@ class ClusterState:
 
         Kernels that look at each node on its own (filters, binpack/spread scores) give the same answer
         for a row here as on the whole state, so a cache can re-score just the rows a placement touched.
+        Arrays are gathered when a kernel first reads them (most kernels read only a few).
         """
-        xp = self.xp
-        view = object.__new__(ClusterState)
-        view.xp = xp
-        view.max_gpus = self.max_gpus
+        view = object.__new__(_RowView)
+        view.xp, view.max_gpus = self.xp, self.max_gpus
         view.models, view.labels, view.taints = self.models, self.labels, self.taints
-        view.node_names = [self.node_names[r] for r in rows]
-        view.nodes = [self.nodes[r] for r in rows]
-        view.node_index = {}
-        view._free_rows, view._journal, view.touched = [], [], set()
-        view.version, view.node_epoch = self.version, self.node_epoch
-        if rows == list(range(rows[0], rows[0] + len(rows))):  # contiguous (often one row): a slice, no copy
-            lo, hi = rows[0], rows[0] + len(rows)
-            for name in self._ROW_ARRAYS:
-                setattr(view, name, getattr(self, name)[lo:hi, ...])
-        else:
-            idx = xp.asarray(rows, dtype=xp.int64)
-            for name in self._ROW_ARRAYS:
-                setattr(view, name, xp.take(getattr(self, name), idx, axis=0))
-        view.capacity = len(rows)
+        view.version, view.node_epoch, view.capacity = self.version, self.node_epoch, len(rows)
+        view._parent, view._rows = self, rows
+        first = rows[0] if rows else 0
+        contiguous = rows == list(range(first, first + len(rows)))
+        view._slice = slice(first, first + len(rows)) if contiguous else None
         return view
 
     # ------------------------------------------------------------------------------------ bulk updates
@@ -359,6 +349,37 @@ class ClusterState:
         self._journal.extend(_JournalEntry(pl, sign) for pl in placements)
         for row in sorted(set(rows)):
             self._touch(row)
+
+
+class _RowView(ClusterState):
+    """`ClusterState.take_rows`: row arrays gathered lazily from the parent, on first read."""
+
+    _parent: ClusterState
+    _rows: list[int]
+    _slice: slice | None
+
+    def __getattr__(self, name: str) -> Any:  # only for attributes not set yet
+        parent = self.__dict__.get("_parent")
+        if parent is None:
+            raise AttributeError(name)
+        if name in ClusterState._ROW_ARRAYS:
+            arr = getattr(parent, name)
+            if self._slice is not None:
+                value = arr[self._slice, ...]  # contiguous rows (often just one): a view, no copy
+            else:
+                value = self.xp.take(arr, self.xp.asarray(self._rows, dtype=self.xp.int64), axis=0)
+        elif name == "node_names":
+            value = [parent.node_names[r] for r in self._rows]
+        elif name == "nodes":
+            value = [parent.nodes[r] for r in self._rows]
+        elif name in ("node_index", "touched"):
+            value = {} if name == "node_index" else set()
+        elif name in ("_free_rows", "_journal"):
+            value = []
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)
+        return value
 
 
 def _segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]], size: int) -> list[Any]:
