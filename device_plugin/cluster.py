@@ -96,7 +96,11 @@ class KubePodCluster:
             raise ClusterError(_one_line(exc)) from None
         except Exception as exc:  # urllib3 connection errors and the like
             raise ClusterError(f"API server unreachable: {exc}") from None
-        data: dict[str, Any] = json.loads(resp.data)
+        try:
+            data: dict[str, Any] = json.loads(resp.data)
+        finally:
+            # Raw responses are not handed back to the connection pool by themselves.
+            resp.release_conn()
         return data
 
     def read_bind_lock(self, node: str) -> str | None:
@@ -124,13 +128,15 @@ class KubePodCluster:
     def _json_patch(self, call: Any, ops: list[dict[str, Any]], *args: str) -> bool:
         """Apply a JSON patch; False when a `test` op failed (the object changed), ClusterError otherwise."""
         try:
-            call(
+            resp = call(
                 *args,
                 body=ops,
                 _content_type=JSON_PATCH,
                 _preload_content=False,
                 _request_timeout=self._timeout,
             )
+            resp.read()
+            resp.release_conn()
         except ApiException as exc:
             # A failed `test` op answers 422 (UnprocessableEntity); a vanished object 404.
             if exc.status in (404, 409, 422):
