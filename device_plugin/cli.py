@@ -1,10 +1,9 @@
-"""`tessera-device-plugin`: run the kubelet device plugin, or benchmark its Allocate path."""
+"""Tessera's kubelet device plugin (fractional and whole GPUs), and a benchmark of its Allocate path."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import socket
 import sys
@@ -119,7 +118,7 @@ def bench(
 
 
 def main() -> None:
-    app(prog_name=os.path.basename(sys.argv[0]) or "tessera-device-plugin")
+    app(prog_name="tessera-device-plugin")
 
 
 if __name__ == "__main__":
