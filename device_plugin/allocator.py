@@ -264,6 +264,10 @@ class Allocator:
                 raise AllocationError(
                     f"pod {ref} is assigned GPU {where}, which node {self._node} does not have"
                 )
+            if gpu.info.mig_enabled:
+                raise AllocationError(
+                    f"pod {ref} is assigned GPU {gpu.uuid}, which is in MIG mode and not shared"
+                )
             if not gpu.healthy:
                 raise AllocationError(
                     f"pod {ref} is assigned GPU {gpu.uuid}, which is unhealthy ({gpu.reason or 'unknown'})"

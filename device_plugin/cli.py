@@ -61,6 +61,7 @@ def serve(
     kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig file (default: in-cluster).")] = None,
     lock_wait: Annotated[float, typer.Option(help="Seconds Allocate waits for the bind lock.")] = 3.0,
     watch_interval: Annotated[float, typer.Option(help="Seconds between socket checks.")] = 1.0,
+    health_interval: Annotated[float, typer.Option(help="Seconds between GPU health samples.")] = 5.0,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
 ) -> None:
     """Serve tessera.dev/gpu-slice (and whole GPUs) to the kubelet until SIGTERM."""
@@ -80,6 +81,7 @@ def serve(
             mps_pipe_dir=mps_pipe_dir,
             lock_wait_s=lock_wait,
             watch_interval_s=watch_interval,
+            health_interval_s=health_interval,
         )
         backend = open_backend(fake_gpus, seed=config.node_name)
     except (ValueError, RuntimeError) as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import grpc
 
@@ -19,6 +20,7 @@ from device_plugin.service import DevicePluginService
 from node_agent.nvml.facade import NVMLBackend
 
 log = logging.getLogger(__name__)
+MAX_RETRY_S = 30.0
 
 
 def resources_for(config: PluginConfig) -> list[Resource]:
@@ -48,8 +50,12 @@ class DevicePluginManager:
             )
             for r in resources_for(config)
         ]
-        self._registered_with: tuple[int, int] | None = None
-        self.registrations = 0  # successful Register rounds, for logs and tests
+        self._kubelet: tuple[int, int] | None = None  # identity of the kubelet socket we registered with
+        self._pending: set[str] = set()  # resources not registered with that kubelet yet
+        # A refused registration is retried with a growing pause, not on every tick.
+        self._failures = 0
+        self._retry_at = 0.0
+        self.registrations = 0  # successful Register calls
         self._done = threading.Event()
 
     def request_stop(self) -> None:
@@ -77,29 +83,44 @@ class DevicePluginManager:
         return self._done.wait(timeout_s)
 
     def _tick(self) -> None:
-        lost = [ep for ep in self.endpoints if not ep.socket_intact()]
-        for ep in lost:
-            log.warning("resource=%s socket %s is gone; serving again", ep.resource.name, ep.socket_path)
-            ep.serve()
+        for ep in self.endpoints:
+            if not ep.socket_intact():
+                log.warning("resource=%s socket %s is gone; serving again", ep.resource.name, ep.socket_path)
+                ep.serve()
+                self._pending.add(ep.resource.name)
         kubelet = socket_identity(self.config.kubelet_socket)
         if kubelet is None:
-            if self._registered_with is not None:
-                log.warning(
-                    "kubelet socket %s disappeared; waiting for the kubelet", self.config.kubelet_socket
-                )
-            self._registered_with = None
+            if self._kubelet is not None:
+                log.warning("kubelet socket %s disappeared; waiting for it", self.config.kubelet_socket)
+            self._kubelet = None
             return
-        if kubelet == self._registered_with and not lost:
+        if kubelet != self._kubelet:
+            # A new kubelet (first start or restart) knows none of our endpoints.
+            self._kubelet = kubelet
+            self._pending = {ep.resource.name for ep in self.endpoints}
+            self._failures, self._retry_at = 0, 0.0
+        if not self._pending or time.monotonic() < self._retry_at:
             return
-        try:
-            for ep in self.endpoints:
+        for ep in self.endpoints:
+            if ep.resource.name not in self._pending:
+                continue
+            try:
                 ep.register(self.config.kubelet_socket)
-        except (grpc.RpcError, grpc.FutureTimeoutError) as exc:
-            detail = exc.details() if isinstance(exc, grpc.RpcError) and hasattr(exc, "details") else exc
-            log.error("registration with the kubelet failed (will retry): %s", detail or type(exc).__name__)
-            return
-        self._registered_with = kubelet
-        self.registrations += 1
+            except (grpc.RpcError, grpc.FutureTimeoutError) as exc:
+                self._failures += 1
+                pause = min(MAX_RETRY_S, self.config.watch_interval_s * 2**self._failures)
+                self._retry_at = time.monotonic() + pause
+                detail = exc.details() if isinstance(exc, grpc.RpcError) and hasattr(exc, "details") else ""
+                log.error(
+                    "resource=%s registration with the kubelet failed (retry in %.1fs): %s",
+                    ep.resource.name,
+                    pause,
+                    detail or type(exc).__name__,
+                )
+                return
+            self._pending.discard(ep.resource.name)
+            self.registrations += 1
+        self._failures = 0
 
     def _shutdown(self) -> None:
         log.info("shutting down: stopping servers and removing sockets")

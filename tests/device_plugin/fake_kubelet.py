@@ -21,6 +21,7 @@ class FakeKubelet(api_pb2_grpc.RegistrationServicer):
         self._changed = threading.Condition()
         self._server: grpc.Server | None = None
         self._channels: list[grpc.Channel] = []
+        self.refuse = 0  # refuse this many Register calls (recorded all the same), as a kubelet can
 
     @property
     def socket_path(self) -> Path:
@@ -48,6 +49,10 @@ class FakeKubelet(api_pb2_grpc.RegistrationServicer):
         with self._changed:
             self.requests.append(request)
             self._changed.notify_all()
+            refused = self.refuse > 0
+            self.refuse -= refused
+        if refused:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"resource {request.resource_name} refused")
         return api_pb2.Empty()
 
     def wait_for_registrations(self, count: int, timeout_s: float = 10.0) -> list[api_pb2.RegisterRequest]:
