@@ -84,9 +84,9 @@ EXTRA_VALIDATION: dict[str, dict[str, JSON]] = {
 # Field documentation for `kubectl explain`; the models stay free of prose the scheduler never reads.
 DESCRIPTIONS: dict[str, dict[str, str]] = {
     "QueueSpec": {
-        "parentQueue": "Name of the parent Queue; unset for a top-level queue. Pods may only use leaf queues.",
+        "parentQueue": "Name of the parent Queue; unset at the top level. Pods may only use leaf queues.",
         "priority": "Queues of higher priority get over-quota resources first.",
-        "resources": "Per-resource quota, over-quota weight and limit (GPU in GPUs, CPU in cores, memory MiB).",
+        "resources": "Quota, over-quota weight and limit per resource (GPUs, CPU cores, memory MiB).",
     },
     "QueueResource": {
         "quota": "Guaranteed (deserved) amount; -1 means unlimited.",
@@ -135,8 +135,8 @@ def to_structural(node: JSON, defs: dict[str, JSON], where: str = "$") -> JSON:
     unknown = set(node) - _KNOWN_KEYS
     if unknown:
         raise ValueError(f"{where}: cannot translate schema keys {sorted(unknown)}")
-    outer_docs = {k: node[k] for k in ("description", "default") if k in node}
-    target, def_name = _resolve(node, defs)
+    outer_docs: JSON = {k: node[k] for k in ("description", "default") if k in node}
+    target, _ = _resolve(node, defs)
     if target is not node:
         out = to_structural(target, defs, where)
         out.update(outer_docs)
@@ -247,7 +247,9 @@ def crd_schema(model: type[BaseModel]) -> JSON:
     props["metadata"] = {"type": "object"}
     for key in ("apiVersion", "kind"):
         props[key] = {"type": "string"}
-    schema["required"] = [r for r in schema.get("required", []) if r not in ("metadata", "apiVersion", "kind")]
+    schema["required"] = [
+        r for r in schema.get("required", []) if r not in ("metadata", "apiVersion", "kind")
+    ]
     if not schema["required"]:
         del schema["required"]
     return schema
@@ -411,9 +413,7 @@ def dump_yaml(obj: object) -> str:
 def render_all() -> dict[str, str]:
     """File name -> YAML text for every CRD."""
     _check_tables()
-    return {
-        f"{k.name}.yaml": HEADER + dump_yaml(build_crd(k)) for k in KINDS
-    }
+    return {f"{k.name}.yaml": HEADER + dump_yaml(build_crd(k)) for k in KINDS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -423,7 +423,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     wanted = render_all()
     if args.check:
-        stale = [n for n, text in wanted.items() if not (args.out / n).is_file() or (args.out / n).read_text() != text]
+        stale = [
+            n
+            for n, text in wanted.items()
+            if not (args.out / n).is_file() or (args.out / n).read_text() != text
+        ]
         extra = sorted(p.name for p in args.out.glob("*.yaml") if p.name not in wanted)
         for name in stale:
             print(f"stale: {args.out / name} (run python scripts/gen_crds.py)")

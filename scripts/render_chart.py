@@ -69,7 +69,9 @@ def _helm() -> Any:
     try:
         import helm_python
     except ImportError:
-        raise RenderError("rendering needs the helm-python-sdk package: pip install helm-python-sdk") from None
+        raise RenderError(
+            "rendering needs the helm-python-sdk package: pip install helm-python-sdk"
+        ) from None
     return helm_python
 
 
@@ -84,17 +86,14 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def parse_set(items: Iterable[str]) -> dict[str, Any]:
-    """`a.b=c` pairs (as `helm --set`, scalars parsed as YAML) into a nested dict."""
+    """`--set` expressions parsed by Helm's own parser (`a.b=c,d={1,2}`), merged left to right."""
+    helm = _helm()
     out: dict[str, Any] = {}
     for item in items:
-        path, sep, raw = item.partition("=")
-        if not sep or not path:
-            raise RenderError(f"--set {item!r}: expected key.path=value")
-        node = out
-        keys = path.split(".")
-        for key in keys[:-1]:
-            node = node.setdefault(key, {})
-        node[keys[-1]] = yaml.safe_load(raw) if raw else ""
+        try:
+            out = deep_merge(out, helm.parse_set_string(item))
+        except helm.HelmError as exc:
+            raise RenderError(f"--set {item!r}: {str(exc).splitlines()[0]}") from None
     return out
 
 
@@ -109,7 +108,9 @@ def render_templates(
                 dict(values or {}), name=release, namespace=namespace, is_install=True
             )
     except helm.HelmError as exc:
-        raise RenderError(f"helm render failed: {str(exc).splitlines()[0]}") from None
+        # Helm lists schema violations one per line; keep them all, on one line.
+        lines = [ln.strip(" -") for ln in str(exc).splitlines() if ln.strip(" -")]
+        raise RenderError("helm render failed: " + "; ".join(lines)) from None
     return rendered
 
 
@@ -199,14 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.values or args.sets or args.release != RELEASE or args.namespace != NAMESPACE:
             values = _load_values(args.values, args.sets)
-            sys.stdout.write(dump_all([*crds(), *render(values, release=args.release, namespace=args.namespace)]))
+            sys.stdout.write(
+                dump_all([*crds(), *render(values, release=args.release, namespace=args.namespace)])
+            )
             return 0
         wanted = manifest_files()
     except RenderError as exc:
         print(f"render_chart: {exc}", file=sys.stderr)
         return 2
     if args.check:
-        stale = [n for n, t in wanted.items() if not (args.out / n).is_file() or (args.out / n).read_text() != t]
+        stale = [
+            n for n, t in wanted.items() if not (args.out / n).is_file() or (args.out / n).read_text() != t
+        ]
         for name in stale:
             print(f"stale: {args.out / name} (run python scripts/render_chart.py)")
         return 1 if stale else 0

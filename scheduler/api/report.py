@@ -101,9 +101,11 @@ class GPUNodeSummary(BaseModel):
 def summarize_gpus(gpus: list[GPUReport]) -> GPUNodeSummary:
     """Totals over a node's GPUs; health is Unhealthy if any GPU is, Unknown if none is reported."""
     healths = {g.health for g in gpus}
-    health: Health = (
-        "Unhealthy" if "Unhealthy" in healths else "Unknown" if not gpus or "Unknown" in healths else "Healthy"
-    )
+    health: Health = "Healthy"
+    if "Unhealthy" in healths:
+        health = "Unhealthy"
+    elif not gpus or "Unknown" in healths:
+        health = "Unknown"
     utils = [g.utilization_pct for g in gpus if g.utilization_pct is not None]
     return GPUNodeSummary(
         gpus=len(gpus),
