@@ -52,6 +52,7 @@ KIND_ORDER = [
     "Service",
     "DaemonSet",
     "Deployment",
+    "PodDisruptionBudget",
     "Issuer",
     "Certificate",
     "MutatingWebhookConfiguration",

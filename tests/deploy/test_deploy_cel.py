@@ -68,25 +68,72 @@ ASSIGNED = {GPU_ASSIGNMENT: '{"node":"n1","gpus":[]}'}
 OTHER_ASSIGNMENT = {GPU_ASSIGNMENT: '{"node":"n2","gpus":[]}'}
 # (what happens, operation, new object, old object, user) -> which webhooks must fire
 SCENARIOS: list[tuple[str, str, dict[str, Any], dict[str, Any] | None, str, set[str]]] = [
-    ("user creates a tessera pod", "CREATE", pod(), None, "alice",
-     {"pods.mutate.tessera.dev", "pods.validate.tessera.dev"}),
+    (
+        "user creates a tessera pod",
+        "CREATE",
+        pod(),
+        None,
+        "alice",
+        {"pods.mutate.tessera.dev", "pods.validate.tessera.dev"},
+    ),
     ("user creates a default-scheduler pod", "CREATE", pod("default-scheduler"), None, "alice", set()),
     ("pod without schedulerName", "CREATE", pod(None), None, "alice", set()),
-    ("user creates a pod carrying an assignment", "CREATE", pod(annotations=ASSIGNED), None, "alice",
-     {"pods.mutate.tessera.dev", "pods.validate.tessera.dev", "pods-assignment.validate.tessera.dev"}),
-    ("scheduler writes the assignment", "UPDATE", pod(annotations=ASSIGNED), pod(annotations={}),
-     SCHEDULER_USER, set()),
-    ("user forges an assignment", "UPDATE", pod(annotations=ASSIGNED), pod(), "alice",
-     {"pods-assignment.validate.tessera.dev"}),
-    ("user rewrites an assignment", "UPDATE", pod(annotations=OTHER_ASSIGNMENT), pod(annotations=ASSIGNED),
-     "alice", {"pods-assignment.validate.tessera.dev"}),
-    ("user removes an assignment", "UPDATE", pod(annotations={}), pod(annotations=ASSIGNED), "alice",
-     {"pods-assignment.validate.tessera.dev"}),
-    ("device plugin marks the pod allocated", "UPDATE",
-     pod(annotations={**ASSIGNED, "tessera.dev/gpu-allocated": "true"}), pod(annotations=ASSIGNED),
-     "system:serviceaccount:tessera-system:tessera-node", set()),
-    ("a controller relabels any pod", "UPDATE", pod("default-scheduler", {"a": "b"}), pod("default-scheduler"),
-     "system:serviceaccount:kube-system:job-controller", set()),
+    (
+        "user creates a pod carrying an assignment",
+        "CREATE",
+        pod(annotations=ASSIGNED),
+        None,
+        "alice",
+        {"pods.mutate.tessera.dev", "pods.validate.tessera.dev", "pods-assignment.validate.tessera.dev"},
+    ),
+    (
+        "scheduler writes the assignment",
+        "UPDATE",
+        pod(annotations=ASSIGNED),
+        pod(annotations={}),
+        SCHEDULER_USER,
+        set(),
+    ),
+    (
+        "user forges an assignment",
+        "UPDATE",
+        pod(annotations=ASSIGNED),
+        pod(),
+        "alice",
+        {"pods-assignment.validate.tessera.dev"},
+    ),
+    (
+        "user rewrites an assignment",
+        "UPDATE",
+        pod(annotations=OTHER_ASSIGNMENT),
+        pod(annotations=ASSIGNED),
+        "alice",
+        {"pods-assignment.validate.tessera.dev"},
+    ),
+    (
+        "user removes an assignment",
+        "UPDATE",
+        pod(annotations={}),
+        pod(annotations=ASSIGNED),
+        "alice",
+        {"pods-assignment.validate.tessera.dev"},
+    ),
+    (
+        "device plugin marks the pod allocated",
+        "UPDATE",
+        pod(annotations={**ASSIGNED, "tessera.dev/gpu-allocated": "true"}),
+        pod(annotations=ASSIGNED),
+        "system:serviceaccount:tessera-system:tessera-node",
+        set(),
+    ),
+    (
+        "a controller relabels any pod",
+        "UPDATE",
+        pod("default-scheduler", {"a": "b"}),
+        pod("default-scheduler"),
+        "system:serviceaccount:kube-system:job-controller",
+        set(),
+    ),
 ]
 
 
@@ -113,7 +160,9 @@ def test_conditions_follow_the_scheduler_name(render: Callable[..., list[Manifes
     assert webhook_fires(mutate, request("CREATE", pod("gpu-batch"), None, "alice"))
     assert not webhook_fires(mutate, request("CREATE", pod("tessera"), None, "alice"))
     guard = hooks(render({}, release="x", namespace="gpu"))["pods-assignment.validate.tessera.dev"]
-    forged = request("UPDATE", pod(annotations=ASSIGNED), pod(), "system:serviceaccount:gpu:x-tessera-scheduler")
+    forged = request(
+        "UPDATE", pod(annotations=ASSIGNED), pod(), "system:serviceaccount:gpu:x-tessera-scheduler"
+    )
     assert not webhook_fires(guard, forged), "the renamed scheduler account must be allowed"
 
 

@@ -17,9 +17,11 @@ from scheduler.api.keys import DEFAULT_QUEUE, SCHEDULER_NAME
 from scheduler.api.priority import PRIORITY_CLASSES
 from tests.deploy.deploy_support import (
     CHART,
+    CUSTOM_VALUES,
     THIRD_PARTY_KINDS,
     Manifest,
     find,
+    needs_helm,
     one,
     render_chart,
     validate_object,
@@ -36,6 +38,7 @@ DEFAULT_KINDS = {
     "Service",
     "DaemonSet",
     "Deployment",
+    "PodDisruptionBudget",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
     "Queue",
@@ -98,6 +101,12 @@ def test_scheduler_deployment(default_objects: list[Manifest]) -> None:
     assert scheduler["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert scheduler["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert scheduler["resources"]["requests"] and scheduler["resources"]["limits"]
+    pdb = one(default_objects, "PodDisruptionBudget")
+    assert (
+        pdb["spec"]["selector"]["matchLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert pdb["spec"]["maxUnavailable"] == 1
     # Leader election has a Lease to hold, named in the Role.
     role = one(default_objects, "Role")
     lease_name = next(a.split("=", 1)[1] for a in args if a.startswith("--leader-elect-lease-name="))
@@ -319,6 +328,7 @@ def test_components_can_be_switched_off(render: Callable[..., list[Manifest]]) -
         }
     )
     assert not find(objects, "Role") and not find(objects, "PriorityClass") and not find(objects, "Queue")
+    assert not find(objects, "PodDisruptionBudget"), "a PDB on a single replica would block node drains"
     args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert not any(a.startswith("--leader-elect") for a in args)
     assert set(containers(one(objects, "DaemonSet"))) == {"tessera-agent"}
@@ -369,3 +379,15 @@ def test_render_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "replicas: 5" in out and "--enforcement=off" in out and "namespace: gpu" in out
     assert render_chart.main(["--set", "novalue"]) == 2
+
+
+@pytest.mark.parametrize("case", ["default", *sorted(CUSTOM_VALUES)])
+def test_helm_lint_is_clean(case: str) -> None:
+    """`helm lint --strict` for the oldest supported Kubernetes: no warnings, no errors."""
+    needs_helm()
+    import helm_python
+
+    values = CUSTOM_VALUES.get(case, {})
+    report = helm_python.lint(str(CHART), values, strict=True, kube_version="v1.30.0")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], problems or report["errors"]
