@@ -366,6 +366,7 @@ def test_bindings_and_service_accounts_line_up(custom_case: Any) -> None:
 )
 def test_bad_values_are_rejected_in_one_line(values: dict[str, Any], complaint: str) -> None:
     """values.schema.json stops typos and bad enums before anything reaches a cluster."""
+    needs_helm()
     with pytest.raises(render_chart.RenderError) as err:
         render_chart.render(values)
     assert "\n" not in str(err.value)
@@ -373,6 +374,7 @@ def test_bad_values_are_rejected_in_one_line(values: dict[str, Any], complaint: 
 
 
 def test_render_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    needs_helm()
     values = tmp_path / "values.yaml"
     values.write_text("scheduler:\n  replicas: 5\n")
     assert render_chart.main(["-f", str(values), "--set", "agent.enforcement=off", "-n", "gpu"]) == 0
