@@ -335,6 +335,14 @@ def test_components_can_be_switched_off(render: Callable[..., list[Manifest]]) -
     assert {r["metadata"]["name"] for r in find(objects, "ClusterRole")} == {
         "tessera-scheduler",
         "tessera-agent",
+        "tessera-view",
+        "tessera-edit",
+    }
+    no_user_roles = render({"userRoles": {"aggregate": False}})
+    assert {r["metadata"]["name"] for r in find(no_user_roles, "ClusterRole")} == {
+        "tessera-scheduler",
+        "tessera-agent",
+        "tessera-device-plugin",
     }
     no_webhook = render({"webhook": {"enabled": False}, "agent": {"enabled": False}})
     assert not find(no_webhook, "MutatingWebhookConfiguration") and not find(no_webhook, "Secret")

@@ -148,10 +148,26 @@ def test_agent_and_plugin_roles_are_separate(default_objects: list[Manifest]) ->
     )
 
 
-@pytest.mark.parametrize("template", ["rbac-scheduler.yaml", "rbac-node.yaml"])
+@pytest.mark.parametrize("template", ["rbac-scheduler.yaml", "rbac-node.yaml", "rbac-users.yaml"])
 def test_every_rule_says_why(template: str) -> None:
     lines = (CHART / "templates" / template).read_text().splitlines()
     rule_starts = [i for i, line in enumerate(lines) if re.match(r"^\s+- apiGroups:", line)]
     assert rule_starts
     for i in rule_starts:
         assert lines[i - 1].strip().startswith("#"), f"{template}:{i + 1} rule has no comment saying why"
+
+
+def test_people_can_read_reports_and_run_gangs_but_not_change_queues(default_objects: list[Manifest]) -> None:
+    roles = {r["metadata"]["name"]: r for r in find(default_objects, "ClusterRole")}
+    view, edit = roles["tessera-view"], roles["tessera-edit"]
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-view" not in edit["metadata"]["labels"]
+    group = "scheduling.tessera.dev"
+    assert allows(view["rules"], (group, "gpunodereports", "list"))
+    assert allows(view["rules"], (group, "queues", "watch"))
+    assert allows(edit["rules"], (group, "podgroups", "create"))
+    for role in (view, edit):
+        for verb in ("create", "update", "patch", "delete"):
+            assert not allows(role["rules"], (group, "queues", verb))
+            assert not allows(role["rules"], (group, "gpunodereports", verb))
+        assert not allows(role["rules"], (group, "podgroups/status", "update"))
