@@ -19,6 +19,7 @@ from scheduler.model import NodeInfo, Placement, PodInfo, PodPhase
 from scheduler.queues import QueueTree
 from scheduler.resources import RESOURCE_NAMES
 from scheduler.session import PendingReason
+from scheduler.sim.cluster import SIM_EPOCH, SimCluster
 from scheduler.ui.colors import OTHER_QUEUE, queue_colors
 from scheduler.ui.view import (
     DashboardView,
@@ -56,6 +57,13 @@ def node_pool(node: NodeInfo) -> str:
     return next((node.labels[k] for k in POOL_LABELS if node.labels.get(k)), "-")
 
 
+def _clock(scheduler: Scheduler) -> float:
+    """The epoch time creationTimestamps compare with: the simulated clock in a simulation."""
+    if isinstance(scheduler.cluster, SimCluster):
+        return SIM_EPOCH.timestamp() + scheduler.cluster.now()
+    return time.time()
+
+
 def build_view(
     scheduler: Scheduler,
     reports: Iterable[GPUNodeReport] = (),
@@ -65,11 +73,11 @@ def build_view(
     timeline: Iterable[tuple[float, float]] = (),
     now_epoch_s: float | None = None,
 ) -> DashboardView:
-    """`now_epoch_s`: the clock pods' creationTimestamps are read against (wall time by default; a
-    simulation passes its simulated time) to say how long each pending pod has waited."""
+    """`now_epoch_s`: the clock pods' creationTimestamps are read against, to say how long each
+    pending pod has waited (default: wall time, or the simulated clock of a simulated cluster)."""
     reports = list(reports)
     timeline = tuple(timeline)
-    now = time.time() if now_epoch_s is None else now_epoch_s
+    now = now_epoch_s if now_epoch_s is not None else _clock(scheduler)
     for attempt in range(_RETRIES):
         try:
             return _build(scheduler, reports, title=title, source=source, timeline=timeline, now=now)

@@ -25,9 +25,10 @@ def nice_step(span: float, ticks: int = 6) -> float:
     return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
 
 
-def _ticks(hi: float, step: float) -> list[float]:
-    n = math.floor(hi / step + 1e-9)
-    return [i * step for i in range(n + 1)]
+def _ticks(lo: float, hi: float, step: float) -> list[float]:
+    first = math.ceil(lo / step - 1e-9)
+    last = math.floor(hi / step + 1e-9)
+    return [i * step for i in range(first, last + 1)]
 
 
 def _fmt(v: float) -> str:
@@ -47,7 +48,9 @@ def line_chart(
     *,
     x_label: str,
     y_label: str,
+    x_min: float = 0.0,
     x_max: float | None = None,
+    y_min: float = 0.0,
     y_max: float | None = None,
     x_step: float | None = None,
     x_fmt: Callable[[float], str] = _fmt,
@@ -56,31 +59,33 @@ def line_chart(
     height: int = 320,
     title: str = "",
 ) -> str:
-    """An SVG line chart. Axes start at 0; lines are drawn in data order (callers sort by x)."""
+    """An SVG line chart; lines are drawn in data order (callers sort by x), clipped to the axes."""
     left, right, top, bottom = 56, 16, 16, 44
     pw, ph = width - left - right, height - top - bottom
     xs = [x for s in series for x, _ in s.points]
     ys = [y for s in series for _, y in s.points]
-    x_hi = x_max if x_max is not None else max(xs, default=1.0) or 1.0
-    y_hi = y_max if y_max is not None else (max(ys, default=1.0) or 1.0)
-    xstep = x_step or nice_step(x_hi)
-    ystep = nice_step(y_hi, 5)
+    x_hi = x_max if x_max is not None else max(xs, default=1.0)
+    y_hi = y_max if y_max is not None else max(ys, default=1.0)
+    x_hi = x_hi if x_hi > x_min else x_min + 1.0
+    y_hi = y_hi if y_hi > y_min else y_min + 1.0
+    xstep = x_step or nice_step(x_hi - x_min)
+    ystep = nice_step(y_hi - y_min, 5)
 
     def px(x: float) -> float:
-        return left + pw * min(max(x / x_hi, 0.0), 1.0)
+        return left + pw * min(max((x - x_min) / (x_hi - x_min), 0.0), 1.0)
 
     def py(y: float) -> float:
-        return top + ph * (1 - min(max(y / y_hi, 0.0), 1.0))
+        return top + ph * (1 - min(max((y - y_min) / (y_hi - y_min), 0.0), 1.0))
 
     out = [
         f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'role="img" aria-label="{escape(title or y_label)}" xmlns="http://www.w3.org/2000/svg">'
     ]
-    for t in _ticks(y_hi, ystep):
+    for t in _ticks(y_min, y_hi, ystep):
         y = py(t)
         out.append(f'<line class="grid" x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}"/>')
         out.append(f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
-    for t in _ticks(x_hi, xstep):
+    for t in _ticks(x_min, x_hi, xstep):
         x = px(t)
         out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}"/>')
         out.append(
@@ -92,9 +97,10 @@ def line_chart(
         out.append(f'<line class="marker" x1="{xp:.1f}" x2="{xp:.1f}" y1="{top}" y2="{top + ph}"/>')
         out.append(f'<text class="marker-label" x="{xp + 4:.1f}" y="{top + 12}">{escape(label)}</text>')
     for s in series:
-        if not s.points:
+        shown = [(x, y) for x, y in s.points if x_min <= x <= x_hi]
+        if not shown:
             continue
-        pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s.points)
+        pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in shown)
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         out.append(
             f'<polyline class="line" fill="none" stroke="{escape(s.color)}" stroke-width="2"{dash} '
