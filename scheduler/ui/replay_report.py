@@ -55,10 +55,12 @@ def _results_table(curves: list[ReplayCurve], reference: list[ReplayCurve]) -> s
                 f'<tr class="muted"><td>{escape(c.policy)} (published only)</td><td class="num">–</td>'
                 f'<td class="num">{_num(c.unallocated_at_100())}</td></tr>'
             )
-    ref_head = "published" if reference else "published (none given)"
+    if not reference:  # no published column to compare with: drop it
+        rows = [r.rsplit("<td", 1)[0] + "</tr>" for r in rows]
+    ref_head = "<th>published</th>" if reference else ""
     return (
         '<table class="results"><thead><tr><th>policy</th><th>unallocated GPU % at arrived = 100%</th>'
-        f"<th>{ref_head}</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"{ref_head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 

@@ -68,6 +68,8 @@ def console_errors(driver: Any) -> list[str]:
 
 
 def full_page_screenshot(driver: Any, path: str, width: int = 1500, max_height: int = 4000) -> None:
-    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-    driver.set_window_size(width, min(max(height, 600), max_height))
+    height, chrome = driver.execute_script(
+        "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]"
+    )
+    driver.set_window_size(width, min(max(int(height), 600), max_height) + int(chrome))
     driver.save_screenshot(path)
