@@ -91,7 +91,7 @@ def render_replay_report(
     marker = [(100.0, "arrived = capacity")]
     full = line_chart(
         series, x_label="arrived GPU demand (% of capacity)", y_label="GPUs allocated (% of capacity)",
-        x_max=max(x_hi, 100.0), y_max=100, v_markers=marker, title="allocation vs arrived demand",
+        x_max=max(x_hi, 100.0), y_max=100, v_markers=marker, width=700, title="allocation vs arrived demand",
     )  # fmt: skip
     zoom_lo = 70.0
     tail = [p.allocated_pct for c in [*mine, *ref] for p in c.curve if p.arrived_pct >= zoom_lo]
@@ -99,7 +99,7 @@ def render_replay_report(
     zoom = line_chart(
         series, x_label="arrived GPU demand (% of capacity)", y_label="GPUs allocated (%)",
         x_min=zoom_lo, x_max=max(x_hi, 100.0), y_min=y_lo, y_max=100, v_markers=marker, x_step=10,
-        width=760, height=320, title="allocation vs arrived demand, the tail",
+        width=700, title="allocation vs arrived demand, the tail",
     )  # fmt: skip
     body = [
         '<section id="results"><h2>Results</h2><p class="muted">Pods arrive one by one and never leave; a pod '

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from html.parser import HTMLParser
@@ -96,9 +97,7 @@ def test_sections_present(view: DashboardView) -> None:
 
 
 def test_text_is_escaped(view: DashboardView) -> None:
-    hostile = DashboardView(
-        **{**view.__dict__, "warnings": ('<img src=x onerror="alert(1)">',), "title": "a<b"}
-    )
+    hostile = dataclasses.replace(view, warnings=('<img src=x onerror="alert(1)">',), title="a<b")
     html = render_dashboard(hostile)
     assert "<img src=x" not in html and "&lt;img src=x" in html
     assert "<title>a&lt;b</title>" in html
