@@ -81,7 +81,9 @@ def build_view(
     for attempt in range(_RETRIES):
         try:
             return _build(scheduler, reports, title=title, source=source, timeline=timeline, now=now)
-        except RuntimeError as exc:  # "dictionary changed size during iteration": the loop moved on
+        # The loop moved on mid-read: "dictionary changed size during iteration", or arrays regrown
+        # between two reads (a row beyond the copy, a node gone from the tree). Read again.
+        except (RuntimeError, IndexError, KeyError) as exc:
             if attempt == _RETRIES - 1:
                 raise
             log.debug("view build raced the scheduling loop (%s); retrying", exc)

@@ -71,7 +71,11 @@ def _row(i: int, grp: NodeGroup, colors: dict[str, str]) -> str:
     used = sum(c.used_milli for c in n.gpus)
     name = escape(n.name) if grp.count == 1 else f"{escape(n.name)} <span class=count>+{grp.count - 1}</span>"
     names_tip = ", ".join(grp.members[:40]) + (" …" if grp.count > 40 else "")
-    cordon = "" if n.schedulable else ' <span class="cordon" title="unschedulable (cordoned)">⛔</span>'
+    cordon = (
+        ""
+        if n.schedulable
+        else ' <span class="cordon" title="unschedulable: no new pods land here">cordoned</span>'
+    )
     cells = "".join(_cell(c, i, grp.count, colors) for c in n.gpus) or '<span class="nogpu">no GPUs</span>'
     return (
         f'<div class="node" data-g="{i}" data-pool="{attr(n.pool)}" data-model="{attr(n.model)}" '

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from scheduler.api.keys import GPU_FRACTION, POD_GROUP
 from scheduler.api.report import GPUNodeReport
-from scheduler.cycle import Scheduler
+from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.sim.cluster import SimCluster
+from scheduler.sim.loader import Manifests
 from tests.scheduler.helpers import A100, T4, cluster, node, pod, podgroup, queue, run
 
 LONG = 36_000.0  # nothing finishes during a test
@@ -61,3 +62,18 @@ def report_for(node_name: str, gpus: int, *, used_mib: int, unhealthy: int | Non
             },
         }
     )  # fmt: skip
+
+
+def big_cluster(nodes: int) -> Scheduler:
+    """`nodes` idle 8-GPU nodes of two models, then one half-GPU pod per four nodes (spread apart)."""
+    m = Manifests()
+    for i in range(nodes):
+        m.objects["Node"].append(node(f"gpu-{i:04d}", A100 if i % 3 else T4, 8, 64, 512))
+    for i in range(nodes // 4):  # spread: a quarter of the nodes get one half-GPU pod each
+        m.objects["Pod"].append(
+            pod(f"p{i:04d}", "default", arrival_s=0, duration_s=LONG, annotations={"gpu-fraction": "0.5"})
+        )
+    sim = SimCluster.from_manifests(m)
+    sched = Scheduler(sim, SchedulerConfig(backend="numpy", expected_nodes=nodes, policy="spread"))
+    run(sim, sched)
+    return sched

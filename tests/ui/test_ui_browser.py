@@ -15,7 +15,7 @@ import pytest
 from scheduler.ui.replay_report import render_replay_report
 from scheduler.ui.server import UIServer, serve_ui
 from tests.ui import browser
-from tests.ui.scenario import report_for, small_cluster
+from tests.ui.scenario import big_cluster, report_for, small_cluster
 
 WHY = browser.missing()
 if WHY:
@@ -123,6 +123,30 @@ def test_queue_resource_tabs_and_pending(page: Any) -> None:
     assert shown == ["memory"]
     reasons = [e.get_attribute("data-reason") for e in page.find_elements(By.CSS_SELECTOR, "details.reason")]
     assert reasons == ["GangUnschedulable", "InvalidRequest", "Unschedulable"]
+
+
+def test_1200_nodes_page_and_fold(driver: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    with serve_ui(big_cluster(1200), "127.0.0.1", 0) as srv:
+        driver.get(srv.url + "?fold=off")
+        info = driver.find_element(By.ID, "p-info")
+        assert info.text == "rows 1–100 of 1200 · page 1 of 12"
+        assert len(driver.find_elements(By.CSS_SELECTOR, ".node:not([hidden])")) == 100
+        driver.find_element(By.ID, "p-next").click()
+        assert info.text.startswith("rows 101–200 of 1200")
+        Select(driver.find_element(By.ID, "f-model")).select_by_value("T4")
+        assert driver.find_element(By.ID, "f-status").text == "400 nodes match"
+        assert browser.console_errors(driver) == []
+        driver.get(srv.url)  # auto: folded
+        rows = driver.find_elements(By.CSS_SELECTOR, ".node:not([hidden])")
+        assert len(rows) < 20
+        counts = sum(int(r.get_attribute("data-count")) for r in rows)
+        assert counts == 1200
+        rows[0].find_element(By.CSS_SELECTOR, ".gpu").click()
+        assert "nodes alike" in driver.find_element(By.ID, "detail").text
+        assert browser.console_errors(driver) == []
 
 
 def test_replay_report_renders_without_errors(driver: Any, tmp_path: Path) -> None:

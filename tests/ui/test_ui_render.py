@@ -10,14 +10,10 @@ from typing import ClassVar
 
 import pytest
 
-from scheduler.cycle import Scheduler, SchedulerConfig
-from scheduler.sim.cluster import SimCluster
-from scheduler.sim.loader import Manifests
 from scheduler.ui import build_view, render_dashboard
 from scheduler.ui.chart import Series, line_chart, nice_step
 from scheduler.ui.view import DashboardView
-from tests.scheduler.helpers import A100, T4, node, pod, run
-from tests.ui.scenario import LONG, report_for, small_cluster
+from tests.ui.scenario import big_cluster, report_for, small_cluster
 
 
 class Tags(HTMLParser):
@@ -111,20 +107,6 @@ def test_chart_points_land_where_the_data_says() -> None:
     assert nice_step(100) == 20 and nice_step(7) == 2 and nice_step(0) == 1
 
 
-def big_cluster(nodes: int) -> Scheduler:
-    m = Manifests()
-    for i in range(nodes):
-        m.objects["Node"].append(node(f"gpu-{i:04d}", A100 if i % 3 else T4, 8, 64, 512))
-    for i in range(nodes // 4):  # spread: a quarter of the nodes get one half-GPU pod each
-        m.objects["Pod"].append(
-            pod(f"p{i:04d}", "default", arrival_s=0, duration_s=LONG, annotations={"gpu-fraction": "0.5"})
-        )
-    sim = SimCluster.from_manifests(m)
-    sched = Scheduler(sim, SchedulerConfig(backend="numpy", expected_nodes=nodes, policy="spread"))
-    run(sim, sched)
-    return sched
-
-
 def test_1200_nodes_fold_into_few_rows_and_render_fast() -> None:
     sched = big_cluster(1200)
     t0 = time.perf_counter()
@@ -138,3 +120,9 @@ def test_1200_nodes_fold_into_few_rows_and_render_fast() -> None:
     assert len(html) < 3_000_000 and elapsed < 5.0
     unfolded = render_dashboard(view, aggregate=False)
     assert unfolded.count('<div class="node"') == 1200
+
+
+def test_cordoned_nodes_are_marked(view: DashboardView) -> None:
+    cordoned = dataclasses.replace(view, nodes=(dataclasses.replace(view.nodes[2], schedulable=False),))
+    html = render_dashboard(cordoned)
+    assert html.count('class="cordon"') == 1 and "t4-0" in html

@@ -86,3 +86,37 @@ def test_server_serves_the_dashboard_locked_down() -> None:
         assert get(srv.url, "POST").status == 501  # read-only: no other method is served
     with pytest.raises(OSError):
         get(srv.url)
+
+
+@pytest.mark.parametrize("locked", [True, False])
+def test_pages_stay_whole_while_the_loop_runs(locked: bool) -> None:
+    """The scheduling loop keeps changing the cache while pages are built from it in other threads."""
+    import threading
+
+    from scheduler.api.keys import GPU_FRACTION
+    from tests.scheduler.helpers import pod
+
+    sim, sched = small_cluster()
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def loop() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            sim.submit_pod(
+                pod(f"churn-{i}", "team-a", arrival_s=0, duration_s=1, annotations={GPU_FRACTION: "0.1"})
+            )
+            with lock:
+                sim.advance(sim.now_s + 1)
+                sched.run_cycle()
+
+    worker = threading.Thread(target=loop, daemon=True)
+    with serve_ui(sched, "127.0.0.1", 0, lock=lock if locked else None) as srv:
+        worker.start()
+        try:
+            statuses = [get(srv.url).status for _ in range(15)]
+        finally:
+            stop.set()
+            worker.join(timeout=10)
+    assert statuses == [200] * 15
