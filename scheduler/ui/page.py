@@ -17,7 +17,7 @@ from scheduler.ui.view import DashboardView
 
 @cache
 def asset(name: str) -> str:
-    return resources.files("scheduler.ui").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("scheduler.ui").joinpath(name).read_text(encoding="utf-8")
 
 
 def page(*, title: str, subtitle: str, nav: list[tuple[str, str]], body: str, generated: str) -> str:
