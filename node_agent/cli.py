@@ -54,7 +54,10 @@ def load_pods_file(path: Path) -> StaticPods:
 def main(
     ctx: typer.Context,
     node: Annotated[
-        str | None, typer.Option(envvar="NODE_NAME", help="This node's name (default: the host name).")
+        str | None,
+        typer.Option(
+            "--node", "--node-name", envvar="NODE_NAME", help="This node's name (default: host name)."
+        ),
     ] = None,
     fake_gpus: Annotated[
         str | None, typer.Option(help="Use fake GPUs, e.g. 8xH100-80GB or 2xA100-40GB,1xT4-16GB.")
@@ -67,7 +70,9 @@ def main(
     heartbeat: Annotated[
         float, typer.Option(min=1.0, help="Publish the report at least this often (s).")
     ] = 60.0,
-    enforce: Annotated[str, typer.Option(help="Limit watchdog: off, report or kill.")] = "report",
+    enforce: Annotated[
+        str, typer.Option("--enforce", "--enforcement", help="Limit watchdog: off, report or kill.")
+    ] = "report",
     proc_root: Annotated[Path, typer.Option(help="Where host PIDs are (the host's /proc).")] = Path("/proc"),
     pods_file: Annotated[
         Path | None, typer.Option(help="Take this node's pods from a JSON/YAML file instead of the API.")
