@@ -68,7 +68,9 @@ class KubeEvents:
         )
         LogEvents().emit(pod, reason, message, warning=warning)
         try:
-            self._api.create_namespaced_event(pod.namespace, event)
+            self._api.create_namespaced_event(
+                pod.namespace, event, _preload_content=False, _request_timeout=10
+            )
         except Exception as exc:  # an event that cannot be written must not stop enforcement
             log.warning(
                 "cannot write event %s on pod %s/%s: %s", reason, pod.namespace, pod.name, first_line(exc)
