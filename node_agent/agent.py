@@ -50,6 +50,10 @@ class Agent:
     def _owners(self, pids: set[int]) -> dict[int, ContainerRef | None]:
         return {pid: self.resolver.resolve(pid) for pid in pids}
 
+    def _pod_uid_of(self, pid: int) -> str | None:
+        ref = self.resolver.resolve(pid)
+        return ref.pod_uid if ref is not None else None
+
     def tick(self) -> GPUNodeReport:
         started = time.perf_counter()
         for event in self.backend.poll_events(0.0):
@@ -63,7 +67,7 @@ class Agent:
             self.pods.refresh()  # a pod we have not listed yet: look again soon
         obs = Observation(self._devices, samples, owners, pods, self._driver, self._cuda)
         report = build_report(self.node, obs)
-        for action in self.watchdog.check(report, pods):
+        for action in self.watchdog.check(report, pods, owner_of=self._pod_uid_of):
             self.metrics.action(action)
         if self.publisher is not None and self.publisher.publish(report):
             self.metrics.publishes.inc()

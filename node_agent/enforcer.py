@@ -58,8 +58,17 @@ class Watchdog:
         self._over: set[tuple[str, str, int]] = set()  # (namespace, pod, gpu) currently over its share
         self._killed: dict[int, float] = {}
 
-    def check(self, report: GPUNodeReport, pods: Mapping[str, PodInfo]) -> list[Action]:
-        """Compare every pod's use with its share on every GPU of the report; act per the mode."""
+    def check(
+        self,
+        report: GPUNodeReport,
+        pods: Mapping[str, PodInfo],
+        owner_of: Callable[[int], str | None] | None = None,
+    ) -> list[Action]:
+        """Compare every pod's use with its share on every GPU of the report; act per the mode.
+
+        `owner_of(pid)` re-reads a process's pod UID right before it is signalled, so a PID that exited
+        and was reused since the NVML read is never killed in its place.
+        """
         if self.mode == "off":
             return []
         by_name = {(p.namespace, p.name): p for p in pods.values() if p.assignment is not None}
@@ -82,12 +91,17 @@ class Watchdog:
                     actions.append(Action("report", pod.namespace, pod.name, gpu.index, detail=detail))
                 if self.mode == "kill":
                     mine = [p for p in gpu.processes if p.pod_uid == pod.uid]
-                    actions += self._kill_until_fits(ref, gpu.index, mine, share.memory_limit_mib)
+                    actions += self._kill_until_fits(ref, gpu.index, mine, share.memory_limit_mib, owner_of)
         self._over = still_over
         return actions
 
     def _kill_until_fits(
-        self, pod: PodRef, gpu: int, processes: list[GPUProcess], limit_mib: int
+        self,
+        pod: PodRef,
+        gpu: int,
+        processes: list[GPUProcess],
+        limit_mib: int,
+        owner_of: Callable[[int], str | None] | None,
     ) -> list[Action]:
         now = self._clock()
         self._killed = {pid: t for pid, t in self._killed.items() if now - t < KILL_HOLDOFF_S}
@@ -99,6 +113,11 @@ class Watchdog:
             remaining -= proc.used_mib
             if proc.pid in self._killed:
                 continue  # already signalled; its memory is on its way out
+            if owner_of is not None and owner_of(proc.pid) != pod.uid:
+                log.warning(
+                    "PID %d no longer belongs to pod %s/%s: not killed", proc.pid, pod.namespace, pod.name
+                )
+                continue
             try:
                 self._kill(proc.pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -2,6 +2,7 @@ import signal
 
 import pytest
 
+from node_agent.cgroup import ContainerRef
 from node_agent.enforcer import KILL_HOLDOFF_S, Watchdog
 from node_agent.events import PodRef
 
@@ -115,3 +116,22 @@ def test_holdoff_expires(scene: Scene) -> None:
 def test_unknown_mode_rejected() -> None:
     with pytest.raises(ValueError, match="unknown enforcement mode 'nuke'"):
         Watchdog("nuke")  # type: ignore[arg-type]
+
+
+def test_reused_pid_is_not_killed(scene: Scene) -> None:
+    rec = Recorder()
+    setup_over_and_within(scene)
+    # Between NVML's read and the kill, PID 500 exited and the PID now belongs to a host process.
+    agent = scene.agent(watchdog=Watchdog("kill", events=rec, kill=rec.kill))
+    real_resolve = agent.resolver.resolve
+    calls: list[int] = []
+
+    def resolve_then_reuse(pid: int) -> ContainerRef | None:
+        calls.append(pid)
+        if pid == 500 and calls.count(500) > 1:
+            (scene.proc_root / "500" / "cgroup").write_text("0::/system.slice/cron.service\n")
+        return real_resolve(pid)
+
+    agent.resolver.resolve = resolve_then_reuse  # type: ignore[method-assign]
+    agent.tick()
+    assert rec.kills == []
