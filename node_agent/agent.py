@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from node_agent.cgroup import CgroupResolver, ContainerRef
 from node_agent.enforcer import Watchdog
+from node_agent.events import EventSink, LogEvents, node_ref
 from node_agent.metrics import AgentMetrics
 from node_agent.nvml import NVMLBackend, marks_unhealthy
 from node_agent.pods import PodSource, StaticPods
@@ -30,6 +31,7 @@ class Agent:
         watchdog: Watchdog | None = None,
         publisher: ReportPublisher | None = None,
         metrics: AgentMetrics | None = None,
+        events: EventSink | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
@@ -39,6 +41,8 @@ class Agent:
         self.metrics = metrics or AgentMetrics(node)
         self.watchdog = watchdog or Watchdog("report")
         self.publisher = publisher
+        self.events = events or LogEvents()
+        self._unhealthy: dict[int, str] = {}  # GPU index -> reason already announced
         self._clock = clock
         self._devices = backend.devices()
         cuda = getattr(backend, "cuda_version", None)
@@ -67,6 +71,7 @@ class Agent:
             self.pods.refresh()  # a pod we have not listed yet: look again soon
         obs = Observation(self._devices, samples, owners, pods, self._driver, self._cuda)
         report = build_report(self.node, obs)
+        self._announce_health(report)
         for action in self.watchdog.check(report, pods, owner_of=self._pod_uid_of):
             self.metrics.action(action)
         if self.publisher is not None and self.publisher.publish(report):
@@ -76,6 +81,18 @@ class Agent:
         self.latest = report
         self.last_tick = self._clock()
         return report
+
+    def _announce_health(self, report: GPUNodeReport) -> None:
+        """A Warning event on the node when one of its GPUs turns unhealthy (once per GPU and reason)."""
+        for gpu in report.spec.gpus:
+            if gpu.health == "Healthy":
+                self._unhealthy.pop(gpu.index, None)
+                continue
+            reason = gpu.health_reason or "unknown"
+            if self._unhealthy.get(gpu.index) != reason:
+                self._unhealthy[gpu.index] = reason
+                message = f"GPU {gpu.index} ({gpu.uuid}, {gpu.model}) is unhealthy: {reason}"
+                self.events.emit(node_ref(self.node), "GPUUnhealthy", message)
 
     def run(self, interval_s: float, stop: threading.Event) -> None:
         """Tick every `interval_s` until `stop` is set; a failing round is logged, the loop goes on."""

@@ -128,6 +128,7 @@ def main(
         watchdog=watchdog,
         publisher=publisher,
         metrics=metrics,
+        events=events,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,4 +1,4 @@
-"""Kubernetes Events on pods, written by the agent (over-limit reports, kills)."""
+"""Kubernetes Events written by the agent: on pods (over-limit reports, kills) and on its node (GPU health)."""
 
 from __future__ import annotations
 
@@ -15,20 +15,30 @@ COMPONENT = "tessera-agent"
 
 
 @dataclass(frozen=True)
-class PodRef:
+class ObjectRef:
+    """What an event is about: a pod (namespaced) or the node (cluster-scoped, namespace "")."""
+
     namespace: str
     name: str
     uid: str | None = None
+    kind: str = "Pod"
+
+
+PodRef = ObjectRef
+
+
+def node_ref(name: str) -> ObjectRef:
+    return ObjectRef(namespace="", name=name, kind="Node")
 
 
 class EventSink(Protocol):
-    def emit(self, pod: PodRef, reason: str, message: str, *, warning: bool = True) -> None: ...
+    def emit(self, pod: ObjectRef, reason: str, message: str, *, warning: bool = True) -> None: ...
 
 
 class LogEvents:
     """Events as log lines only (no cluster)."""
 
-    def emit(self, pod: PodRef, reason: str, message: str, *, warning: bool = True) -> None:
+    def emit(self, pod: ObjectRef, reason: str, message: str, *, warning: bool = True) -> None:
         log.log(
             logging.WARNING if warning else logging.INFO,
             "%s/%s %s: %s",
@@ -47,14 +57,16 @@ class KubeEvents:
         self._node = node
         self._host = node or socket.gethostname()
 
-    def emit(self, pod: PodRef, reason: str, message: str, *, warning: bool = True) -> None:
+    def emit(self, pod: ObjectRef, reason: str, message: str, *, warning: bool = True) -> None:
         from kubernetes import client
 
         now = datetime.now(UTC)
+        # Events about cluster-scoped objects (the node) live in "default", as the kubelet's do.
+        namespace = pod.namespace or "default"
         event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{pod.name}.", namespace=pod.namespace),
+            metadata=client.V1ObjectMeta(generate_name=f"{pod.name}.", namespace=namespace),
             involved_object=client.V1ObjectReference(
-                kind="Pod", api_version="v1", namespace=pod.namespace, name=pod.name, uid=pod.uid
+                kind=pod.kind, api_version="v1", namespace=pod.namespace or None, name=pod.name, uid=pod.uid
             ),
             reason=reason,
             message=message,
@@ -68,9 +80,7 @@ class KubeEvents:
         )
         LogEvents().emit(pod, reason, message, warning=warning)
         try:
-            self._api.create_namespaced_event(
-                pod.namespace, event, _preload_content=False, _request_timeout=10
-            )
+            self._api.create_namespaced_event(namespace, event, _preload_content=False, _request_timeout=10)
         except Exception as exc:  # an event that cannot be written must not stop enforcement
             log.warning(
                 "cannot write event %s on pod %s/%s: %s", reason, pod.namespace, pod.name, first_line(exc)

@@ -55,6 +55,7 @@ def kube_agent(kube_api: FakeKubeAPI, scene: Scene, clock: Clock, mode: str = "r
     return Agent(
         NODE,
         scene.nvml,
+        events=KubeEvents(core, NODE),
         pods=KubePods(core, NODE, clock=clock),
         resolver=CgroupResolver(scene.proc_root),
         watchdog=Watchdog(mode, events=KubeEvents(core, NODE), kill=lambda pid, sig: None),  # type: ignore[arg-type]
@@ -235,3 +236,15 @@ def test_nodes_command_without_a_cluster_is_one_line(tmp_path: Path) -> None:
 @pytest.fixture(autouse=True)
 def _quiet_events(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("ERROR")
+
+
+def test_unhealthy_gpu_is_an_event_on_the_node(kube_api: FakeKubeAPI, scene: Scene) -> None:
+    agent = kube_agent(kube_api, scene, Clock())
+    agent.tick()
+    scene.nvml.inject_xid(1, 79)
+    agent.tick()
+    agent.tick()
+    events = kube_api.events_for(NODE, "default", kind="Node")
+    assert [(e["reason"], e["type"]) for e in events] == [("GPUUnhealthy", "Warning")]
+    assert "GPU 1" in events[0]["message"] and "Xid 79" in events[0]["message"]
+    assert "namespace" not in events[0]["involvedObject"]
