@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from node_agent.cgroup import CgroupResolver, ContainerRef
 from node_agent.enforcer import Watchdog
 from node_agent.events import EventSink, LogEvents, node_ref
 from node_agent.metrics import AgentMetrics
 from node_agent.nvml import NVMLBackend, marks_unhealthy
-from node_agent.pods import PodSource, StaticPods
+from node_agent.pods import PodInfo, PodSource, StaticPods
 from node_agent.publisher import ReportPublisher
 from node_agent.report import Observation, build_report
 from scheduler.api import GPUNodeReport
@@ -33,6 +34,7 @@ class Agent:
         metrics: AgentMetrics | None = None,
         events: EventSink | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.node = node
         self.backend = backend
@@ -43,7 +45,9 @@ class Agent:
         self.publisher = publisher
         self.events = events or LogEvents()
         self._unhealthy: dict[int, str] = {}  # GPU index -> reason already announced
+        self._warned: set[str] = set()  # pod UIDs whose unusable assignment was logged
         self._clock = clock
+        self._wall_clock = wall_clock
         self._devices = backend.devices()
         cuda = getattr(backend, "cuda_version", None)
         self._driver = backend.driver_version()
@@ -69,8 +73,9 @@ class Agent:
         pods = self.pods.pods()
         if any(ref is not None and ref.pod_uid not in pods for ref in owners.values()):
             self.pods.refresh()  # a pod we have not listed yet: look again soon
+        self._warn_unusable_assignments(pods)
         obs = Observation(self._devices, samples, owners, pods, self._driver, self._cuda)
-        report = build_report(self.node, obs)
+        report = build_report(self.node, obs, now=self._wall_clock())
         self._announce_health(report)
         for action in self.watchdog.check(report, pods, owner_of=self._pod_uid_of):
             self.metrics.action(action)
@@ -81,6 +86,23 @@ class Agent:
         self.latest = report
         self.last_tick = self._clock()
         return report
+
+    def _warn_unusable_assignments(self, pods: Mapping[str, PodInfo]) -> None:
+        """Say once per pod why its share cannot be checked (the watchdog leaves such pods alone)."""
+        uuids = {d.uuid for d in self._devices}
+        for pod in pods.values():
+            if pod.uid in self._warned:
+                continue
+            problem = pod.assignment_error
+            if pod.assignment is not None and pod.assignment.node != self.node:
+                problem = f"its assignment names node {pod.assignment.node!r}"
+            elif pod.assignment is not None:
+                missing = [g.uuid for g in pod.assignment.gpus if g.uuid and g.uuid not in uuids]
+                if missing:
+                    problem = f"its assignment names GPUs not on this node: {', '.join(missing)}"
+            if problem:
+                self._warned.add(pod.uid)
+                log.warning("pod %s/%s: share not enforced: %s", pod.namespace, pod.name, problem)
 
     def _announce_health(self, report: GPUNodeReport) -> None:
         """A Warning event on the node when one of its GPUs turns unhealthy (once per GPU and reason)."""

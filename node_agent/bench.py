@@ -8,7 +8,6 @@ process's CPU time and peak RSS with getrusage. The Kubernetes client is importe
 from __future__ import annotations
 
 import json
-import logging
 import random
 import resource
 import tempfile
@@ -112,7 +111,6 @@ def _setup(proc_root: Path, nvml: FakeNVML, procs_per_gpu: int) -> StaticPods:
 def run_bench(spec: str, *, seconds: float, interval: float, procs_per_gpu: int) -> BenchResult:
     import kubernetes.client  # noqa: F401  (loaded by the production agent; its memory counts)
 
-    logging.getLogger("node_agent").setLevel(logging.ERROR)
     nvml = FakeNVML(spec, seed=NODE)
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="tessera-bench-") as tmp:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from node_agent.pods import first_line
+from node_agent.oneline import first_line
 
 log = logging.getLogger(__name__)
 COMPONENT = "tessera-agent"

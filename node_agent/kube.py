@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node_agent.pods import first_line
+from node_agent.oneline import first_line
 
 
 class ClusterUnavailable(RuntimeError):

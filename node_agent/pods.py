@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from node_agent.oneline import first_line
 from scheduler.api import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT
 
@@ -136,8 +137,3 @@ class KubePods:
             return
         pods = [pod_info(item) for item in body.get("items") or []]
         self._pods = {p.uid: p for p in pods if p.uid}
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from node_agent.pods import first_line
+from node_agent.oneline import first_line
 from scheduler.api import GPUNodeReport
 from scheduler.api.keys import GROUP, VERSION
 

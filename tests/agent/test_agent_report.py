@@ -1,3 +1,5 @@
+import pytest
+
 from node_agent.report import report_json
 from scheduler.api import GPUNodeReport
 
@@ -59,7 +61,9 @@ def test_report_content(scene: Scene) -> None:
     assert '"memoryLimitMiB":8192' in report_json(report)
 
 
-def test_unreadable_or_foreign_assignment_gives_no_share(scene: Scene) -> None:
+def test_unreadable_or_foreign_assignment_gives_no_share(
+    scene: Scene, caplog: pytest.LogCaptureFixture
+) -> None:
     broken = scene.add_pod("broken", annotation="{not json")
     other_node = scene.add_pod(
         "elsewhere", annotation='{"node": "gpu-node-9", "gpus": [{"index": 0, "milli": 500}]}'
@@ -75,9 +79,17 @@ def test_unreadable_or_foreign_assignment_gives_no_share(scene: Scene) -> None:
     scene.run_process(broken, 0, 200, 1000)
     scene.run_process(other_node, 0, 201, 1000)
     scene.run_process(wrong_uuid, 0, 202, 1000)
-    report = scene.agent().tick()
+    agent = scene.agent()
+    report = agent.tick()
+    agent.tick()
     g0, g1 = report.spec.gpus
     assert g0.shares == [] and g0.assigned_milli == 0
+    warnings = sorted(r.getMessage() for r in caplog.records if "share not enforced" in r.getMessage())
+    assert len(warnings) == 3  # once per pod, not once per round
+    assert (
+        "team-a/broken: share not enforced: annotation tessera.dev/gpu-assignment is malformed" in warnings[0]
+    )
+    assert "names node 'gpu-node-9'" in warnings[1] and "GPUs not on this node: GPU-nope" in warnings[2]
     assert [p.pod for p in g0.processes] == ["broken", "elsewhere", "wrong-uuid"]
     assert [(s.pod, s.milli, s.memory_limit_mib) for s in g1.shares] == [("by-index", 300, 12288)]
     assert by_index.assignment is not None
