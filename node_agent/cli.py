@@ -62,7 +62,9 @@ def main(
     fake_gpus: Annotated[
         str | None, typer.Option(help="Use fake GPUs, e.g. 8xH100-80GB or 2xA100-40GB,1xT4-16GB.")
     ] = None,
-    once: Annotated[bool, typer.Option(help="Print one report as JSON and exit (no cluster).")] = False,
+    once: Annotated[
+        bool, typer.Option("--once", help="Print one report as JSON and exit (no cluster).")
+    ] = False,
     listen: Annotated[
         str | None, typer.Option(help="Serve /metrics, /report, /healthz on HOST:PORT.")
     ] = None,
@@ -80,7 +82,9 @@ def main(
     kubeconfig: Annotated[
         str | None, typer.Option(help="Kubeconfig (default: in-cluster, then ~/.kube).")
     ] = None,
-    no_cluster: Annotated[bool, typer.Option(help="Run without the Kubernetes API (no publishing).")] = False,
+    no_cluster: Annotated[
+        bool, typer.Option("--no-cluster", help="Run without the Kubernetes API (no publishing).")
+    ] = False,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
 ) -> None:
     if ctx.invoked_subcommand is not None:
