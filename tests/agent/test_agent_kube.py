@@ -264,3 +264,16 @@ def test_unhealthy_gpu_is_an_event_on_the_node(kube_api: FakeKubeAPI, scene: Sce
     assert [(e["reason"], e["type"]) for e in events] == [("GPUUnhealthy", "Warning")]
     assert "GPU 1" in events[0]["message"] and "Xid 79" in events[0]["message"]
     assert "namespace" not in events[0]["involvedObject"]
+
+
+def test_pod_list_outage_keeps_the_last_view(kube_api: FakeKubeAPI, scene: Scene) -> None:
+    clock = Clock()
+    seed_pods(kube_api, scene, scene.pod_dict("train", [(0, 500, 0)]))
+    pods = KubePods(client.CoreV1Api(kube_api.client()), NODE, period_s=10, clock=clock)
+    assert [p.name for p in pods.pods().values()] == ["train"]
+    kube_api.remove("pods", "train", "team-a")
+    kube_api.fail_next("GET", "^/api/v1/pods$", code=500)
+    clock.now += 10
+    assert [p.name for p in pods.pods().values()] == ["train"]  # listing failed: last good view
+    clock.now += 10
+    assert pods.pods() == {}
