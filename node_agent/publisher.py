@@ -34,7 +34,8 @@ def _band(value: float | None, width: float) -> int | None:
 
 def fingerprint(report: GPUNodeReport) -> str:
     """A digest of what matters in a report; equal digests mean there is nothing new to publish."""
-    spec = report.spec.model_dump(by_alias=True, exclude={"observed_at"})
+    # The summary is derived from the GPUs (banded below), so it carries no change of its own.
+    spec = report.spec.model_dump(by_alias=True, exclude={"observed_at", "summary"})
     for gpu in spec["gpus"]:
         gpu["memoryUsedMiB"] = _band(gpu["memoryUsedMiB"], MEMORY_BAND_MIB)
         gpu["utilizationPct"] = _band(gpu["utilizationPct"], UTIL_BAND_PCT)
