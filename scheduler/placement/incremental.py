@@ -44,8 +44,16 @@ class _Entry:
 
 
 def is_row_local(policy: PlacementPolicy) -> bool:
+    """A policy says so with a `row_local` attribute (it may change, e.g. while a workload is learned);
+    without one, the known pure policies are."""
     flag = getattr(policy, "row_local", None)
     return bool(flag) if flag is not None else policy.name in ROW_LOCAL_POLICIES
+
+
+def policy_token(policy: PlacementPolicy) -> tuple[bool, int]:
+    """Changes whenever cached scores may have gone stale everywhere: the policy stopped (or started)
+    being row-local, or its typical workload (fragment-based policies) was replaced."""
+    return is_row_local(policy), id(getattr(policy, "workload", None))
 
 
 def _scatter(xp: ArrayNamespace, dst: Array, rows: list[int], src: Array) -> None:
@@ -62,7 +70,8 @@ class IncrementalPlacer:
     def __init__(self, state: ClusterState, policy: PlacementPolicy) -> None:
         self.state = state
         self.policy = policy
-        self.row_local = is_row_local(policy)
+        self._token = policy_token(policy)
+        self.row_local = self._token[0]
         self._entries: dict[PodDemand, _Entry] = {}
         self._log: list[int] = []  # rows in the order they were touched
         self._log_base = 0  # log position of self._log[0] (older positions were trimmed)
@@ -73,6 +82,10 @@ class IncrementalPlacer:
         s = self.state
         if (s.capacity, s.max_gpus) != self._shape:  # arrays were re-allocated: nothing cached is valid
             self._shape = (s.capacity, s.max_gpus)
+            self._entries.clear()
+        token = policy_token(self.policy)
+        if token != self._token:
+            self._token, self.row_local = token, token[0]
             self._entries.clear()
         touched = s.take_touched()
         if touched:
@@ -140,6 +153,11 @@ class IncrementalPlacer:
             row = best_row(xp, scores, entry.mask, tie_break=tie_break, rng=rng)
         if row is None:
             return None
-        slots = self.policy.pick_gpus(xp, s, row, d, entry.fit) if d.uses_gpu else []
+        if not d.uses_gpu:
+            slots: list[int] = []
+        elif self.row_local:  # the choice inside a node depends on that node alone: give it just that row
+            slots = self.policy.pick_gpus(xp, s.take_rows([row]), 0, d, entry.fit[row : row + 1, ...])
+        else:
+            slots = self.policy.pick_gpus(xp, s, row, d, entry.fit)
         shares = tuple(s.share_for(row, slot, d.gpu_milli, d.gpu_mib) for slot in slots)
         return Placement(node=row, gpus=shares, cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)

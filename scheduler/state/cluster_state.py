@@ -359,6 +359,7 @@ class _RowView(ClusterState):
     _parent: ClusterState
     _rows: list[int]
     _slice: slice | None
+    _idx: Any
 
     def __getattr__(self, name: str) -> Any:  # only for attributes not set yet
         parent = self.__dict__.get("_parent")
@@ -369,7 +370,10 @@ class _RowView(ClusterState):
             if self._slice is not None:
                 value = arr[self._slice, ...]  # contiguous rows (often just one): a view, no copy
             else:
-                value = self.xp.take(arr, self.xp.asarray(self._rows, dtype=self.xp.int64), axis=0)
+                idx = self.__dict__.get("_idx")
+                if idx is None:
+                    idx = self._idx = self.xp.asarray(self._rows, dtype=self.xp.int64)
+                value = self.xp.take(arr, idx, axis=0)
         elif name == "node_names":
             value = [parent.node_names[r] for r in self._rows]
         elif name == "nodes":

@@ -144,3 +144,64 @@ def test_cache_relist_in_bulk_and_errors_per_pod():
         pods.append(WatchEvent("Pod", "ADDED", p))
     cache.apply(pods)
     assert len(cache.placements) == 4 and len(cache.errors) == 1 and cache.state.allocated_milli() == 4000
+
+
+class GlobalScore:
+    """Not row-local: a node's score depends on every other node (normalised by the cluster's max)."""
+
+    name = "global-test"
+
+    def score_nodes(self, xp, state, d, feasible, fit):
+        free = xp.astype(xp.sum(xp.astype(state.free_milli, xp.int64), axis=1), xp.float64)
+        return -xp.abs(free - xp.mean(free))
+
+    def pick_gpus(self, xp, state, row, d, fit):
+        return [j for j in range(state.max_gpus) if bool(fit[row, j])][: d.num_gpus]
+
+    def observe(self, state):
+        return None
+
+
+class FlippingScore(GlobalScore):
+    """Row-local, but its preference is set by a `workload` object that can be replaced."""
+
+    name = "flip-test"
+    row_local = True
+
+    def __init__(self):
+        self.workload = ("prefer", "high")
+
+    def score_nodes(self, xp, state, d, feasible, fit):
+        rows = xp.astype(state.free_cpu, xp.float64)
+        return rows if self.workload[1] == "high" else -rows
+
+
+def test_placer_asks_non_row_local_policies_every_time():
+    xp = get_namespace("numpy")
+    rng = random.Random(5)
+    ref, inc = ClusterState(xp, max_gpus=8, capacity=4), ClusterState(xp, max_gpus=8, capacity=4)
+    for n in nodes(rng, 7):
+        ref.add_node(n)
+        inc.add_node(n)
+    pol = GlobalScore()
+    placer = IncrementalPlacer(inc, pol)
+    for _ in range(60):
+        d = PodDemand(cpu_milli=500, num_gpus=1, gpu_milli=rng.choice([100, 300, 1000]))
+        want, got = place_one(xp, ref, pol, d), placer.place(xp, d)
+        assert want == got
+        if want is not None:
+            ref.place(want)
+            inc.place(got)
+
+
+def test_placer_drops_cached_scores_when_the_workload_changes():
+    xp = get_namespace("numpy")
+    s = ClusterState(xp, max_gpus=2, capacity=4)
+    for i, cpu in enumerate((1000, 5000, 3000)):
+        s.add_node(NodeInfo(f"n{i}", cpu, 8192, 2, "A", 16384))
+    pol = FlippingScore()
+    placer = IncrementalPlacer(s, pol)
+    d = PodDemand(num_gpus=1, gpu_milli=100)
+    assert placer.place(xp, d).node == 1
+    pol.workload = ("prefer", "low")
+    assert placer.place(xp, d).node == 0 == place_one(xp, s, pol, d).node
