@@ -19,6 +19,9 @@ from kubernetes.utils.quantity import parse_quantity
 from scheduler.api.gpu_request import GPURequest, InvalidGPURequest, parse_gpu_request
 from scheduler.api.keys import (
     DEFAULT_QUEUE,
+    GPU_FRACTION,
+    GPU_FRACTION_NUM_DEVICES,
+    GPU_MEMORY,
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     KAI_POD_GROUP,
@@ -150,6 +153,21 @@ def pod_queue(labels: Mapping[str, str]) -> str:
     return labels.get(QUEUE_LABEL) or labels.get(KAI_QUEUE_LABEL) or DEFAULT_QUEUE
 
 
+@functools.lru_cache(maxsize=4096)
+def _gpu_request(
+    fraction: str | None, memory: str | None, devices: str | None, whole: Decimal | None, max_mib: int | None
+) -> GPURequest:
+    """parse_gpu_request of just the fields it reads; memoised, since pods repeat a few requests (a
+    GPURequest is immutable, so sharing one is safe; invalid ones raise and are not cached)."""
+    annotations = {
+        k: v
+        for k, v in ((GPU_FRACTION, fraction), (GPU_MEMORY, memory), (GPU_FRACTION_NUM_DEVICES, devices))
+        if v is not None
+    }
+    limits = {WHOLE_GPU_RESOURCE: whole} if whole is not None else {}
+    return parse_gpu_request(annotations, limits, max_gpu_memory_mib=max_mib)
+
+
 def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
     """Parse a pod; an invalid GPU request or resource lands in `PodInfo.error`, never an exception.
 
@@ -172,7 +190,13 @@ def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
             requests.setdefault(k, v)
         cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
         mem = math.ceil(requests.get("memory", Decimal(0)) / MIB)
-        request = parse_gpu_request(annotations, limits, max_gpu_memory_mib=max_gpu_memory_mib)
+        request = _gpu_request(
+            annotations.get(GPU_FRACTION),
+            annotations.get(GPU_MEMORY),
+            annotations.get(GPU_FRACTION_NUM_DEVICES),
+            limits.get(WHOLE_GPU_RESOURCE),
+            max_gpu_memory_mib,
+        )
     except (InvalidGPURequest, InvalidObject) as exc:
         error = str(exc)
     priority_value = spec.get("priority")

@@ -20,7 +20,7 @@ from typing import Any
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.backend import get_namespace
-from scheduler.bench.runner import backend_label, peak_rss_mib
+from scheduler.bench.runner import backend_label, peak_rss_mib, settle_heap
 from scheduler.bench.workload import NODE_KINDS, PodShape, draw_shape, make_nodes, pod_object
 from scheduler.cache import Cache
 from scheduler.cluster import WatchEvent
@@ -75,6 +75,7 @@ def run_events(cfg: EventsConfig) -> dict[str, Any]:
     xp = get_namespace(cfg.backend, problem_gpus=cfg.nodes * cfg.gpus_per_node)
     nodes = make_nodes(cfg.nodes, cfg.gpus_per_node)
     pods = running_pods(cfg, nodes)
+    settle_heap()
     cache = Cache.create(xp, max_gpus=cfg.gpus_per_node, capacity=cfg.nodes)
     t0 = time.perf_counter()
     cache.apply([WatchEvent("Node", "ADDED", n) for n in nodes])

@@ -25,8 +25,9 @@ class OvercommitError(RuntimeError):
 
 @dataclass(frozen=True)
 class _JournalEntry:
-    placement: Placement
+    placement: Placement | None  # None for a bulk entry (see `batch`)
     sign: int  # +1 placed, -1 released
+    batch: tuple[Placement, ...] = ()  # `apply_many`: one entry for the whole burst
 
 
 class ClusterState:
@@ -257,7 +258,10 @@ class ClusterState:
     def rollback(self, checkpoint: int) -> None:
         while len(self._journal) > checkpoint:
             entry = self._journal.pop()
-            self.apply(entry.placement, -entry.sign)
+            if entry.placement is None:
+                self.apply_many(list(entry.batch), -entry.sign)
+            else:
+                self.apply(entry.placement, -entry.sign)
             self._journal.pop()  # the undo itself is not history
 
     def commit(self) -> None:
@@ -348,7 +352,7 @@ class ClusterState:
             raise OvercommitError(f"{len(placements)} placements at once would over-commit a node")
         self.free_milli = xp.astype(free_milli, self.free_milli.dtype)
         self.free_mib, self.free_cpu, self.free_mem = free_mib, free_cpu, free_mem
-        self._journal.extend(_JournalEntry(pl, sign) for pl in placements)
+        self._journal.append(_JournalEntry(None, sign, tuple(placements)))
         for row in sorted(set(rows)):
             self._touch(row)
 
