@@ -91,7 +91,13 @@ def _taints_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
 
 
 def node_checks(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> NodeChecks:
-    usable = state.valid & _selector_ok(xp, state, d) & _taints_ok(xp, state, d)
+    # Skip the selector and taint passes when there is nothing to check (the common case; each costs
+    # array ops on every call of the incremental placer, which calls this once per placed pod).
+    usable = state.valid
+    if d.selector:
+        usable = usable & _selector_ok(xp, state, d)
+    if len(state.taints):
+        usable = usable & _taints_ok(xp, state, d)
     return NodeChecks(
         usable=usable,
         model=_model_ok(xp, state, d),
