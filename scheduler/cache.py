@@ -21,6 +21,7 @@ from scheduler.backend import ArrayNamespace
 from scheduler.cluster import WatchEvent
 from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo
 from scheduler.objects import InvalidObject, parse_node, parse_pod
+from scheduler.reservations import Reservation
 from scheduler.state.cluster_state import ClusterState, OvercommitError
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,10 @@ class Cache:
     queues: dict[str, Queue] = field(default_factory=dict)
     podgroups: dict[str, PodGroup] = field(default_factory=dict)  # namespace/name
     errors: list[str] = field(default_factory=list)  # objects we could not use, for the user
+    # Planned places of pods being moved (charged in `state`, not in `placements`), by pod namespace/name.
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    # Since when each running gang (namespace/name) has been below minMember.
+    stale_since: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def create(cls, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 64) -> Cache:
@@ -61,6 +66,9 @@ class Cache:
             for uid, pl in list(self.placements.items()):
                 if self.state.node_names[pl.node] == name:
                     del self.placements[uid]
+            for key, res in list(self.reservations.items()):
+                if self.state.node_names[res.placement.node] == name:
+                    del self.reservations[key]
             self.state.remove_node(name)
             return
         node = parse_node(ev.obj)
@@ -131,6 +139,16 @@ class Cache:
 
     def unassume(self, uid: str) -> Placement | None:
         return self.placements.pop(uid, None)
+
+    def drop_reservation(self, key: str) -> Reservation | None:
+        """Forget a reservation and give its resources back."""
+        res = self.reservations.pop(key, None)
+        if res is not None:
+            try:
+                self.state.release(res.placement)
+            except OvercommitError as exc:
+                log.error("release of reservation %s failed: %s", key, exc)
+        return res
 
     def _release(self, uid: str) -> None:
         pl = self.placements.pop(uid)

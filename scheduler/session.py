@@ -11,7 +11,8 @@ from scheduler.jobs import Job, build_jobs
 from scheduler.model import PodInfo
 from scheduler.placement.policy import PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
-from scheduler.resources import Resources, placement_usage
+from scheduler.reservations import match_reservations
+from scheduler.resources import Resources, placement_usage, pod_request
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Session:
     jobs: list[Job]
     reasons: dict[str, PendingReason] = field(default_factory=dict)  # by pod uid
     events: list[dict[str, Any]] = field(default_factory=list)
+    reserved: dict[str, str] = field(default_factory=dict)  # pending pod uid -> reservation it takes
 
     @property
     def xp(self) -> ArrayNamespace:
@@ -46,16 +48,23 @@ class Session:
             if job is None or job.queue not in tree.nodes:
                 continue  # pods of other schedulers take capacity but belong to no queue
             allocated[job.queue] = allocated.get(job.queue, Resources()) + placement_usage(pl)
+        for res in cache.reservations.values():  # a moving pod keeps counting where it is going
+            if res.queue in tree.nodes:
+                allocated[res.queue] = allocated.get(res.queue, Resources()) + placement_usage(res.placement)
+        reserved = match_reservations(cache.reservations, (p for job in jobs for p in job.pending))
         for job in jobs:
             if job.queue not in tree.nodes:
                 continue
             req = job.pending_request()
+            for p in job.pending:
+                if p.uid in reserved:  # already counted through its reservation
+                    req = req - pod_request(p)
             requested[job.queue] = requested.get(job.queue, Resources()) + req
         for q, a in allocated.items():
             requested[q] = requested.get(q, Resources()) + a
         tree.roll_up(allocated, requested)
         compute_fair_shares(tree, cluster_capacity(cache))
-        return cls(cache=cache, policy=policy, now=now, tree=tree, jobs=jobs)
+        return cls(cache=cache, policy=policy, now=now, tree=tree, jobs=jobs, reserved=reserved)
 
     def set_reason(self, pod: PodInfo, reason: str, message: str) -> None:
         self.reasons[pod.uid] = PendingReason(reason, message)
