@@ -12,7 +12,7 @@ import time
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.queue_checks import EPS, contended
 from scheduler.actions.victims import VictimSearch, candidates
-from scheduler.actions.views import capacity_blocked, need_now, request_of, waiting_jobs
+from scheduler.actions.views import CAPACITY_REASONS, capacity_blocked, need_now, request_of, waiting_jobs
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.resources import Resources
@@ -24,10 +24,12 @@ ACTION_BUDGET_S = 0.25
 
 def preempt(session: Session, cluster: Cluster) -> None:
     start = time.perf_counter()
-    for job in jobs_in_order(session, waiting_jobs(session)):
+    # Over quota or limit may be cured too: by evicting lower-priority pods of the same queue.
+    reasons = (*CAPACITY_REASONS, "OverQuota", "OverLimit")
+    for job in jobs_in_order(session, waiting_jobs(session, reasons)):
         if time.perf_counter() - start > ACTION_BUDGET_S:
             break
-        pods = capacity_blocked(session, job)
+        pods = capacity_blocked(session, job, reasons)
         if not pods:
             continue
         count = need_now(session, job)

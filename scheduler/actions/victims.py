@@ -72,6 +72,7 @@ class VictimSearch:
     count: int  # how many of them must be placed
     allowed: Callable[[Victim], bool]  # judged on the queue figures as evictions accumulate
     message: str  # recorded on every eviction
+    room: Callable[[], bool] = lambda: True  # queue rules that must hold before the job is placed
     budget_s: float = SEARCH_BUDGET_S
 
     def run(self, pool: list[Victim]) -> list[Victim] | None:
@@ -104,7 +105,7 @@ class VictimSearch:
                 self.tx.rollback_to(self.cp)
                 return False
             evict(self.tx, v, self.message, self.job.key)
-        ok = place_members(self.session, self.tx, self.job, self.pods, self.count)
+        ok = self.room() and place_members(self.session, self.tx, self.job, self.pods, self.count)
         if not ok or not keep:
             self.tx.rollback_to(self.cp)
         return ok
@@ -128,7 +129,7 @@ class VictimSearch:
                 evict(self.tx, v, "", self.job.key)
                 chosen.append(v)
                 mask, _ = feasible(xp, state, d)
-                if bool(mask[row]):
+                if bool(mask[row]) and self.room():
                     fits = True
                     break
             self.tx.rollback_to(self.cp)
@@ -150,7 +151,7 @@ class VictimSearch:
             evict(self.tx, v, "", self.job.key)
             chosen.append(v)
             cp = self.tx.checkpoint()
-            if place_members(self.session, self.tx, self.job, self.pods, self.count):
+            if self.room() and place_members(self.session, self.tx, self.job, self.pods, self.count):
                 self.tx.rollback_to(self.cp)
                 return chosen
             self.tx.rollback_to(cp)

@@ -20,7 +20,13 @@ from scheduler.state.demand import PodDemand, demand_for
 from scheduler.transaction import Transaction
 
 # Reasons that mean "there is no room right now" (as opposed to invalid, over limit, not all members yet).
-CAPACITY_REASONS = ("Unschedulable", "GangUnschedulable", "Fragmented")
+CAPACITY_REASONS = (
+    "Unschedulable",
+    "GangUnschedulable",
+    "Fragmented",
+    "QueueAtFairShare",
+    "WaitingForReclaim",
+)
 
 
 def running_now(session: Session, job: Job) -> list[PodInfo]:
@@ -71,26 +77,40 @@ def static_rows(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
     return empty_capacity(xp, state, d) > 0
 
 
-def capacity_blocked(session: Session, job: Job) -> list[PodInfo]:
-    """The pending members if the job waits only for room (they could run on some node of this cluster)."""
+def capacity_blocked(
+    session: Session, job: Job, reasons: tuple[str, ...] = CAPACITY_REASONS
+) -> list[PodInfo]:
+    """The pending members if the job waits only for room (`reasons`) and could run on this cluster.
+
+    A job that could not run even on the empty cluster is told so (making room would not help)."""
     pods = pending_now(session, job)
-    if not pods or need_now(session, job) == 0 or len(pods) < need_now(session, job):
+    need = need_now(session, job)
+    if not pods or need == 0 or len(pods) < need:
         return []
-    reasons = session.reasons
-    if any(p.uid in reasons and reasons[p.uid].reason not in CAPACITY_REASONS for p in pods):
+    if any(p.uid in session.reasons and session.reasons[p.uid].reason not in reasons for p in pods):
         return []
     xp, state = session.xp, session.cache.state
-    if int(xp.sum(empty_capacity(xp, state, demand_for(pods[0])))) < need_now(session, job):
-        return []  # could not run even on an empty cluster: making room would not help
+    d = demand_for(pods[0])
+    fits = int(xp.sum(empty_capacity(xp, state, d)))
+    if fits < need:
+        what = f"{need} pods of {d.describe()} at once" if job.is_gang else d.describe()
+        msg = f"{job.key} needs {what}; even empty, this cluster could hold {fits}"
+        for p in pods:
+            prev = session.reasons.get(p.uid)
+            if prev is None:
+                session.set_reason(p, "Unschedulable", msg)
+            elif msg not in prev.message:
+                session.set_reason(p, prev.reason, f"{prev.message}; {msg}")
+        return []
     return pods
 
 
-def waiting_jobs(session: Session) -> list[Job]:
+def waiting_jobs(session: Session, reasons: tuple[str, ...] = CAPACITY_REASONS) -> list[Job]:
     """Jobs still waiting for room, for the actions that make room."""
     return [
         job for job in session.jobs
         if job.queue in session.tree.nodes and session.tree.leaf_error(job.queue) is None
-        and capacity_blocked(session, job)
+        and capacity_blocked(session, job, reasons)
     ]  # fmt: skip
 
 
