@@ -88,7 +88,10 @@ def _explain(session: Session, job: Job, pods: list[PodInfo], request: Resources
         donor, surplus = _most_over_share(session, job.queue, r)
         head = f"queue {job.queue} is below its fair share ({amount(r, alloc)} of {amount(r, fair)})"
         if donor is None:
-            msg = f"{head}, but no other queue is over its share; waiting for capacity to free up"
+            reason, msg = (
+                "WaitingForCapacity",
+                f"{head}, but no other queue is over its share to reclaim from",
+            )
         else:
             n = min(request.get(r), surplus)
             msg = (
@@ -97,8 +100,12 @@ def _explain(session: Session, job: Job, pods: list[PodInfo], request: Resources
             )
     for p in pods:
         prev = session.reasons.get(p.uid)
-        where = f"{prev.message}; " if prev is not None and prev.reason in CAPACITY_REASONS else ""
-        session.set_reason(p, reason, where + msg)
+        if prev is None or prev.reason not in CAPACITY_REASONS:
+            session.set_reason(p, reason, msg)
+        elif reason == "WaitingForCapacity":  # nothing to reclaim: the placement's reason stays the headline
+            session.set_reason(p, prev.reason, f"{prev.message}; {msg}")
+        else:
+            session.set_reason(p, reason, f"{prev.message}; {msg}")
 
 
 def _most_over_share(session: Session, queue: str, r: str) -> tuple[str | None, float]:
