@@ -56,7 +56,7 @@ class Transaction:
         s = self.session
         s.cache.state.place(placement)
         s.cache.assume(pod, placement)
-        s.charge(queue, placement_usage(placement), +1)
+        s.charge(queue, placement_usage(placement), +1, pod)
         self.ops.append(Op("place", pod, queue, placement, self.action, message))
 
     def evict(self, pod: PodInfo, queue: str, message: str, beneficiary: str = "") -> None:
@@ -65,14 +65,14 @@ class Transaction:
         if placement is None:
             raise ValueError(f"pod {pod.key} holds nothing to evict")
         s.cache.state.release(placement)
-        s.charge(queue, placement_usage(placement), -1)
+        s.charge(queue, placement_usage(placement), -1, pod)
         self.ops.append(Op("evict", pod, queue, placement, self.action, message, beneficiary))
 
     def reserve(self, pod: PodInfo, queue: str, placement: Placement, beneficiary: str) -> None:
         """Plan the new place of a pod evicted in this transaction (it is recreated and bound there)."""
         s = self.session
         s.cache.state.place(placement)
-        s.charge(queue, placement_usage(placement), +1)
+        s.charge(queue, placement_usage(placement), +1, pod)
         self.ops.append(Op("reserve", pod, queue, placement, self.action, "", beneficiary))
 
     def checkpoint(self) -> tuple[int, int]:
@@ -86,12 +86,12 @@ class Transaction:
             op = self.ops.pop()
             if op.kind == "place":
                 s.cache.unassume(op.pod.uid)
-                s.charge(op.queue, placement_usage(op.placement), -1)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
             elif op.kind == "reserve":
-                s.charge(op.queue, placement_usage(op.placement), -1)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
             else:
                 s.cache.assume(op.pod, op.placement)
-                s.charge(op.queue, placement_usage(op.placement), +1)
+                s.charge(op.queue, placement_usage(op.placement), +1, op.pod)
 
     def rollback(self) -> None:
         self.rollback_to((0, self._state_cp))
@@ -116,7 +116,7 @@ class Transaction:
                 log.warning("eviction of %s refused: %s", op.pod.key, exc)
                 s.cache.state.place(op.placement)
                 s.cache.assume(op.pod, op.placement)
-                s.charge(op.queue, placement_usage(op.placement), +1)
+                s.charge(op.queue, placement_usage(op.placement), +1, op.pod)
                 failed.append((op.pod, str(exc)))
                 continue
             evicted.append(op.pod)
@@ -128,7 +128,7 @@ class Transaction:
                 continue
             if failed:  # the move it belongs to did not happen: give the planned place back
                 s.cache.state.release(op.placement)
-                s.charge(op.queue, placement_usage(op.placement), -1)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
                 continue
             s.cache.reservations[op.pod.key] = Reservation.of(op.pod, op.queue, op.placement, op.beneficiary,
                                                                expires_s=s.now + RESERVATION_TTL_S)  # fmt: skip
@@ -149,7 +149,7 @@ class Transaction:
             except BindError as exc:
                 s.cache.unassume(op.pod.uid)
                 s.cache.state.release(op.placement)
-                s.charge(op.queue, placement_usage(op.placement), -1)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
                 s.set_reason(op.pod, "BindFailed", str(exc))
                 failed.append((op.pod, str(exc)))
                 continue

@@ -79,6 +79,8 @@ class VictimSearch:
         """Apply the best plan found to the transaction and return its victims; None: nothing applied."""
         self.deadline = time.perf_counter() + self.budget_s
         self.cp = self.tx.checkpoint()
+        if self._try([], keep=True):  # room freed earlier in this action may already do
+            return []
         xp, state = self.session.xp, self.session.cache.state
         rows = static_rows(xp, state, demand_for(self.pods[0]))
         pool = [v for v in pool if any(bool(rows[r]) for r in v.nodes)]
