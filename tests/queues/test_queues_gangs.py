@@ -79,7 +79,7 @@ def fail(sim: SimCluster, key: str) -> None:
 
 
 def test_stale_gang_is_evicted_whole_after_its_grace_period():
-    objs = [node("n0", A100, 4, 64, 512), queue("q", None, 4)] + gang("ddp", "q", 3, 1, arrival_s=0, grace=10)
+    objs = [node("n0", A100, 4, 64, 512), queue("q", None, 4), *gang("ddp", "q", 3, 1, arrival_s=0, grace=10)]
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
     rec.run(3)
@@ -94,7 +94,7 @@ def test_stale_gang_is_evicted_whole_after_its_grace_period():
 
 
 def test_finished_members_keep_a_gang_whole():
-    objs = [node("n0", A100, 4, 64, 512), queue("q", None, 4)] + gang("ddp", "q", 3, 1, arrival_s=0, grace=5)
+    objs = [node("n0", A100, 4, 64, 512), queue("q", None, 4), *gang("ddp", "q", 3, 1, arrival_s=0, grace=5)]
     objs[-1]["metadata"]["annotations"]["tessera.dev/sim-duration"] = "3s"  # one worker finishes early
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
