@@ -1,9 +1,11 @@
 """Fair share, recomputed every cycle from current demand (KAI Scheduler's semantics).
 
 Per resource and per level of the tree, starting with the cluster's capacity at the roots:
-1. each queue gets min(quota, requested) (quota -1: all it requests), whatever the capacity: quota is a
-   promise, and, as in KAI, an over-subscribed quota is not scaled down (the admin over-promised; nothing
-   is left for step 2 then);
+1. each queue deserves min(quota, requested) (quota -1: all it requests), handed out by queue priority;
+   when capacity is short inside one priority, in proportion to what each deserves. (KAI's docs hand
+   every queue its full deserved share even past capacity; scaling keeps fair shares inside the
+   cluster, so reclaim divides an over-promised cluster in proportion to quota instead of leaving it to
+   whoever came first. With enough capacity for all quotas the two agree.);
 2. what is left goes to priority buckets in descending order, inside a bucket in proportion to
    overQuotaWeight (water-filling), each queue capped by its request and its limit;
 3. a queue's fair share becomes the amount divided among its children, and so on down the tree.
@@ -46,11 +48,14 @@ def _divide(
         share[n.name] = 0.0
     remaining = max(amount, 0.0)
 
-    for n in nodes:  # 1. deserved quota
-        quota = n.resource(r).quota
-        share[n.name] = min(quota if quota >= 0 else math.inf, cap[n.name])
-        remaining -= share[n.name]
-    remaining = max(remaining, 0.0)
+    for bucket in _by_priority(nodes):  # 1. deserved quota
+        deserved = {n.name: min(n.resource(r).quota if n.resource(r).quota >= 0 else math.inf, cap[n.name])
+                    for n in bucket}  # fmt: skip
+        want = sum(deserved.values())
+        scale = 1.0 if want <= remaining else (remaining / want if want > 0 else 0.0)
+        for name, d in deserved.items():
+            share[name] = d * scale
+        remaining -= min(want, remaining)
 
     for bucket in _by_priority(nodes):  # 2. over quota, by weight
         active = [

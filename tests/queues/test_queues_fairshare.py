@@ -48,11 +48,11 @@ def test_hierarchy_divides_the_parent_share():
     )
 
 
-def test_oversubscribed_quota_is_not_scaled_down():
-    # KAI semantics: deserved quota is promised as is even when the cluster is smaller.
-    tree = tree_of(queue("a", None, 6), queue("b", None, 6), requested={"a": 10, "b": 10})
-    s = gpu_shares(tree, 8)
-    assert s["a"] == 6 and s["b"] == 6
+def test_oversubscribed_quota_is_scaled_down_by_priority_then_in_proportion():
+    tree = tree_of(queue("a", None, 6), queue("b", None, 2), queue("vip", None, 4, priority=200),
+                   requested={"a": 10, "b": 10, "vip": 10})  # fmt: skip
+    s = gpu_shares(tree, 10)
+    assert s["vip"] == 4 and s["a"] == pytest.approx(4.5) and s["b"] == pytest.approx(1.5)
 
 
 def test_unlimited_quota_deserves_all_it_requests():
