@@ -21,7 +21,7 @@ from scheduler.backend import ArrayNamespace
 from scheduler.cluster import WatchEvent
 from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo
 from scheduler.objects import InvalidObject, parse_node, parse_pod
-from scheduler.reservations import Reservation
+from scheduler.reservations import Reservation, reservation_uid
 from scheduler.state.cluster_state import ClusterState, OvercommitError
 
 log = logging.getLogger(__name__)
@@ -140,9 +140,16 @@ class Cache:
     def unassume(self, uid: str) -> Placement | None:
         return self.placements.pop(uid, None)
 
+    def reserve(self, res: Reservation) -> None:
+        """Keep a planned place (already applied to the arrays). It is listed in `placements` too, under
+        a key no pod has, so that the arrays always equal the sum of `placements`."""
+        self.reservations[res.pod_key] = res
+        self.placements[reservation_uid(res.pod_key)] = res.placement
+
     def drop_reservation(self, key: str) -> Reservation | None:
         """Forget a reservation and give its resources back."""
         res = self.reservations.pop(key, None)
+        self.placements.pop(reservation_uid(key), None)
         if res is not None:
             try:
                 self.state.release(res.placement)

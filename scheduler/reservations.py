@@ -20,6 +20,11 @@ from scheduler.state.demand import PodDemand, demand_for
 RESERVATION_TTL_S = 60.0
 
 
+def reservation_uid(pod_key: str) -> str:
+    """The key a reservation is listed under in `Cache.placements` (no pod uid looks like it)."""
+    return f"reservation:{pod_key}"
+
+
 @dataclass(frozen=True)
 class Reservation:
     pod_key: str  # namespace/name of the moved pod

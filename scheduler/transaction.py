@@ -130,8 +130,10 @@ class Transaction:
                 s.cache.state.release(op.placement)
                 s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
                 continue
-            s.cache.reservations[op.pod.key] = Reservation.of(op.pod, op.queue, op.placement, op.beneficiary,
-                                                               expires_s=s.now + RESERVATION_TTL_S)  # fmt: skip
+            res = Reservation.of(
+                op.pod, op.queue, op.placement, op.beneficiary, expires_s=s.now + RESERVATION_TTL_S
+            )
+            s.cache.reserve(res)
         for op in self.ops:
             if op.kind != "place":
                 continue
