@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victims import Victim, candidates, evict
-from scheduler.actions.views import capacity_blocked, need_now, static_rows, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, need_now, static_rows, waiting_jobs
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
@@ -144,10 +144,10 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo) -> boo
         return False
     for v, new in best.moves:
         to = f"{s.node_names[new.node]} GPU {','.join(str(g.slot) for g in new.gpus)}"
-        evict(tx, v, f"moved to {to} to make room for {job.key} (consolidation)", job.key)
+        evict(tx, v, f"moved to {to} to make room for {label(job)} (consolidation)", label(job))
     tx.place(pod, job.queue, best.placement, "placed after consolidation")
     for v, new in best.moves:
-        tx.reserve(v.pods[0], v.job.queue, new, job.key)
+        tx.reserve(v.pods[0], v.job.queue, new, label(job))
     return True
 
 
@@ -160,7 +160,7 @@ def _plan_on(
     d = demand_for(pod)
     taken: list[Victim] = []
     for v in victims[:MAX_MOVES]:
-        evict(tx, v, "", job.key)
+        evict(tx, v, "", label(job))
         taken.append(v)
         mask, _ = feasible(xp, s, d)
         if bool(mask[row]):
@@ -176,7 +176,7 @@ def _plan_on(
         new = place_one(xp, s, policy, demand_for(v.pods[0]))
         if new is None:
             return None
-        tx.reserve(v.pods[0], v.job.queue, new, job.key)
+        tx.reserve(v.pods[0], v.job.queue, new, label(job))
         moves.append((v, new))
     cost = (len(moves), max(v.job.priority for v, _ in moves), -min(v.job.created_s for v, _ in moves))
     return Plan(cost, moves, placement)

@@ -12,7 +12,14 @@ import time
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.queue_checks import EPS, contended
 from scheduler.actions.victims import VictimSearch, candidates
-from scheduler.actions.views import CAPACITY_REASONS, capacity_blocked, need_now, request_of, waiting_jobs
+from scheduler.actions.views import (
+    CAPACITY_REASONS,
+    capacity_blocked,
+    label,
+    need_now,
+    request_of,
+    waiting_jobs,
+)
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.resources import Resources
@@ -42,7 +49,7 @@ def preempt(session: Session, cluster: Cluster) -> None:
             continue
         before = {n.name: n.allocated for n in session.tree.ancestors(job.queue)}
         tx = Transaction(session, "preempt")
-        why = f"preempted by {job.key} (priority {job.priority}) in queue {job.queue}"
+        why = f"preempted by {label(job)} (priority {job.priority}) in queue {job.queue}"
         search = VictimSearch(session, tx, job, pods, count, lambda v: True, why)
         if search.run(pool) is None:
             tx.rollback()

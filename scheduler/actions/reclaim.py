@@ -14,7 +14,14 @@ from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.queue_checks import amount, contended, may_reclaim, quota_of, reclaimer_ok, side
 from scheduler.actions.victims import Victim, VictimSearch, candidates
-from scheduler.actions.views import CAPACITY_REASONS, capacity_blocked, need_now, request_of, waiting_jobs
+from scheduler.actions.views import (
+    CAPACITY_REASONS,
+    capacity_blocked,
+    label,
+    need_now,
+    request_of,
+    waiting_jobs,
+)
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.model import PodInfo
@@ -52,7 +59,7 @@ def reclaim(session: Session, cluster: Cluster) -> None:
         tx = Transaction(session, "reclaim")
         node = tree.nodes[job.queue]
         why = (
-            f"reclaimed for {job.key} of queue {job.queue} "
+            f"reclaimed for {label(job)} of queue {job.queue} "
             f"({amount(names[0], node.allocated.get(names[0]))} of {amount(names[0], node.fair_share.get(names[0]))} fair share)"
         )
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.actions.views import place_members, running_now, static_rows
+from scheduler.actions.views import label, place_members, running_now, static_rows
 from scheduler.jobs import Job
 from scheduler.model import PodInfo
 from scheduler.placement.filters import feasible
@@ -106,7 +106,7 @@ class VictimSearch:
             if not self.allowed(v):
                 self.tx.rollback_to(self.cp)
                 return False
-            evict(self.tx, v, self.message, self.job.key)
+            evict(self.tx, v, self.message, label(self.job))
         ok = self.room() and place_members(self.session, self.tx, self.job, self.pods, self.count)
         if not ok or not keep:
             self.tx.rollback_to(self.cp)
@@ -128,7 +128,7 @@ class VictimSearch:
             for v in by_node[row][:MAX_VICTIM_JOBS]:
                 if not self.allowed(v):
                     continue
-                evict(self.tx, v, "", self.job.key)
+                evict(self.tx, v, "", label(self.job))
                 chosen.append(v)
                 mask, _ = feasible(xp, state, d)
                 if bool(mask[row]) and self.room():
@@ -150,7 +150,7 @@ class VictimSearch:
                 break
             if not self.allowed(v):
                 continue
-            evict(self.tx, v, "", self.job.key)
+            evict(self.tx, v, "", label(self.job))
             chosen.append(v)
             cp = self.tx.checkpoint()
             if self.room() and place_members(self.session, self.tx, self.job, self.pods, self.count):

@@ -29,6 +29,11 @@ CAPACITY_REASONS = (
 )
 
 
+def label(job: Job) -> str:
+    """How a job is named to people: namespace/name of its pod group, or of its single pod."""
+    return job.key.removeprefix("pod:")
+
+
 def running_now(session: Session, job: Job) -> list[PodInfo]:
     held = session.cache.placements
     return [p for p in (*job.running, *job.pending) if p.uid in held]

@@ -39,7 +39,7 @@ def test_consolidation_raises_allocation_and_moves_land_where_planned():
     assert 1 <= len(moves) <= 4
     for e in moves:
         m = re.search(r"moved to (\S+) GPU (\d+)", e["message"])
-        assert m and e["beneficiary"].startswith("pod:q/big-")
+        assert m and e["beneficiary"].startswith("q/big-")
         a = assignment(sim, e["pod"])
         assert (
             phase(sim, e["pod"]) == "Running" and a.node == m.group(1) and a.gpus[0].index == int(m.group(2))
@@ -80,8 +80,8 @@ def _pod(name: str, ns: str = "team", queue_name: str = "q", milli: int = 500) -
 def test_reservation_is_claimed_by_name_or_by_an_identical_replacement():
     pl = Placement(node=0, gpus=(GPUShare(0, 500, 20480),), cpu_milli=1000, memory_mib=0)
     res = {
-        "team/a": Reservation.of(_pod("a"), "q", pl, "pod:team/big", expires_s=60),
-        "team/b": Reservation.of(_pod("b"), "q", pl, "pod:team/big", expires_s=60),
+        "team/a": Reservation.of(_pod("a"), "q", pl, "team/big", expires_s=60),
+        "team/b": Reservation.of(_pod("b"), "q", pl, "team/big", expires_s=60),
     }
     pending = [_pod("a"), _pod("b-x7k2"), _pod("c", milli=250), _pod("d", ns="other")]
     assert match_reservations(res, pending) == {"u-a": "team/a", "u-b-x7k2": "team/b"}

@@ -23,7 +23,7 @@ def test_higher_priority_preempts_the_youngest_lower_priority_pods_of_its_queue(
     ev = rec.evictions()
     assert sorted(e["pod"] for e in ev) == ["research/train-2", "research/train-3"]
     assert {e["action"] for e in ev} == {"preempt"} and all(
-        e["beneficiary"].startswith("pod:research/build-") for e in ev
+        e["beneficiary"].startswith("research/build-") for e in ev
     )
     assert phase(sim, "research/build-0") == "Running" and phase(sim, "research/build-1") == "Running"
     assert gpus_by_queue(sim) == {"research": 4.0, "ops": 2.0}  # the other queue untouched

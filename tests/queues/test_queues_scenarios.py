@@ -45,7 +45,7 @@ def test_burst_and_reclaim():
     ev = rec.evictions()
     assert sorted(e["pod"] for e in ev) == [f"team-a/a-{i}" for i in range(4, 8)]  # the youngest four
     assert {e["action"] for e in ev} == {"reclaim"} and all(
-        e["beneficiary"].startswith("pod:team-b/") for e in ev
+        e["beneficiary"].startswith("team-b/") for e in ev
     )
     assert all(ev_t == 60.0 for ev_t in (e["time_s"] for e in ev))  # within the cycle team-b arrived in
 
