@@ -28,9 +28,7 @@ def test_queue_below_quota_gets_it_back_by_reclaim_within_a_few_cycles():
         assert gpus_by_queue(sim)["a"] >= 4.0  # never below its quota
     assert got[-1] == 4.0 and got[0] == 4.0  # back in the first cycle after arrival
     ev = rec.evictions("reclaim")
-    assert len(ev) == 4 and all(
-        e["pod"].startswith("a/") and e["beneficiary"].startswith("b/") for e in ev
-    )
+    assert len(ev) == 4 and all(e["pod"].startswith("a/") and e["beneficiary"].startswith("b/") for e in ev)
     assert sorted(e["pod"] for e in ev) == ["a/a-4", "a/a-5", "a/a-6", "a/a-7"]  # the youngest
     rec.run(10)
     assert gpus_by_queue(sim) == {"a": 4.0, "b": 4.0}  # stable: no ping-pong
