@@ -23,6 +23,7 @@ from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo
 from scheduler.objects import InvalidObject, parse_node, parse_pod
 from scheduler.reservations import Reservation, reservation_uid
 from scheduler.state.cluster_state import ClusterState, OvercommitError
+from scheduler.state.demand import PodDemand
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class Cache:
     reservations: dict[str, Reservation] = field(default_factory=dict)
     # Since when each running gang (namespace/name) has been below minMember.
     stale_since: dict[str, float] = field(default_factory=dict)
+    # Pod shapes consolidation found no plan for, with the fingerprint of the layout it tried.
+    futile: dict[PodDemand, int] = field(default_factory=dict)
 
     @classmethod
     def create(cls, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 64) -> Cache:

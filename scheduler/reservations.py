@@ -44,6 +44,8 @@ class Reservation:
 
 def match_reservations(reservations: dict[str, Reservation], pending: Iterable[PodInfo]) -> dict[str, str]:
     """pod uid -> reservation key for pending single pods that take a reservation (name first)."""
+    if not reservations:
+        return {}
     pods = [p for p in pending if p.group is None and p.error is None]
     matched: dict[str, str] = {}
     taken: set[str] = set()

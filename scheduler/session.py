@@ -32,6 +32,7 @@ class Session:
     events: list[dict[str, Any]] = field(default_factory=list)
     reserved: dict[str, str] = field(default_factory=dict)  # pending pod uid -> reservation it takes
     nonpreemptible: set[str] = field(default_factory=set)  # uids of pods of non-preemptible jobs
+    memo: dict[Any, Any] = field(default_factory=dict)  # per-cycle results the actions share
 
     @property
     def xp(self) -> ArrayNamespace:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
@@ -29,6 +30,7 @@ from scheduler.state.demand import PodDemand, demand_for
 from scheduler.transaction import Transaction
 
 MAX_MOVES = 8  # per waiting pod
+MAX_ROWS = 16  # nodes tried per waiting pod, those with the most free GPU first
 ACTION_BUDGET_S = 0.25
 PLAN_BUDGET_S = 0.05  # per waiting pod
 
@@ -52,7 +54,8 @@ def consolidate(session: Session, cluster: Cluster) -> None:
         free = fragmented_free(session, d, count)
         if free is None:
             continue  # short of capacity, not fragmented: reclaim or preempt may help
-        if d in failed or time.perf_counter() - start > ACTION_BUDGET_S:
+        futile = session.cache.futile.get(d) == _layout(session)  # failed before on this very layout
+        if d in failed or futile or time.perf_counter() - start > ACTION_BUDGET_S:
             _explain(session, pods, d, free)
             continue
         tx = Transaction(session, "consolidate")
@@ -71,11 +74,20 @@ def consolidate(session: Session, cluster: Cluster) -> None:
         if placed < count:
             tx.rollback()
             failed.add(d)
+            if placed == 0:
+                session.cache.futile[d] = _layout(session)
             _explain(session, pods, d, free)
             continue
         outcome = tx.commit(cluster)
         for p in outcome.bound:
             session.reasons.pop(p.uid, None)
+
+
+def _layout(session: Session) -> int:
+    """A fingerprint of who holds what: a plan that failed on a layout fails on it again."""
+    if "layout" not in session.memo:
+        session.memo["layout"] = hash(frozenset(session.cache.placements.items()))
+    return int(session.memo["layout"])
 
 
 def fragmented_free(session: Session, d: PodDemand, count: int) -> float | None:
@@ -130,7 +142,11 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo) -> boo
     for v in _movable(session, job):
         by_node.setdefault(session.cache.placements[v.pods[0].uid].node, []).append(v)
     rows = static_rows(xp, s, d)
-    order = sorted((r for r in by_node if bool(rows[r])), key=lambda r: (-sum(s.node_gpu_row(r)), r))
+    need_milli_at, _ = gpu_need(xp, s, d)
+    order = sorted(
+        (r for r in by_node if bool(rows[r]) and _could_fit(session, r, by_node[r], d, need_milli_at)),
+        key=lambda r: (-sum(s.node_gpu_row(r)), r),
+    )[:MAX_ROWS]
     cp = tx.checkpoint()
     best: Plan | None = None
     for row in order:
@@ -149,6 +165,25 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo) -> boo
     for v, new in best.moves:
         tx.reserve(v.pods[0], v.job.queue, new, label(job))
     return True
+
+
+def _could_fit(session: Session, row: int, victims: list[Victim], d: PodDemand, need_milli_at: Any) -> bool:
+    """Whether moving every movable pod off `row` would leave room for the pod (cheap upper bound)."""
+    s, held = session.cache.state, session.cache.placements
+    freed: dict[int, int] = {}
+    cpu, mem = int(s.free_cpu[row]), int(s.free_mem[row])
+    for v in victims:
+        pl = held[v.pods[0].uid]
+        cpu, mem = cpu + pl.cpu_milli, mem + pl.memory_mib
+        for share in pl.gpus:
+            freed[share.slot] = freed.get(share.slot, 0) + share.milli
+    need = need_milli_at[row]
+    gpus = sum(
+        1 for j in range(s.max_gpus)
+        if bool(s.present[row, j]) and bool(s.healthy[row, j])
+        and int(s.free_milli[row, j]) + freed.get(j, 0) >= int(need[j])
+    )  # fmt: skip
+    return gpus >= d.num_gpus and cpu >= d.cpu_milli and mem >= d.memory_mib
 
 
 def _plan_on(

@@ -41,8 +41,14 @@ class Victim:
 
 
 def candidates(session: Session) -> list[Victim]:
-    """Running preemptible jobs, most expendable first."""
+    """Running preemptible jobs, most expendable first.
+
+    Computed once per cycle; jobs evicted since then are left out. Pods placed later in the cycle are
+    not candidates in it (evicting what was just bound would only churn)."""
     held = session.cache.placements
+    cached: list[Victim] | None = session.memo.get("victims")
+    if cached is not None:
+        return [v for v in cached if all(p.uid in held for p in v.pods)]
     out = []
     for job in session.jobs:
         if not job.preemptible:
@@ -55,6 +61,7 @@ def candidates(session: Session) -> list[Victim]:
             usage = usage + placement_usage(held[p.uid])
         out.append(Victim(job, tuple(pods), usage, frozenset(held[p.uid].node for p in pods)))
     out.sort(key=Victim.sort_key)
+    session.memo["victims"] = out
     return out
 
 

@@ -96,7 +96,10 @@ def capacity_blocked(
         return []
     xp, state = session.xp, session.cache.state
     d = demand_for(pods[0])
-    fits = int(xp.sum(empty_capacity(xp, state, d)))
+    key = ("empty_capacity", d)
+    if key not in session.memo:  # nodes do not change during a cycle
+        session.memo[key] = int(xp.sum(empty_capacity(xp, state, d)))
+    fits: int = session.memo[key]
     if fits < need:
         what = f"{need} pods of {d.describe()} at once" if job.is_gang else d.describe()
         msg = f"{job.key} needs {what}; even empty, this cluster could hold {fits}"
@@ -114,7 +117,8 @@ def waiting_jobs(session: Session, reasons: tuple[str, ...] = CAPACITY_REASONS) 
     """Jobs still waiting for room, for the actions that make room."""
     return [
         job for job in session.jobs
-        if job.queue in session.tree.nodes and session.tree.leaf_error(job.queue) is None
+        if any(p.uid in session.reasons for p in job.pending)  # allocate left a reason on every waiting pod
+        and job.queue in session.tree.nodes and session.tree.leaf_error(job.queue) is None
         and capacity_blocked(session, job, reasons)
     ]  # fmt: skip
 
