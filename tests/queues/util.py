@@ -34,7 +34,8 @@ def running_members(sim: SimCluster) -> dict[str, set[str]]:
 
 
 class Recorder:
-    """Runs cycles and checks, every cycle, that an eviction never takes part of a gang."""
+    """Runs cycles and checks, every cycle, that an eviction never takes part of a gang and that every
+    pending pod carries a reason."""
 
     def __init__(self, sim: SimCluster, sched: Scheduler) -> None:
         self.sim, self.sched = sim, sched
@@ -51,6 +52,10 @@ class Recorder:
             assert not hit or hit == members, f"gang {group}: evicted {sorted(hit)} of {sorted(members)}"
             self.gang_evictions += bool(hit)
         self.events.extend(result.events)
+        for key, pod_rec in self.sim.pods.items():  # every pod that waits says why
+            waiting = pod_rec.obj["metadata"].get("uid") and phase(self.sim, key) == "Pending"
+            if waiting and pod_rec.arrival_s < self.sim.now_s:  # (not one recreated after this cycle ran)
+                assert pod_rec.reason is not None, f"pending pod {key} has no reason"
         return result
 
     def run(self, cycles: int, dt: float = 1.0) -> None:
