@@ -8,6 +8,7 @@ job still only uses in-quota resources.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.queue_checks import EPS, contended
@@ -50,36 +51,32 @@ def preempt(session: Session, cluster: Cluster) -> None:
         before = {n.name: n.allocated for n in session.tree.ancestors(job.queue)}
         tx = Transaction(session, "preempt")
         why = f"preempted by {label(job)} (priority {job.priority}) in queue {job.queue}"
-        search = VictimSearch(session, tx, job, pods, count, lambda v: True, why)
+        room = partial(_queue_allows, session, job, request, before)
+        search = VictimSearch(session, tx, job, pods, count, lambda v: True, why, room)
         if search.run(pool) is None:
             tx.rollback()
-            continue
-        if (problem := _queue_problem(session, job, request, before)) is not None:
-            tx.rollback()
-            for p in pods:
-                if p.uid in session.reasons:
-                    msg = session.reasons[p.uid].message
-                    session.set_reason(
-                        p, session.reasons[p.uid].reason, f"{msg}; preemption not possible: {problem}"
-                    )
             continue
         outcome = tx.commit(cluster)
         for p in outcome.bound:
             session.reasons.pop(p.uid, None)
 
 
+def _queue_allows(session: Session, job: Job, request: Resources, before: dict[str, Resources]) -> bool:
+    return _queue_problem(session, job, request, before) is None
+
+
 def _queue_problem(
     session: Session, job: Job, request: Resources, before: dict[str, Resources]
 ) -> str | None:
-    """Why the planned preemption breaks a queue rule (evaluated with the plan applied), or None."""
+    """Why placing the job now, with the victims evicted so far, breaks a queue rule; None if it does not."""
     tree = session.tree
-    if (msg := tree.limit_exceeded(job.queue, Resources())) is not None:
+    if (msg := tree.limit_exceeded(job.queue, request)) is not None:
         return msg
-    if not job.preemptible and (msg := tree.quota_exceeded(job.queue, Resources())) is not None:
+    if not job.preemptible and (msg := tree.quota_exceeded(job.queue, request)) is not None:
         return msg
     for node in tree.ancestors(job.queue):
         for r in contended(request):
             ceiling = max(before[node.name].get(r), node.fair_share.get(r))
-            if node.allocated.get(r) > ceiling + EPS:
+            if node.allocated.get(r) + request.get(r) > ceiling + EPS:
                 return f"queue {node.name} would grow past its fair share"
     return None
