@@ -68,6 +68,8 @@ def may_reclaim(tree: QueueTree, queue: str, request: Resources, victim_queue: s
 
 
 def amount(r: str, v: float) -> str:
+    if math.isinf(v):
+        return "unlimited"
     if r == "gpu":
         return f"{v:g} GPU" + ("" if abs(v - 1) < 1e-9 else "s")
     if r == "cpu":

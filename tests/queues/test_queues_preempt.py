@@ -75,7 +75,9 @@ def test_preemption_respects_priority_and_keeps_non_preemptible_pods():
 def test_a_queue_at_its_limit_preempts_its_own_lower_priority_pods():
     objs = [node("n0", A100, 8, 64, 512), queue("q", None, 1, limit=2)]
     objs += [pod(f"train-{i}", "q", arrival_s=i, duration_s=10_000, gpus=1) for i in range(2)]
-    objs.append(pod("urgent", "q", arrival_s=5, duration_s=10_000, gpus=1, priority_class="build-preemptible"))
+    objs.append(
+        pod("urgent", "q", arrival_s=5, duration_s=10_000, gpus=1, priority_class="build-preemptible")
+    )
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
     rec.run(8)
