@@ -7,18 +7,19 @@ from scheduler.api.keys import GPU_FRACTION
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.model import GPUShare, Placement, PodInfo
 from scheduler.reservations import Reservation, match_reservations
+from scheduler.sim.cluster import SIM_RECREATE
 from tests.queues.util import Recorder, gpus_by_queue
 from tests.scheduler.helpers import A100, assignment, cluster, node, phase, pod, queue
 
 HALF = {GPU_FRACTION: "0.5"}
 
 
-def fragmented(actions: tuple[str, ...] | None = None) -> tuple[Recorder, list[str]]:
+def fragmented(actions: tuple[str, ...] | None = None, n_big: int = 3) -> tuple[Recorder, list[str]]:
     """4 nodes x 2 GPUs; 16 half-GPU pods, every other one finishes at t=50: 8 halves left, one per GPU."""
     objs = [*(node(f"n{i}", A100, 2, 32, 256) for i in range(4)), queue("q", None, 8)]
     objs += [pod(f"h-{i:02d}", "q", arrival_s=0, duration_s=50 if i % 2 == 0 else 10_000, cpu="1",
                  memory="4Gi", annotations=HALF) for i in range(16)]  # fmt: skip
-    big = [f"big-{i}" for i in range(3)]
+    big = [f"big-{i}" for i in range(n_big)]
     objs += [pod(b, "q", arrival_s=60, duration_s=10_000, gpus=2, cpu="4", memory="16Gi") for b in big]
     sim, sched = cluster(objs)
     if actions is not None:
@@ -85,3 +86,18 @@ def test_reservation_is_claimed_by_name_or_by_an_identical_replacement():
     }
     pending = [_pod("a"), _pod("b-x7k2"), _pod("c", milli=250), _pod("d", ns="other")]
     assert match_reservations(res, pending) == {"u-a": "team/a", "u-b-x7k2": "team/b"}
+
+
+def test_a_reservation_nobody_claims_lapses():
+    rec, _ = fragmented(n_big=2)
+    for key, pod_rec in rec.sim.pods.items():  # their controller will not recreate them
+        if key.startswith("q/h-"):
+            pod_rec.obj["metadata"]["annotations"][SIM_RECREATE] = "false"
+    rec.run(61)
+    cache = rec.sched.cache
+    assert cache.reservations and all(res.expires_s == 120.0 for res in cache.reservations.values())
+    reserved = sum(g.milli for res in cache.reservations.values() for g in res.placement.gpus)
+    assert cache.state.allocated_milli() == 8000  # 2 big pods, the halves left, the places kept for the moved
+    rec.run(60)
+    assert cache.reservations == {}
+    assert cache.state.allocated_milli() == 8000 - reserved  # given back
