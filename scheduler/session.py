@@ -33,6 +33,7 @@ class Session:
     reserved: dict[str, str] = field(default_factory=dict)  # pending pod uid -> reservation it takes
     nonpreemptible: set[str] = field(default_factory=set)  # uids of pods of non-preemptible jobs
     memo: dict[Any, Any] = field(default_factory=dict)  # per-cycle results the actions share
+    group_reasons: dict[str, PendingReason] = field(default_factory=dict)  # gangs with no pending pod
 
     @property
     def xp(self) -> ArrayNamespace:

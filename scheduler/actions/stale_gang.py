@@ -12,7 +12,7 @@ from collections import Counter
 from scheduler.actions.views import running_now
 from scheduler.cluster import Cluster
 from scheduler.model import PodPhase
-from scheduler.session import Session
+from scheduler.session import PendingReason, Session
 from scheduler.transaction import Transaction
 
 
@@ -36,6 +36,7 @@ def stale_gang(session: Session, cluster: Cluster) -> None:
             for p in job.pending:
                 if p.uid not in cache.placements:
                     session.set_reason(p, "GangBelowMinMember", msg)
+            session.group_reasons[job.key] = PendingReason("GangBelowMinMember", msg)
             continue
         tx = Transaction(session, "stale_gang")
         msg = (f"gang {job.key} ran {present} of {job.min_member} members for {now - since:.0f}s "

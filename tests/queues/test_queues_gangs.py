@@ -86,7 +86,9 @@ def test_stale_gang_is_evicted_whole_after_its_grace_period():
     fail(sim, "q/ddp-1")
     rec.run(9)
     assert rec.evictions() == []
-    assert sim.group_status["q/ddp"].running == 2
+    status = sim.group_status["q/ddp"]
+    assert status.running == 2 and status.conditions[0].reason == "GangBelowMinMember"
+    assert "runs 2 of 3 members; evicted whole in 2s" in status.conditions[0].message
     rec.run(3)
     ev = rec.evictions("stale_gang")
     assert sorted(e["pod"] for e in ev) == ["q/ddp-0", "q/ddp-2"]
