@@ -75,6 +75,8 @@ def consolidate(session: Session, cluster: Cluster) -> None:
             tx.rollback()
             failed.add(d)
             if placed == 0:
+                if len(session.cache.futile) > 1024:  # shapes of long gone pods
+                    session.cache.futile.clear()
                 session.cache.futile[d] = _layout(session)
             _explain(session, pods, d, free)
             continue
