@@ -24,7 +24,9 @@ from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo, PodPhase
 from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.policy import PlacementPolicy
+from scheduler.reservations import Reservation, reservation_uid
 from scheduler.state.cluster_state import ClusterState, OvercommitError
+from scheduler.state.demand import PodDemand
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +39,21 @@ class Cache:
     queues: dict[str, Queue] = field(default_factory=dict)
     podgroups: dict[str, PodGroup] = field(default_factory=dict)  # namespace/name
     errors: list[str] = field(default_factory=list)  # objects we could not use, for the user
+    # Planned places of pods being moved (charged in `state`, not in `placements`), by pod namespace/name.
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    # Since when each running gang (namespace/name) has been below minMember.
+    stale_since: dict[str, float] = field(default_factory=dict)
+    # Pod shapes consolidation found no plan for, with the fingerprint of the layout it tried.
+    futile: dict[PodDemand, int] = field(default_factory=dict)
     # Jobs kept across cycles: a job is rebuilt only when one of its pods or its PodGroup changed, or
     # when it had pending pods (the actions work on those). Keys in first-seen order, as build_jobs.
     _members: dict[str, dict[str, PodInfo]] = field(default_factory=dict, init=False, repr=False)
     _jobs: dict[str, Job] = field(default_factory=dict, init=False, repr=False)
     _job_usage: dict[str, tuple[int, int, int]] = field(default_factory=dict, init=False, repr=False)
     _queue_usage: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)
+    _queue_usage_np: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)
+    # uids of the pods of non-preemptible jobs (kept by `jobs()`; read-only for everyone else)
+    nonpreemptible: set[str] = field(default_factory=set, init=False, repr=False)
     _dirty: dict[str, None] = field(default_factory=dict, init=False, repr=False)
     _active: dict[str, None] = field(default_factory=dict, init=False, repr=False)
     _placer: IncrementalPlacer | None = field(default=None, init=False, repr=False)
@@ -108,6 +119,9 @@ class Cache:
                     del self.placements[uid]
                     if (gone := self.pods.get(uid)) is not None:
                         self._dirty[job_key(gone)] = None
+            for key, res in list(self.reservations.items()):
+                if self.state.node_names[res.placement.node] == name:
+                    del self.reservations[key]
             self.state.remove_node(name)
             return
         node = parse_node(ev.obj)
@@ -191,11 +205,15 @@ class Cache:
 
     def jobs(self) -> list[Job]:
         """All jobs, as `build_jobs(self.pods.values(), self.podgroups)` gives them, rebuilding only the
-        jobs whose pods changed or that have pending pods (settled jobs are reused as they are)."""
+        jobs whose pods changed or that have pending pods (settled jobs are reused as they are).
+        Per-queue usage (all jobs, and non-preemptible jobs apart) and the uids of the pods of
+        non-preemptible jobs are kept current along the way."""
         for key in list({**self._dirty, **self._active}):
             old = self._jobs.get(key)
             if old is not None:
-                self._charge_queue(old.queue, self._job_usage.pop(key, (0, 0, 0)), -1)
+                self._charge_queue(old, self._job_usage.pop(key, (0, 0, 0)), -1)
+                if not old.preemptible:
+                    self.nonpreemptible.difference_update(p.uid for p in (*old.running, *old.pending))
             members = self._members.get(key)
             if not members:
                 self._members.pop(key, None)
@@ -211,7 +229,9 @@ class Cache:
                     cpu += pl.cpu_milli
                     mem += pl.memory_mib
             self._job_usage[key] = (gpu, cpu, mem)
-            self._charge_queue(job.queue, (gpu, cpu, mem), +1)
+            self._charge_queue(job, (gpu, cpu, mem), +1)
+            if not job.preemptible:
+                self.nonpreemptible.update(p.uid for p in (*job.running, *job.pending))
             if job.pending:
                 self._active[key] = None
             else:
@@ -219,18 +239,21 @@ class Cache:
         self._dirty.clear()
         return list(self._jobs.values())
 
-    def _charge_queue(self, queue: str, usage: tuple[int, int, int], sign: int) -> None:
-        acc = self._queue_usage.setdefault(queue, [0, 0, 0])
-        for i in range(3):
-            acc[i] += sign * usage[i]
+    def _charge_queue(self, job: Job, usage: tuple[int, int, int], sign: int) -> None:
+        for book in (self._queue_usage, self._queue_usage_np) if not job.preemptible else (self._queue_usage,):
+            acc = book.setdefault(job.queue, [0, 0, 0])
+            for i in range(3):
+                acc[i] += sign * usage[i]
 
     def pending_jobs(self) -> list[Job]:
         """The jobs with pending pods, as of the last `jobs()` (a subset of what it returned)."""
         return [self._jobs[k] for k in self._active]
 
-    def queue_usage(self) -> dict[str, tuple[int, int, int]]:
-        """Per queue: (GPU milli, CPU milli, MiB) held by the running pods of its jobs, as of `jobs()`."""
-        return {q: (u[0], u[1], u[2]) for q, u in self._queue_usage.items() if any(u)}
+    def queue_usage(self, *, nonpreemptible: bool = False) -> dict[str, tuple[int, int, int]]:
+        """Per queue: (GPU milli, CPU milli, MiB) held by the running pods of its jobs (only of its
+        non-preemptible jobs with `nonpreemptible`), as of `jobs()`."""
+        book = self._queue_usage_np if nonpreemptible else self._queue_usage
+        return {q: (u[0], u[1], u[2]) for q, u in book.items() if any(u)}
 
     def job_usage(self, key: str) -> tuple[int, int, int]:
         """(GPU milli, CPU milli, memory MiB) the running pods of job `key` held when `jobs()` ran."""
@@ -281,6 +304,23 @@ class Cache:
 
     def unassume(self, uid: str) -> Placement | None:
         return self.placements.pop(uid, None)
+
+    def reserve(self, res: Reservation) -> None:
+        """Keep a planned place (already applied to the arrays). It is listed in `placements` too, under
+        a key no pod has, so that the arrays always equal the sum of `placements`."""
+        self.reservations[res.pod_key] = res
+        self.placements[reservation_uid(res.pod_key)] = res.placement
+
+    def drop_reservation(self, key: str) -> Reservation | None:
+        """Forget a reservation and give its resources back."""
+        res = self.reservations.pop(key, None)
+        self.placements.pop(reservation_uid(key), None)
+        if res is not None:
+            try:
+                self.state.release(res.placement)
+            except OvercommitError as exc:
+                log.error("release of reservation %s failed: %s", key, exc)
+        return res
 
     def _release(self, uid: str) -> None:
         pl = self.placements.pop(uid)

@@ -12,7 +12,8 @@ from scheduler.jobs import Job
 from scheduler.model import PodInfo
 from scheduler.placement.policy import PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
-from scheduler.resources import Resources
+from scheduler.reservations import match_reservations
+from scheduler.resources import Resources, placement_usage, pod_request
 
 
 @dataclass
@@ -33,6 +34,10 @@ class Session:
     events: list[dict[str, Any]] = field(default_factory=list)
     # Seconds spent per phase ("scoring", "commit"...), summed by the actions for the cycle's report.
     timings: dict[str, float] = field(default_factory=dict)
+    reserved: dict[str, str] = field(default_factory=dict)  # pending pod uid -> reservation it takes
+    nonpreemptible: set[str] = field(default_factory=set)  # uids of pods of non-preemptible jobs
+    memo: dict[Any, Any] = field(default_factory=dict)  # per-cycle results the actions share
+    group_reasons: dict[str, PendingReason] = field(default_factory=dict)  # gangs with no pending pod
 
     @property
     def xp(self) -> ArrayNamespace:
@@ -42,21 +47,38 @@ class Session:
     def open(cls, cache: Cache, policy: PlacementPolicy, now: float) -> Session:
         tree = QueueTree(cache.queues.values())
         jobs = cache.jobs()  # kept across cycles; only changed jobs and those with pending pods rebuilt
+        # Usage per queue is kept by the cache as integer sums (GPU milli, CPU milli, MiB), updated as
+        # jobs change: one Resources per queue here, not one per running pod.
         allocated = {
-            q: Resources(gpu=g / MILLI_PER_GPU, cpu=float(c), memory=float(m))
-            for q, (g, c, m) in cache.queue_usage().items()
+            q: _resources(u)
+            for q, u in cache.queue_usage().items()
             if q in tree.nodes  # pods of other schedulers take capacity but belong to no queue
         }
+        allocated_np = {
+            q: _resources(u) for q, u in cache.queue_usage(nonpreemptible=True).items() if q in tree.nodes
+        }
+        for res in cache.reservations.values():  # a moving pod keeps counting where it is going
+            if res.queue in tree.nodes:
+                allocated[res.queue] = allocated.get(res.queue, Resources()) + placement_usage(res.placement)
+        pending = cache.pending_jobs()  # jobs without pending pods request nothing more
+        reserved = match_reservations(cache.reservations, (p for job in pending for p in job.pending))
         requested: dict[str, Resources] = {}
-        pending = cache.pending_jobs()
         for job in pending:
-            if job.queue in tree.nodes:
-                requested[job.queue] = requested.get(job.queue, Resources()) + job.pending_request()
+            if job.queue not in tree.nodes:
+                continue
+            req = job.pending_request()
+            for p in job.pending:
+                if p.uid in reserved:  # already counted through its reservation
+                    req = req - pod_request(p)
+            requested[job.queue] = requested.get(job.queue, Resources()) + req
         for q, a in allocated.items():
             requested[q] = requested.get(q, Resources()) + a
-        tree.roll_up(allocated, requested)
+        tree.roll_up(allocated, requested, allocated_np)
         compute_fair_shares(tree, cluster_capacity(cache))
-        return cls(cache=cache, policy=policy, now=now, tree=tree, jobs=jobs, pending_jobs=pending)
+        return cls(
+            cache=cache, policy=policy, now=now, tree=tree, jobs=jobs, pending_jobs=pending, reserved=reserved,
+            nonpreemptible=cache.nonpreemptible,  # the cache's live set: read it, never change it
+        )  # fmt: skip
 
     def add_time(self, phase: str, seconds: float) -> None:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
@@ -76,13 +98,16 @@ class Session:
             | extra
         )
 
-    def charge(self, queue: str, usage: Resources, sign: int) -> None:
+    def charge(self, queue: str, usage: Resources, sign: int, pod: PodInfo | None = None) -> None:
         """Move a queue's (and its ancestors') allocated figure as placements come and go in a cycle."""
         if queue not in self.tree.nodes:
             return
         delta = usage if sign > 0 else Resources() - usage
+        np = pod is not None and pod.uid in self.nonpreemptible
         for node in self.tree.ancestors(queue):
             node.allocated = node.allocated + delta
+            if np:
+                node.allocated_np = node.allocated_np + delta
 
 
 def cluster_capacity(cache: Cache) -> Resources:
@@ -95,3 +120,8 @@ def cluster_capacity(cache: Cache) -> Resources:
         cpu=float(xp.sum(s.total_cpu * live)),
         memory=float(xp.sum(s.total_mem * live)),
     )
+
+
+def _resources(usage: tuple[int, int, int]) -> Resources:
+    gpu_milli, cpu_milli, mem_mib = usage
+    return Resources(gpu=gpu_milli / MILLI_PER_GPU, cpu=float(cpu_milli), memory=float(mem_mib))
