@@ -240,14 +240,16 @@ class Cache:
         return list(self._jobs.values())
 
     def _charge_queue(self, job: Job, usage: tuple[int, int, int], sign: int) -> None:
-        for book in (self._queue_usage, self._queue_usage_np) if not job.preemptible else (self._queue_usage,):
+        for book in (
+            (self._queue_usage, self._queue_usage_np) if not job.preemptible else (self._queue_usage,)
+        ):
             acc = book.setdefault(job.queue, [0, 0, 0])
             for i in range(3):
                 acc[i] += sign * usage[i]
 
     def pending_jobs(self) -> list[Job]:
-        """The jobs with pending pods, as of the last `jobs()` (a subset of what it returned)."""
-        return [self._jobs[k] for k in self._active]
+        """The jobs with pending pods, as of the last `jobs()`, in the same order as it returned them."""
+        return [job for job in self._jobs.values() if job.pending]
 
     def queue_usage(self, *, nonpreemptible: bool = False) -> dict[str, tuple[int, int, int]]:
         """Per queue: (GPU milli, CPU milli, MiB) held by the running pods of its jobs (only of its

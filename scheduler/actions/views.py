@@ -116,7 +116,7 @@ def capacity_blocked(
 def waiting_jobs(session: Session, reasons: tuple[str, ...] = CAPACITY_REASONS) -> list[Job]:
     """Jobs still waiting for room, for the actions that make room."""
     return [
-        job for job in session.jobs
+        job for job in session.pending_jobs  # the jobs with pending pods, in session.jobs order
         if any(p.uid in session.reasons for p in job.pending)  # allocate left a reason on every waiting pod
         and job.queue in session.tree.nodes and session.tree.leaf_error(job.queue) is None
         and capacity_blocked(session, job, reasons)

@@ -29,6 +29,7 @@ class BenchCluster:
     pods: dict[str, Obj] = field(default_factory=dict)  # namespace/name
     bound_at: list[float] = field(default_factory=list)  # perf_counter() of every bind, in order
     pending_reasons: dict[str, str] = field(default_factory=dict)
+    evictions: int = 0
     _events: list[WatchEvent] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ the interface
@@ -58,7 +59,17 @@ class BenchCluster:
         self._events.append(WatchEvent("Pod", "MODIFIED", bound))
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
-        raise EvictError("the benchmark cluster does not evict")  # allocate-only workload
+        """Delete the pod; its controller recreates it at once as a new pending pod (new uid)."""
+        obj = self.pods.pop(pod.key, None)
+        if obj is None:
+            raise EvictError(f"pod {pod.key} no longer exists")
+        self.evictions += 1
+        self._events.append(WatchEvent("Pod", "DELETED", obj))
+        meta = dict(obj["metadata"])
+        meta["uid"] = f"{meta.get('uid', pod.key)}-r{self.evictions}"
+        meta["annotations"] = {k: v for k, v in meta.get("annotations", {}).items() if k != GPU_ASSIGNMENT}
+        spec = {k: v for k, v in obj["spec"].items() if k != "nodeName"}
+        self.create("Pod", {**obj, "metadata": meta, "spec": spec, "status": {"phase": "Pending"}})
 
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
         self.pending_reasons[pod.key] = f"{reason}: {message}"

@@ -3,7 +3,8 @@
 Like scheduler_perf, only the scheduler's work is timed: pods are created by the "client" (this module)
 between cycles and that time is not counted, as the API server would create them concurrently. What the
 scheduler does with them — watch events into the cache, session, allocate, binds — is all timed.
-Throughput windows are 1 s of scheduler time (the clock runs only inside cycles).
+Throughput windows are 1 s of scheduler time (the clock runs only inside cycles). The scheduler runs its
+default action pipeline (allocate, consolidate, reclaim, preempt, stale-gang eviction), as in production.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class BenchResult:
     setup_s: float = 0.0
     init_scheduled: int = 0
     peak_rss_mib: float = 0.0
+    evictions: int = 0  # by consolidate/reclaim/preempt during the measured cycles
+    binds: int = 0  # all binds in the measured cycles (pods moved by consolidation bind again)
     cpu_s: float = 0.0  # process CPU time of the measured cycles (wall time inflates on a busy machine)
     load_avg: tuple[float, float] = (0.0, 0.0)  # 1-minute load average before and after
 
@@ -61,6 +64,8 @@ class BenchResult:
             "backend": self.backend,
             "scheduled": self.scheduled,
             "unschedulable": self.unschedulable,
+            "evictions": self.evictions,
+            "binds": self.binds,
             "init_scheduled": self.init_scheduled,
             "elapsed_s": round(self.elapsed_s, 4),
             "pods_per_s": round(self.scheduled / self.elapsed_s, 1) if self.elapsed_s > 0 else 0.0,
@@ -160,7 +165,7 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     sched = Scheduler(
         cluster,
         SchedulerConfig(
-            policy=cfg.policy, actions=("allocate",), backend=cfg.backend,
+            policy=cfg.policy, backend=cfg.backend,
             max_gpus_per_node=cfg.gpus_per_node, expected_nodes=cfg.nodes,
         ),
     )  # fmt: skip
@@ -178,6 +183,7 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     for obj in measured.podgroups:
         cluster.create("PodGroup", obj)
     first_bind = cluster.bound
+    first_eviction = cluster.evictions
     cycles: list[tuple[float, float]] = []
     phases = dict.fromkeys(PHASES, 0.0)
     durations: list[float] = []
@@ -199,7 +205,9 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
         if progress is not None:
             progress(pos, len(measured.pods))
     binds = cluster.bound_at[first_bind:]
-    scheduled = len(binds)
+    # Measured pods running at the end (a pod moved by consolidation and bound again counts once).
+    names = {f"bench/{p['metadata']['name']}" for p in measured.pods}
+    scheduled = sum(1 for key in names if cluster.pods.get(key, {}).get("spec", {}).get("nodeName"))
     return BenchResult(
         config=cfg,
         backend=backend_label(sched.xp),
@@ -213,6 +221,8 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
         init_scheduled=init_scheduled,
         peak_rss_mib=peak_rss_mib(),
         cpu_s=cpu_s,
+        evictions=cluster.evictions - first_eviction,
+        binds=len(binds),
         load_avg=(load_before, os.getloadavg()[0]),
     )
 

@@ -34,6 +34,7 @@ def test_bench_schedules_all_pods_and_reports_fields(policy):
     # binpack has room for all; spread leaves no node with 8 free GPUs for the big gangs
     assert r["scheduled"] == 60 if policy == "binpack" else r["scheduled"] >= 45
     assert r["cycles"] == 4  # three batches and one more cycle
+    assert r["binds"] >= r["scheduled"] and r["evictions"] >= 0  # moved pods bind again
     assert r["pods_per_s"] > 0 and r["elapsed_s"] > 0
     assert set(r["pods_per_s_windows"]) == {"count", "p50", "p90", "p99"}
     assert r["pods_per_s_windows"]["p50"] <= r["pods_per_s_windows"]["p99"]
