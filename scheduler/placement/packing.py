@@ -26,7 +26,7 @@ def node_used_fraction(xp: ArrayNamespace, state: ClusterState, d: PodDemand) ->
         free = xp.sum(xp.astype(state.free_milli, xp.int64) * present, axis=1)
     else:
         total, free = state.total_cpu, state.free_cpu
-    safe = xp.where(total > 0, total, xp.ones_like(total))
+    safe = xp.maximum(total, xp.ones_like(total))  # a node without GPUs (or CPU) counts as unused
     return xp.astype(total - free, xp.float64) / xp.astype(safe, xp.float64)
 
 
