@@ -32,8 +32,15 @@ def gpu_need(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> tuple[Arr
 
 def gpu_fit(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
     """bool[N, G]: GPU can host one device-share of the pod."""
-    need_milli, need_mib = gpu_need(xp, state, d)
     free_mib = xp.minimum(state.free_mib, state.report_free_mib)
+    if not d.gpu_mib:
+        # Fast path, same answer: a request in milli needs that milli on every GPU (a scalar, no arrays
+        # to build) and its share of each GPU's memory. Called once per decision by the placer.
+        if d.gpu_milli > MILLI_PER_GPU:
+            return xp.zeros(state.present.shape, dtype=xp.bool)
+        mib = (d.gpu_milli * state.total_mib) // MILLI_PER_GPU
+        return state.present & state.healthy & (state.free_milli >= d.gpu_milli) & (free_mib >= mib)
+    need_milli, need_mib = gpu_need(xp, state, d)
     return (
         state.present
         & state.healthy
