@@ -171,6 +171,8 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     )  # fmt: skip
     # Init pods: scheduled by the same loop, not measured (scheduler_perf's "initPods").
     init = make_pods("init", cfg.init_pods, gang_fraction=0.0, rng=rng)
+    measured = make_pods("pod", cfg.pods, gang_fraction=cfg.gangs, rng=rng)
+    give_typical_workload(sched, init.pods + measured.pods)
     for obj in init.pods:
         cluster.create("Pod", obj)
     sched.run_cycle()
@@ -178,7 +180,6 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     sched.run_cycle()  # absorbs the bind events of the init pods, as the next cycle would
     setup_s = time.perf_counter() - t_setup
 
-    measured = make_pods("pod", cfg.pods, gang_fraction=cfg.gangs, rng=rng)
     settle_heap()
     for obj in measured.podgroups:
         cluster.create("PodGroup", obj)
@@ -225,6 +226,20 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
         binds=len(binds),
         load_avg=(load_before, os.getloadavg()[0]),
     )
+
+
+def give_typical_workload(sched: Scheduler, pods: list[dict[str, Any]]) -> None:
+    """Fragmentation-aware policies (fgd) measure fragments against a typical workload; as in the FGD
+    paper and `tessera replay`, it is taken from the workload itself. Without it they learn it from the
+    pods they are asked about, which the benchmark would then measure too."""
+    setter = getattr(sched.policy, "set_typical_workload", None)
+    if setter is None:
+        return
+    from scheduler.objects import parse_pod
+    from scheduler.placement.workload import TypicalWorkload
+    from scheduler.state.demand import demand_for
+
+    setter(TypicalWorkload.from_demands(demand_for(parse_pod(p)) for p in pods))
 
 
 def backend_label(xp: Any) -> str:
