@@ -10,7 +10,7 @@ from scheduler.api.keys import GROUP, VERSION
 from scheduler.api.podgroup import PodGroup, PodGroupSpec, PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES, PriorityClassInfo, resolve_priority
 from scheduler.api.queue import Queue, QueueResource, QueueResources, QueueSpec, QueueStatus
-from scheduler.api.report import GPUNodeReport, GPUNodeReportSpec, GPUReport, GPUProcess
+from scheduler.api.report import GPUNodeReport, GPUNodeReportSpec, GPUProcess, GPUReport
 
 __all__ = [
     "GROUP",
@@ -21,8 +21,8 @@ __all__ = [
     "GPUNodeReport",
     "GPUNodeReportSpec",
     "GPUProcess",
-    "GPURequest",
     "GPUReport",
+    "GPURequest",
     "InvalidGPURequest",
     "PodGroup",
     "PodGroupSpec",

@@ -145,7 +145,7 @@ def parse_gpu_request(
         1
         if num_raw is None
         else _parse_positive_int(
-            num_raw, f"annotation {GPU_FRACTION_NUM_DEVICES}", "give the number of GPUs, e.g. \"2\""
+            num_raw, f"annotation {GPU_FRACTION_NUM_DEVICES}", 'give the number of GPUs, e.g. "2"'
         )
     )
     if fraction is not None:

@@ -1,0 +1,113 @@
+"""Plain domain types the scheduler works with (parsed once from Kubernetes objects)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from scheduler.api.gpu_request import GPURequest
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    @property
+    def code(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty = all effects
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:  # empty key with Exists tolerates everything
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_count: int = 0
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    gpu_uuids: tuple[str, ...] = ()
+
+    def uuid(self, index: int) -> str:
+        if index < len(self.gpu_uuids):
+            return self.gpu_uuids[index]
+        return f"GPU-{self.name}-{index}"
+
+
+class PodPhase(StrEnum):
+    PENDING = "Pending"
+    BOUND = "Bound"  # bound by us, not yet reported running
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass
+class PodInfo:
+    """One pod as the scheduler sees it. `error` holds why its request is invalid (then never placed)."""
+
+    uid: str
+    namespace: str
+    name: str
+    queue: str
+    priority: int
+    preemptible: bool
+    request: GPURequest
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    gpu_models: frozenset[str] | None = None
+    group: str | None = None  # namespace/name of its PodGroup
+    created_s: float = 0.0
+    phase: PodPhase = PodPhase.PENDING
+    node: str | None = None
+    ours: bool = True  # schedulerName is tessera
+    error: str | None = None
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def holds_resources(self) -> bool:
+        return self.node is not None and self.phase in (PodPhase.BOUND, PodPhase.RUNNING)
+
+
+@dataclass(frozen=True)
+class GPUShare:
+    """Part of one GPU given to a pod: slot index on the node, milli and MiB."""
+
+    slot: int
+    milli: int
+    mib: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: int  # row in the state arrays
+    gpus: tuple[GPUShare, ...]
+    cpu_milli: int
+    memory_mib: int

@@ -1,0 +1,49 @@
+"""Why a pod fits nowhere, in words a person can act on."""
+
+from __future__ import annotations
+
+from scheduler.backend import ArrayNamespace
+from scheduler.placement.filters import fit_counts, gpu_fit, node_checks
+from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand
+
+
+def _count(xp: ArrayNamespace, mask: object) -> int:
+    return int(xp.sum(xp.astype(mask, xp.int64)))
+
+
+def explain_unschedulable(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> str:
+    """Count, in filter order, how many live nodes each predicate removed.
+
+    E.g. "no node fits 500 milli of a GPU (model A100): 12 nodes lack 1 GPU with room, 3 short of CPU".
+    """
+    live = state.valid
+    total = _count(xp, live)
+    if total == 0:
+        return "no schedulable node in the cluster"
+    c = node_checks(xp, state, d)
+    parts: list[str] = []
+    remaining = live
+    excluded = remaining & ~c.usable
+    if (n := _count(xp, excluded)) > 0:
+        parts.append(f"{n} excluded by node selector or taints")
+    remaining = remaining & c.usable
+    if d.uses_gpu:
+        excluded = remaining & ~c.model
+        if (n := _count(xp, excluded)) > 0:
+            what = f"model not in {'|'.join(sorted(d.models))}" if d.models else "no GPUs"
+            parts.append(f"{n} with {what}")
+        remaining = remaining & c.model
+    for mask, label in ((c.cpu, "short of CPU"), (c.memory, "short of memory")):
+        if (n := _count(xp, remaining & ~mask)) > 0:
+            parts.append(f"{n} {label}")
+        remaining = remaining & mask
+    if d.uses_gpu:
+        fits = fit_counts(xp, gpu_fit(xp, state, d)) >= d.num_gpus
+        if (n := _count(xp, remaining & ~fits)) > 0:
+            room = "a free GPU" if d.whole else "a GPU with room"
+            if d.num_gpus > 1:
+                room = f"{d.num_gpus} {'free GPUs' if d.whole else 'GPUs with room'}"
+            parts.append(f"{n} lack {room}")
+    detail = "; ".join(parts) if parts else "capacity taken by pods placed earlier this cycle"
+    return f"no node fits {d.describe()} (of {total} nodes: {detail})"

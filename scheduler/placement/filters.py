@@ -1,0 +1,114 @@
+"""Feasibility as array expressions over the cluster state (numpy, CuPy or array-api-strict).
+
+`gpu_fit` answers, for every node x GPU slot, whether one device-share of the pod fits on that GPU;
+`node_mask` the per-node predicates (schedulable, selector, taints, GPU model, CPU, memory);
+`feasible` combines both with "at least num_gpus fitting GPUs on the node".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.backend import ArrayNamespace
+from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand
+
+Array = Any
+
+
+def gpu_need(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> tuple[Array, Array]:
+    """Per node x GPU: milli and MiB one device-share of `d` takes there (converted with GPU memory)."""
+    total = state.total_mib
+    milli = xp.full(total.shape, d.gpu_milli, dtype=xp.int64)
+    if d.gpu_mib:
+        safe_total = xp.where(total > 0, total, xp.ones_like(total))
+        from_mem = -((-d.gpu_mib * MILLI_PER_GPU) // safe_total)  # ceil division
+        milli = xp.maximum(milli, from_mem)
+    mib = xp.maximum(xp.full(total.shape, d.gpu_mib, dtype=xp.int64), (d.gpu_milli * total) // MILLI_PER_GPU)
+    return milli, mib
+
+
+def gpu_fit(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+    """bool[N, G]: GPU can host one device-share of the pod."""
+    need_milli, need_mib = gpu_need(xp, state, d)
+    free_mib = xp.minimum(state.free_mib, state.report_free_mib)
+    return (
+        state.present
+        & state.healthy
+        & (xp.astype(state.free_milli, xp.int64) >= need_milli)
+        & (free_mib >= need_mib)
+        & (need_milli <= MILLI_PER_GPU)
+    )
+
+
+@dataclass(frozen=True)
+class NodeChecks:
+    """Per-node predicate masks, kept apart so an unschedulable pod can be told which one failed."""
+
+    usable: Array  # live, schedulable, selector matches, taints tolerated
+    model: Array
+    cpu: Array
+    memory: Array
+
+
+def _model_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+    if not d.uses_gpu:
+        return xp.ones(state.valid.shape, dtype=xp.bool)
+    has_gpu = state.model >= 0
+    if d.models is None:
+        return has_gpu
+    codes = [c for m in d.models if (c := state.models.get(m)) is not None]
+    ok = xp.zeros(state.valid.shape, dtype=xp.bool)
+    for c in codes:  # a handful of acceptable models at most
+        ok = ok | (state.model == c)
+    return ok
+
+
+def _selector_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+    ok = xp.ones(state.valid.shape, dtype=xp.bool)
+    for pair in d.selector:
+        col = state.labels.get(pair)
+        if col is None:
+            return xp.zeros(state.valid.shape, dtype=xp.bool)
+        ok = ok & state.label_matrix[:, col]
+    return ok
+
+
+def _taints_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+    from scheduler.model import Taint
+
+    ok = xp.ones(state.valid.shape, dtype=xp.bool)
+    for col in range(len(state.taints)):
+        code = state.taints.name(col)
+        key_value, effect = code.rsplit(":", 1)
+        key, value = key_value.split("=", 1)
+        taint = Taint(key=key, value=value, effect=effect)
+        if not any(t.tolerates(taint) for t in d.tolerations):
+            ok = ok & ~state.taint_matrix[:, col]
+    return ok
+
+
+def node_checks(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> NodeChecks:
+    usable = state.valid & _selector_ok(xp, state, d) & _taints_ok(xp, state, d)
+    return NodeChecks(
+        usable=usable,
+        model=_model_ok(xp, state, d),
+        cpu=state.free_cpu >= d.cpu_milli,
+        memory=state.free_mem >= d.memory_mib,
+    )
+
+
+def fit_counts(xp: ArrayNamespace, fit: Array) -> Array:
+    return xp.sum(xp.astype(fit, xp.int32), axis=1)
+
+
+def feasible(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> tuple[Array, Array]:
+    """(bool[N] feasible nodes, bool[N, G] fitting GPUs)."""
+    c = node_checks(xp, state, d)
+    mask = c.usable & c.model & c.cpu & c.memory
+    if not d.uses_gpu:
+        return mask, xp.zeros(state.present.shape, dtype=xp.bool)
+    fit = gpu_fit(xp, state, d)
+    return mask & (fit_counts(xp, fit) >= d.num_gpus), fit

@@ -1,0 +1,56 @@
+"""Turn a policy's scores into a concrete placement of one pod (node + GPU shares)."""
+
+from __future__ import annotations
+
+import random
+from typing import Literal
+
+from scheduler.backend import ArrayNamespace
+from scheduler.model import Placement
+from scheduler.placement.filters import feasible
+from scheduler.placement.policy import Array, PlacementPolicy
+from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand
+
+TieBreak = Literal["first", "random"]
+
+
+def best_row(
+    xp: ArrayNamespace,
+    scores: Array,
+    mask: Array,
+    *,
+    tie_break: TieBreak = "first",
+    rng: random.Random | None = None,
+) -> int | None:
+    """Row with the highest score among `mask`; ties to the lowest row, or uniformly at random."""
+    neg_inf = xp.full(scores.shape, -float("inf"), dtype=xp.float64)
+    masked = xp.where(mask, xp.astype(scores, xp.float64), neg_inf)
+    top = xp.max(masked)
+    if not bool(top > -float("inf")):
+        return None
+    if tie_break == "first":
+        return int(xp.argmax(masked))
+    ties = xp.nonzero(masked == top)[0]
+    pick = (rng or random).randrange(int(ties.shape[0]))
+    return int(ties[pick])
+
+
+def place_one(
+    xp: ArrayNamespace,
+    state: ClusterState,
+    policy: PlacementPolicy,
+    d: PodDemand,
+    *,
+    tie_break: TieBreak = "first",
+    rng: random.Random | None = None,
+) -> Placement | None:
+    """Choose where `d` goes (without applying it). None when no node fits."""
+    mask, fit = feasible(xp, state, d)
+    scores = policy.score_nodes(xp, state, d, mask, fit)
+    row = best_row(xp, scores, mask, tie_break=tie_break, rng=rng)
+    if row is None:
+        return None
+    slots = policy.pick_gpus(xp, state, row, d, fit) if d.uses_gpu else []
+    shares = tuple(state.share_for(row, s, d.gpu_milli, d.gpu_mib) for s in slots)
+    return Placement(node=row, gpus=shares, cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)

@@ -1,0 +1,282 @@
+"""The cluster as a structure of arrays, kept current by incremental updates.
+
+Rows are nodes, columns GPU slots (up to the largest GPU count seen). Every placement and release is a
+handful of element writes journalled for rollback, so a scheduling action can try a gang, and undo it,
+without ever rebuilding the arrays. Rows of removed nodes are recycled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.backend import ArrayNamespace
+from scheduler.model import GPUShare, NodeInfo, Placement
+from scheduler.state.codebook import Codebook
+
+# Only these taint effects keep pods away at scheduling time.
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+class OvercommitError(RuntimeError):
+    """A placement would push a GPU, or a node's CPU/memory, below zero free. Always a scheduler bug."""
+
+
+@dataclass(frozen=True)
+class _JournalEntry:
+    placement: Placement
+    sign: int  # +1 placed, -1 released
+
+
+class ClusterState:
+    def __init__(self, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 16) -> None:
+        self.xp = xp
+        self.max_gpus = max(1, max_gpus)
+        self.capacity = 0
+        self.node_names: list[str | None] = []
+        self.node_index: dict[str, int] = {}
+        self.nodes: list[NodeInfo | None] = []
+        self._free_rows: list[int] = []
+        self.models = Codebook()
+        self.labels = Codebook()
+        self.taints = Codebook()
+        self._journal: list[_JournalEntry] = []
+        self.version = 0  # bumped on every change; lets callers cache derived values
+        self.touched: set[int] = set()  # rows changed since the last `take_touched()`
+        self._allocate(max(capacity, 1), label_cols=8, taint_cols=4)
+
+    # ----------------------------------------------------------------------------------------- storage
+    def _allocate(self, rows: int, *, label_cols: int, taint_cols: int) -> None:
+        xp, g = self.xp, self.max_gpus
+        i32 = xp.int32
+        self.free_milli = xp.zeros((rows, g), dtype=i32)
+        self.free_mib = xp.zeros((rows, g), dtype=xp.int64)
+        self.report_free_mib = xp.zeros((rows, g), dtype=xp.int64)
+        self.total_mib = xp.zeros((rows, g), dtype=xp.int64)
+        self.present = xp.zeros((rows, g), dtype=xp.bool)
+        self.healthy = xp.zeros((rows, g), dtype=xp.bool)
+        self.free_cpu = xp.zeros((rows,), dtype=xp.int64)
+        self.free_mem = xp.zeros((rows,), dtype=xp.int64)
+        self.total_cpu = xp.zeros((rows,), dtype=xp.int64)
+        self.total_mem = xp.zeros((rows,), dtype=xp.int64)
+        self.model = xp.full((rows,), -1, dtype=i32)
+        self.valid = xp.zeros((rows,), dtype=xp.bool)
+        self.label_matrix = xp.zeros((rows, label_cols), dtype=xp.bool)
+        self.taint_matrix = xp.zeros((rows, taint_cols), dtype=xp.bool)
+        self.capacity = rows
+
+    _ROW_ARRAYS = (
+        "free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy", "free_cpu",
+        "free_mem", "total_cpu", "total_mem", "model", "valid", "label_matrix", "taint_matrix",
+    )  # fmt: skip
+
+    def _grow_rows(self, rows: int) -> None:
+        xp = self.xp
+        for name in self._ROW_ARRAYS:
+            old = getattr(self, name)
+            pad_shape = (rows - old.shape[0], *old.shape[1:])
+            fill = -1 if name == "model" else 0
+            pad = xp.full(pad_shape, fill, dtype=old.dtype)
+            setattr(self, name, xp.concat([old, pad], axis=0))
+        self.capacity = rows
+
+    def _grow_cols(self, name: str, cols: int) -> None:
+        old = getattr(self, name)
+        pad = self.xp.zeros((old.shape[0], cols - old.shape[1]), dtype=old.dtype)
+        setattr(self, name, self.xp.concat([old, pad], axis=1))
+
+    def _grow_gpus(self, gpus: int) -> None:
+        for name in ("free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy"):
+            self._grow_cols(name, gpus)
+        self.max_gpus = gpus
+
+    def _column(self, book: Codebook, matrix: str, name: str) -> int:
+        col = book.code(name)
+        width = getattr(self, matrix).shape[1]
+        if col >= width:
+            self._grow_cols(matrix, max(width * 2, col + 1))
+        return col
+
+    # ------------------------------------------------------------------------------------------- nodes
+    @property
+    def num_rows(self) -> int:
+        """Rows in use (valid or recycled); kernels may look at all `capacity` rows, masked by `valid`."""
+        return len(self.node_names)
+
+    def _touch(self, row: int) -> None:
+        self.version += 1
+        self.touched.add(row)
+
+    def take_touched(self) -> set[int]:
+        rows, self.touched = self.touched, set()
+        return rows
+
+    def add_node(self, node: NodeInfo) -> int:
+        """Add or update a node (an update keeps what is allocated on it)."""
+        if node.name in self.node_index:
+            return self.update_node(node)
+        if node.gpu_count > self.max_gpus:
+            self._grow_gpus(node.gpu_count)
+        if self._free_rows:
+            row = self._free_rows.pop()
+            self.node_names[row] = node.name
+            self.nodes[row] = node
+        else:
+            row = len(self.node_names)
+            if row >= self.capacity:
+                self._grow_rows(max(self.capacity * 2, 16))
+            self.node_names.append(node.name)
+            self.nodes.append(node)
+        self.node_index[node.name] = row
+        self._write_node(row, node, alloc_milli=None)
+        return row
+
+    def update_node(self, node: NodeInfo) -> int:
+        row = self.node_index[node.name]
+        if node.gpu_count > self.max_gpus:
+            self._grow_gpus(node.gpu_count)
+        g = self.max_gpus
+        alloc_milli = [MILLI_PER_GPU - int(self.free_milli[row, j]) for j in range(g)]
+        alloc_mib = [int(self.total_mib[row, j]) - int(self.free_mib[row, j]) for j in range(g)]
+        alloc_cpu = int(self.total_cpu[row]) - int(self.free_cpu[row])
+        alloc_mem = int(self.total_mem[row]) - int(self.free_mem[row])
+        self.nodes[row] = node
+        self._write_node(row, node, alloc_milli=(alloc_milli, alloc_mib, alloc_cpu, alloc_mem))
+        return row
+
+    def _write_node(
+        self, row: int, node: NodeInfo, *, alloc_milli: tuple[list[int], list[int], int, int] | None
+    ) -> None:
+        g = self.max_gpus
+        milli_used, mib_used, cpu_used, mem_used = alloc_milli or ([0] * g, [0] * g, 0, 0)
+        for j in range(g):
+            present = j < node.gpu_count
+            was_present = bool(self.present[row, j])
+            self.present[row, j] = present
+            if present and not was_present:
+                self.healthy[row, j] = True
+            elif not present:
+                self.healthy[row, j] = False
+            total = node.gpu_memory_mib if present else 0
+            self.total_mib[row, j] = total
+            self.free_milli[row, j] = (MILLI_PER_GPU - milli_used[j]) if present else 0
+            self.free_mib[row, j] = (total - mib_used[j]) if present else 0
+            self.report_free_mib[row, j] = total
+        self.total_cpu[row] = node.cpu_milli
+        self.total_mem[row] = node.memory_mib
+        self.free_cpu[row] = node.cpu_milli - cpu_used
+        self.free_mem[row] = node.memory_mib - mem_used
+        self.model[row] = self.models.code(node.gpu_model) if node.gpu_count else -1
+        self.valid[row] = not node.unschedulable
+        self.label_matrix[row, :] = False
+        for k, v in node.labels.items():
+            self.label_matrix[row, self._column(self.labels, "label_matrix", f"{k}={v}")] = True
+        self.taint_matrix[row, :] = False
+        for taint in node.taints:
+            if taint.effect in _BLOCKING_EFFECTS:
+                self.taint_matrix[row, self._column(self.taints, "taint_matrix", taint.code)] = True
+        self._touch(row)
+
+    def remove_node(self, name: str) -> None:
+        row = self.node_index.pop(name, None)
+        if row is None:
+            return
+        self.node_names[row] = None
+        self.nodes[row] = None
+        for arr in (self.free_milli, self.free_mib, self.total_mib, self.report_free_mib):
+            arr[row, :] = 0
+        self.present[row, :] = False
+        self.healthy[row, :] = False
+        for arr in (self.free_cpu, self.free_mem, self.total_cpu, self.total_mem):
+            arr[row] = 0
+        self.valid[row] = False
+        self.model[row] = -1
+        self._free_rows.append(row)
+        self._touch(row)
+
+    def set_gpu_health(self, row: int, slot: int, healthy: bool) -> None:
+        self.healthy[row, slot] = healthy and bool(self.present[row, slot])
+        self._touch(row)
+
+    def set_reported_used(self, row: int, slot: int, used_mib: int) -> None:
+        """NVML-measured use: free memory counts as the lower of accounting and the node report."""
+        self.report_free_mib[row, slot] = max(0, int(self.total_mib[row, slot]) - used_mib)
+        self._touch(row)
+
+    # ------------------------------------------------------------------------------------- placements
+    def share_for(self, row: int, slot: int, milli: int, mib: int) -> GPUShare:
+        """The share one device of a pod takes on this GPU: milli and MiB each derived from the other."""
+        total = int(self.total_mib[row, slot])
+        need_milli = max(milli, -(-mib * MILLI_PER_GPU // total) if total and mib else 0)
+        need_mib = max(mib, milli * total // MILLI_PER_GPU)
+        return GPUShare(slot=slot, milli=min(need_milli, MILLI_PER_GPU), mib=min(need_mib, total))
+
+    def apply(self, placement: Placement, sign: int = 1) -> None:
+        """Place (sign=+1) or release (-1) a placement. Refuses to over-commit anything."""
+        row = placement.node
+        cpu = int(self.free_cpu[row]) - sign * placement.cpu_milli
+        mem = int(self.free_mem[row]) - sign * placement.memory_mib
+        if sign > 0 and (cpu < 0 or mem < 0):
+            raise OvercommitError(f"node {self.node_names[row]}: CPU or memory would be over-committed")
+        updates = []
+        for share in placement.gpus:
+            s = share.slot
+            if not bool(self.present[row, s]):
+                raise OvercommitError(f"node {self.node_names[row]} has no GPU {s}")
+            milli = int(self.free_milli[row, s]) - sign * share.milli
+            mib = int(self.free_mib[row, s]) - sign * share.mib
+            if milli < 0 or mib < 0:
+                raise OvercommitError(f"node {self.node_names[row]} GPU {s} would be over-committed")
+            if milli > MILLI_PER_GPU or mib > int(self.total_mib[row, s]):
+                raise OvercommitError(f"node {self.node_names[row]} GPU {s} released more than placed")
+            updates.append((s, milli, mib))
+        for s, milli, mib in updates:
+            self.free_milli[row, s] = milli
+            self.free_mib[row, s] = mib
+        self.free_cpu[row] = cpu
+        self.free_mem[row] = mem
+        self._journal.append(_JournalEntry(placement, sign))
+        self._touch(row)
+
+    def place(self, placement: Placement) -> None:
+        self.apply(placement, +1)
+
+    def release(self, placement: Placement) -> None:
+        self.apply(placement, -1)
+
+    # ------------------------------------------------------------------------------------ transaction
+    def checkpoint(self) -> int:
+        return len(self._journal)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self._journal) > checkpoint:
+            entry = self._journal.pop()
+            self.apply(entry.placement, -entry.sign)
+            self._journal.pop()  # the undo itself is not history
+
+    def commit(self) -> None:
+        """Forget the journal: what was done stays done."""
+        self._journal.clear()
+
+    # ---------------------------------------------------------------------------------------- queries
+    def row_of(self, name: str) -> int | None:
+        return self.node_index.get(name)
+
+    def gpu_capacity(self) -> int:
+        """GPUs present on live nodes."""
+        return int(self.xp.sum(self.xp.astype(self.present, self.xp.int64)))
+
+    def allocated_milli(self) -> int:
+        xp = self.xp
+        used = xp.where(self.present, MILLI_PER_GPU - self.free_milli, xp.zeros_like(self.free_milli))
+        return int(xp.sum(xp.astype(used, xp.int64)))
+
+    def node_gpu_row(self, row: int) -> list[int]:
+        """Free milli per GPU of one node (host ints, for reports and GPU choice)."""
+        return [int(self.free_milli[row, j]) for j in range(self.max_gpus) if bool(self.present[row, j])]
+
+    def host(self, arr: Any) -> Any:
+        from scheduler.backend import to_numpy
+
+        return to_numpy(arr)

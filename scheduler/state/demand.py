@@ -1,0 +1,59 @@
+"""What one pod needs, in the form the placement kernels consume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.model import PodInfo, Toleration
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """A pod's demand. Per GPU it asks `gpu_milli` and/or `gpu_mib`; each is converted into the other with
+    the memory of the candidate GPU (a fraction gets that share of memory, a memory request that share of
+    compute). Whole GPUs ask 1000 milli, i.e. an untouched GPU."""
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    num_gpus: int = 0
+    gpu_milli: int = 0
+    gpu_mib: int = 0
+    models: frozenset[str] | None = None
+    selector: tuple[str, ...] = ()  # "key=value" node labels required
+    tolerations: tuple[Toleration, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return self.gpu_milli >= MILLI_PER_GPU
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.num_gpus > 0
+
+    def describe(self) -> str:
+        if not self.uses_gpu:
+            return "no GPU"
+        if self.whole:
+            each = f"{self.num_gpus} whole GPU" + ("s" if self.num_gpus > 1 else "")
+        else:
+            part = f"{self.gpu_milli} milli" if self.gpu_milli else f"{self.gpu_mib} MiB"
+            each = f"{part} of a GPU" + (f" on each of {self.num_gpus} GPUs" if self.num_gpus > 1 else "")
+        if self.models:
+            each += f" (model {'|'.join(sorted(self.models))})"
+        return each
+
+
+def demand_for(pod: PodInfo) -> PodDemand:
+    req = pod.request
+    milli = req.milli if req.kind in ("whole", "fraction") else 0
+    return PodDemand(
+        cpu_milli=pod.cpu_milli,
+        memory_mib=pod.memory_mib,
+        num_gpus=req.num_devices,
+        gpu_milli=milli,
+        gpu_mib=req.memory_mib if req.kind == "memory" else 0,
+        models=pod.gpu_models,
+        selector=tuple(sorted(f"{k}={v}" for k, v in pod.node_selector.items())),
+        tolerations=pod.tolerations,
+    )
