@@ -1,0 +1,210 @@
+"""Binding a pod to its node, in the order the device plugin relies on.
+
+1. write the decision on the pod (`tessera.dev/gpu-assignment`), guarded by the pod's uid;
+2. take the node's bind lock (`tessera.dev/bind-lock`), guarded by the node's resourceVersion, so at most
+   one assigned-but-unallocated GPU pod is pending per node; a lock whose pod was allocated, is gone, or
+   is older than `lock_timeout_s` is free to take;
+3. POST the Binding subresource.
+Any failure undoes what was done (lock released if still ours, annotation removed) and the pod is retried
+in a later cycle. Pods without GPUs skip steps 1 and 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from scheduler.api.assignment import GPUAssignment
+from scheduler.api.bind_lock import BindLock
+from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True)
+class BindResult:
+    ok: bool
+    reason: str = ""
+    retry: bool = True  # worth trying again in a later cycle
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def api_reason(exc: ApiException) -> str:
+    """The server's one-line message out of an ApiException."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return f"{exc.status} {exc.reason}"
+
+
+class Binder:
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        *,
+        lock_timeout_s: float = 60.0,
+        clock: Clock = lambda: datetime.now(UTC),
+    ) -> None:
+        self.core = core
+        self.lock_timeout_s = lock_timeout_s
+        self.clock = clock
+
+    # ---- the three steps ---------------------------------------------------------------------------------
+    def bind(
+        self, namespace: str, name: str, uid: str, node: str, assignment: GPUAssignment | None
+    ) -> BindResult:
+        annotated = locked = False
+        try:
+            if assignment is not None:
+                self._annotate(namespace, name, uid, assignment)
+                annotated = True
+                held = self._take_lock(node, namespace, name, uid)
+                if held:
+                    self._remove_annotation(namespace, name, uid)
+                    return BindResult(False, held)
+                locked = True
+            body = client.V1Binding(
+                metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+                target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+            )
+            # The server answers a Status, not a Binding: do not let the client decode it.
+            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+            return BindResult(True)
+        except ApiException as exc:
+            reason = f"binding {namespace}/{name} to {node} failed: {api_reason(exc)}"
+            log.warning(reason)
+            if locked:
+                self.release_lock(node, uid)
+            if annotated:
+                self._remove_annotation(namespace, name, uid)
+            return BindResult(False, reason, retry=exc.status != 404)
+
+    def _annotate(self, namespace: str, name: str, uid: str, assignment: GPUAssignment) -> None:
+        pod = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        meta = _json(pod)["metadata"]
+        if meta.get("uid") != uid:
+            raise ApiException(status=409, reason=f"pod {namespace}/{name} was replaced (uid changed)")
+        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
+        value = assignment.to_annotation()
+        if meta.get("annotations"):
+            ops.append(
+                {"op": "add", "path": f"/metadata/annotations/{_pointer(GPU_ASSIGNMENT)}", "value": value}
+            )
+        else:
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": {GPU_ASSIGNMENT: value}})
+        self.core.patch_namespaced_pod(name, namespace, ops, _preload_content=False)
+
+    def _remove_annotation(self, namespace: str, name: str, uid: str) -> None:
+        ops = [
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "remove", "path": f"/metadata/annotations/{_pointer(GPU_ASSIGNMENT)}"},
+        ]
+        try:
+            self.core.patch_namespaced_pod(name, namespace, ops, _preload_content=False)
+        except ApiException as exc:
+            if exc.status not in (404, 422):  # gone, or the annotation/uid is not ours any more
+                log.warning(
+                    "could not roll back %s on %s/%s: %s", GPU_ASSIGNMENT, namespace, name, api_reason(exc)
+                )
+
+    # ---- the node lock -----------------------------------------------------------------------------------
+    def _take_lock(self, node: str, namespace: str, name: str, uid: str) -> str | None:
+        """Take the node's bind lock; return why not when another pod legitimately holds it."""
+        current = _json(self.core.read_node(node, _preload_content=False))
+        meta = current["metadata"]
+        raw = (meta.get("annotations") or {}).get(BIND_LOCK)
+        if raw:
+            busy = self._lock_busy(raw, uid)
+            if busy:
+                return f"node {node} is busy: {busy}"
+        lock = BindLock(pod_uid=uid, namespace=namespace, name=name, since=self.clock())
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
+        ]
+        if meta.get("annotations"):
+            ops.append(
+                {
+                    "op": "add",
+                    "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}",
+                    "value": lock.to_annotation(),
+                }
+            )
+        else:
+            ops.append(
+                {"op": "add", "path": "/metadata/annotations", "value": {BIND_LOCK: lock.to_annotation()}}
+            )
+        try:
+            self.core.patch_node(node, ops, _preload_content=False)
+        except ApiException as exc:
+            if exc.status in (409, 422):  # the node changed under us (another scheduler took it): later
+                return f"node {node} changed while taking its bind lock; retrying"
+            raise
+        return None
+
+    def _lock_busy(self, raw: str, uid: str) -> str | None:
+        try:
+            lock = BindLock.from_annotation(raw)
+        except ValueError as exc:
+            log.warning("%s; taking the lock over", exc)
+            return None
+        if lock.pod_uid == uid:
+            return None  # ours from an earlier attempt (e.g. before a restart)
+        age = lock.age_seconds(self.clock())
+        if age >= self.lock_timeout_s:
+            log.warning(
+                "bind lock for %s/%s is stale (%.0fs); taking it over", lock.namespace, lock.name, age
+            )
+            return None
+        try:
+            holder = _json(self.core.read_namespaced_pod(lock.name, lock.namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        meta = holder["metadata"]
+        done = (
+            meta.get("uid") != lock.pod_uid
+            or GPU_ALLOCATED in (meta.get("annotations") or {})
+            or meta.get("deletionTimestamp")
+            or (holder.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+        )
+        if done:
+            return None
+        return (
+            f"waiting for the device plugin to allocate {lock.namespace}/{lock.name} (lock held {age:.0f}s)"
+        )
+
+    def release_lock(self, node: str, uid: str) -> bool:
+        """Remove the node's bind lock if `uid` holds it. Returns whether it was released."""
+        try:
+            meta = _json(self.core.read_node(node, _preload_content=False))["metadata"]
+            raw = (meta.get("annotations") or {}).get(BIND_LOCK)
+            if not raw or BindLock.from_annotation(raw).pod_uid != uid:
+                return False
+            ops = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                {"op": "remove", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}"},
+            ]
+            self.core.patch_node(node, ops, _preload_content=False)
+            return True
+        except (ApiException, ValueError) as exc:
+            log.warning("could not release the bind lock on %s: %s", node, exc)
+            return False
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    data = json.loads(resp.data)
+    assert isinstance(data, dict)
+    return data
