@@ -537,8 +537,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = self.headers.get("Content-Type")
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body: Any = None
-        status = 500
-        recorded = False
+        watch_route: _Route | None = None
         try:
             if raw:
                 try:
@@ -552,26 +551,26 @@ class _Handler(BaseHTTPRequestHandler):
                 raise injected
             routed = api._route(url.path)
             if isinstance(routed, dict):
-                status = 200
-                self._send_json(status, routed)
-                return
-            if method == "GET" and routed.name is None and _q(query, "watch") in ("true", "1"):
-                status = 200
-                # A watch is logged when it starts: it may stream for a long time.
-                api._record(RecordedRequest(method, url.path, query, content_type, body, status))
-                recorded = True
-                self._watch(routed, query)
-                return
-            status, result = api._dispatch(method, routed, query, body, content_type)
-            self._send_json(status, result)
+                status, payload = 200, routed
+            elif method == "GET" and routed.name is None and _q(query, "watch") in ("true", "1"):
+                api._matcher(routed, query)  # selector errors answer 400 before the stream starts
+                rv = _q(query, "resourceVersion")
+                if rv not in (None, "", "0") and not str(rv).isdigit():
+                    raise ApiError(400, f"resourceVersion: Invalid value: {rv!r}")
+                status, payload, watch_route = 200, None, routed
+            else:
+                status, payload = api._dispatch(method, routed, query, body, content_type)
         except ApiError as exc:
-            status = exc.code
-            self._send_json(exc.code, exc.status())
+            status, payload = exc.code, exc.status()
+        # Logged before answering, so a client that got its answer always finds its request in the log.
+        api._record(RecordedRequest(method, url.path, query, content_type, body, status))
+        try:
+            if watch_route is not None:
+                self._watch(watch_route, query)
+            else:
+                self._send_json(status, payload)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        finally:
-            if not recorded:
-                api._record(RecordedRequest(method, url.path, query, content_type, body, status))
 
     def _send_json(self, code: int, payload: Any) -> None:
         data = json.dumps(payload).encode()
@@ -602,8 +601,6 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = _q(query, "timeoutSeconds")
         deadline = time.monotonic() + float(timeout) if timeout else None
         bookmarks = _q(query, "allowWatchBookmarks") in ("true", "1")
-        if rv_param not in (None, "", "0") and not rv_param.isdigit():
-            raise ApiError(400, f"resourceVersion: Invalid value: {rv_param!r}")
         generation = api._watch_generation
         bookmark_generation = api._bookmark_generation
         self.send_response(200)
