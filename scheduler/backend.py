@@ -25,7 +25,7 @@ class BackendError(RuntimeError):
 @cache
 def cupy_usable() -> bool:
     try:
-        import cupy  # type: ignore[import-not-found]
+        import cupy
 
         return int(cupy.cuda.runtime.getDeviceCount()) > 0
     except Exception:  # no cupy, no driver, no device: all mean "not usable"

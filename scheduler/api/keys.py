@@ -1,8 +1,10 @@
 """Annotation, label and resource names: the user-facing API (compatible with KAI Scheduler's)."""
 
+from typing import Final
+
 GROUP = "scheduling.tessera.dev"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+API_VERSION: Final = "scheduling.tessera.dev/v1alpha1"  # GROUP/VERSION, spelled out for typing
 SCHEDULER_NAME = "tessera"
 
 # What a user writes on a pod.

@@ -33,7 +33,7 @@ class QueueResource(BaseModel):
 
 
 class QueueResources(BaseModel):
-    """GPU in whole GPUs, CPU in cores, memory in MiB (as KAI's Queue)."""
+    """Units as in KAI Scheduler's Queue: gpu in GPUs (fractions allowed), cpu in millicores, memory in MiB."""
 
     gpu: QueueResource = Field(default_factory=QueueResource)
     cpu: QueueResource = Field(default_factory=QueueResource)

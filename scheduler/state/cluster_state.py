@@ -171,11 +171,13 @@ class ClusterState:
         self.valid[row] = not node.unschedulable
         self.label_matrix[row, :] = False
         for k, v in node.labels.items():
-            self.label_matrix[row, self._column(self.labels, "label_matrix", f"{k}={v}")] = True
+            col = self._column(self.labels, "label_matrix", f"{k}={v}")  # may grow (replace) the matrix
+            self.label_matrix[row, col] = True
         self.taint_matrix[row, :] = False
         for taint in node.taints:
             if taint.effect in _BLOCKING_EFFECTS:
-                self.taint_matrix[row, self._column(self.taints, "taint_matrix", taint.code)] = True
+                col = self._column(self.taints, "taint_matrix", taint.code)
+                self.taint_matrix[row, col] = True
         self._touch(row)
 
     def remove_node(self, name: str) -> None:

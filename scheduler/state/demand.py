@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.api.keys import GPU_PRODUCT_LABEL, MILLI_PER_GPU
 from scheduler.model import PodInfo, Toleration
 
 
@@ -54,6 +54,7 @@ def demand_for(pod: PodInfo) -> PodDemand:
         gpu_milli=milli,
         gpu_mib=req.memory_mib if req.kind == "memory" else 0,
         models=pod.gpu_models,
-        selector=tuple(sorted(f"{k}={v}" for k, v in pod.node_selector.items())),
+        # The GPU-model label is matched through `models` (a clearer reason when it fails).
+        selector=tuple(sorted(f"{k}={v}" for k, v in pod.node_selector.items() if k != GPU_PRODUCT_LABEL)),
         tolerations=pod.tolerations,
     )

@@ -1,0 +1,96 @@
+"""`allocate`: place pending jobs on free capacity, gangs whole or not at all."""
+
+from __future__ import annotations
+
+from scheduler.actions.ordering import jobs_in_order
+from scheduler.cluster import Cluster
+from scheduler.jobs import Job
+from scheduler.placement.explain import explain_unschedulable
+from scheduler.placement.placer import place_one
+from scheduler.session import Session
+from scheduler.state.demand import PodDemand, demand_for
+from scheduler.transaction import Transaction
+
+
+def admissible(session: Session, job: Job) -> tuple[str, str] | None:
+    """(reason, message) when the job's queue may not take it now, else None."""
+    tree = session.tree
+    request = job.pending_request()
+    if (msg := tree.limit_exceeded(job.queue, request)) is not None:
+        return ("OverLimit", msg)
+    if not job.preemptible and (msg := tree.quota_exceeded(job.queue, request)) is not None:
+        return ("OverQuota", msg)
+    return None
+
+
+def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict[PodDemand, str]) -> int:
+    """Place as many pending members as fit (in order); return how many were placed.
+
+    `unplaceable` remembers demands that fit nowhere on the committed state: allocate only ever fills
+    the cluster, so an identical demand will not fit later in the same action either. Failures seen while
+    this transaction holds placements are not remembered: those placements may yet be rolled back.
+    """
+    xp, state = session.xp, session.cache.state
+    placed = 0
+    for i, pod in enumerate(job.pending):
+        d = demand_for(pod)
+        msg = unplaceable.get(d)
+        pl = None if msg is not None else place_one(xp, state, session.policy, d)
+        if pl is None:
+            if msg is None:
+                msg = explain_unschedulable(xp, state, d)
+                if not tx.ops:
+                    unplaceable[d] = msg
+            session.set_reason(pod, "Unschedulable", msg)
+            if placed + (len(job.pending) - i - 1) < job.need:
+                break  # the gang can no longer reach minMember
+            continue
+        tx.place(pod, job.queue, pl)
+        placed += 1
+    return placed
+
+
+def allocate(session: Session, cluster: Cluster) -> None:
+    unplaceable: dict[PodDemand, str] = {}
+    pending_jobs = []
+    for job in session.jobs:
+        bad = [p for p in job.pending if p.error]
+        for p in bad:
+            session.set_reason(p, "InvalidRequest", p.error or "")
+        job.pending = [p for p in job.pending if not p.error]
+        if not job.pending:
+            continue
+        if (err := session.tree.leaf_error(job.queue)) is not None:
+            for p in job.pending:
+                session.set_reason(p, "InvalidQueue", err)
+            continue
+        pending_jobs.append(job)
+    for job in jobs_in_order(session, pending_jobs):
+        if job.is_gang and len(job.pending) < job.need:
+            for p in job.pending:
+                session.set_reason(
+                    p, "GangIncomplete",
+                    f"gang {job.key} needs {job.min_member} pods; only {len(job.pending) + len(job.running)} exist",
+                )  # fmt: skip
+            continue
+        verdict = admissible(session, job)
+        if verdict is not None:
+            for p in job.pending:
+                session.set_reason(p, *verdict)
+            continue
+        tx = Transaction(session, "allocate")
+        placed = try_place_job(session, job, tx, unplaceable)
+        if placed == 0 or placed < job.need:
+            tx.rollback()
+            if job.is_gang:
+                failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
+                detail = failed[-1] if failed else "capacity taken by earlier placements"
+                for p in job.pending:
+                    session.set_reason(
+                        p, "GangUnschedulable",
+                        f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}",
+                    )  # fmt: skip
+            continue
+        outcome = tx.commit(cluster)
+        for p in outcome.bound:
+            session.reasons.pop(p.uid, None)

@@ -1,0 +1,60 @@
+"""The one interface the scheduling loop talks to: a simulated cluster or a real Kubernetes API.
+
+Objects cross it as plain Kubernetes dicts (exactly what the API server or a YAML file holds), so the
+simulated and the real cluster go through the same parsing and validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from scheduler.api.assignment import GPUAssignment
+from scheduler.api.podgroup import PodGroupStatus
+from scheduler.api.queue import QueueStatus
+from scheduler.model import PodInfo
+
+Kind = Literal["Node", "Pod", "Queue", "PodGroup", "GPUNodeReport"]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    kind: Kind
+    type: EventType
+    obj: Mapping[str, Any]
+
+
+class BindError(RuntimeError):
+    """Binding failed (conflict, pod gone, node lock held); the pod stays pending and is retried."""
+
+
+class EvictError(RuntimeError):
+    """Eviction refused (e.g. a PodDisruptionBudget); the victim keeps running."""
+
+
+class Cluster(Protocol):
+    def now(self) -> float:
+        """Seconds (wall clock or simulated)."""
+        ...
+
+    def drain_events(self) -> list[WatchEvent]:
+        """Everything that changed since the last call, oldest first."""
+        ...
+
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+        """Write the assignment on the pod and bind it to `assignment.node`. Raises BindError."""
+        ...
+
+    def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
+        """Evict a running pod; `message` names the action and the beneficiary. Raises EvictError."""
+        ...
+
+    def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
+        """Tell the user why the pod is not running (pod condition + event, rate-limited by the adapter)."""
+        ...
+
+    def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
+        """Write Queue and PodGroup status (keys: queue name; namespace/name of the group)."""
+        ...

@@ -1,0 +1,118 @@
+"""The scheduling loop: apply watch events, open a session, run the actions, report what is pending."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.actions import ACTIONS, DEFAULT_ACTIONS
+from scheduler.api.meta import Condition
+from scheduler.api.podgroup import PodGroupStatus
+from scheduler.api.queue import QueueStatus
+from scheduler.backend import get_namespace
+from scheduler.cache import Cache
+from scheduler.cluster import Cluster
+from scheduler.placement.registry import make_policy
+from scheduler.session import PendingReason, Session
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    policy: str = "binpack"
+    actions: tuple[str, ...] = DEFAULT_ACTIONS
+    backend: str | None = None  # None: TESSERA_ARRAY_BACKEND / auto
+    max_gpus_per_node: int = 8
+    expected_nodes: int = 64
+
+
+@dataclass
+class CycleResult:
+    started_s: float
+    duration_s: float
+    action_s: dict[str, float]
+    bound: int
+    evicted: int
+    pending: int
+    reasons: dict[str, PendingReason] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(self, cluster: Cluster, config: SchedulerConfig | None = None) -> None:
+        self.cluster = cluster
+        self.config = config or SchedulerConfig()
+        problem = self.config.expected_nodes * self.config.max_gpus_per_node
+        self.xp = get_namespace(self.config.backend, problem_gpus=problem)
+        self.cache = Cache.create(
+            self.xp, max_gpus=self.config.max_gpus_per_node, capacity=self.config.expected_nodes
+        )
+        self.policy = make_policy(self.config.policy)
+        unknown = [a for a in self.config.actions if a not in ACTIONS]
+        if unknown:
+            log.info("actions not available in this build, skipped: %s", ", ".join(unknown))
+        self.actions = [a for a in self.config.actions if a in ACTIONS]
+        self.last_reasons: dict[str, PendingReason] = {}
+        self.last_session: Session | None = None
+
+    def run_cycle(self) -> CycleResult:
+        t0 = time.perf_counter()
+        now = self.cluster.now()
+        self.cache.apply(self.cluster.drain_events())
+        session = Session.open(self.cache, self.policy, now)
+        timings: dict[str, float] = {}
+        for name in self.actions:
+            ta = time.perf_counter()
+            ACTIONS[name](session, self.cluster)
+            timings[name] = time.perf_counter() - ta
+        self._report(session)
+        self.last_session = session
+        bound = sum(1 for e in session.events if e["type"] == "Scheduled")
+        evicted = sum(1 for e in session.events if e["type"] == "Evicted")
+        return CycleResult(
+            started_s=now, duration_s=time.perf_counter() - t0, action_s=timings, bound=bound, evicted=evicted,
+            pending=len(session.reasons), reasons=dict(session.reasons), events=session.events,
+        )  # fmt: skip
+
+    def _report(self, session: Session) -> None:
+        pods = self.cache.pods
+        for uid, why in session.reasons.items():
+            pod = pods.get(uid)
+            if pod is not None and not pod.holds_resources:
+                self.cluster.report_pending(pod, why.reason, why.message)
+        self.last_reasons = session.reasons
+        self.cluster.publish_status(queue_statuses(session), podgroup_statuses(session))
+
+
+def queue_statuses(session: Session) -> dict[str, QueueStatus]:
+    return {
+        name: QueueStatus(
+            allocated=node.allocated.as_dict(),
+            requested=node.requested.as_dict(),
+            fair_share=node.fair_share.as_dict(),
+        )
+        for name, node in session.tree.nodes.items()
+    }
+
+
+def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
+    out: dict[str, PodGroupStatus] = {}
+    for job in session.jobs:
+        if not job.is_gang:
+            continue
+        running = sum(1 for p in (*job.running, *job.pending) if p.holds_resources)
+        if running >= job.min_member:
+            out[job.key] = PodGroupStatus(phase="Running", running=running)
+            continue
+        why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)
+        conditions = (
+            [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)]
+            if why
+            else []
+        )
+        phase = "Unschedulable" if why else "Pending"
+        out[job.key] = PodGroupStatus(phase=phase, running=running, conditions=conditions)
+    return out

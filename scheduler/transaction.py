@@ -1,0 +1,138 @@
+"""A transaction over the session (KAI's "statement"): actions try placements and evictions on the
+snapshot, then either commit them to the cluster or roll every one of them back.
+
+Nothing reaches the cluster before `commit`: a gang that cannot be placed whole, or a reclaim whose
+beneficiary still does not fit, leaves no trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from scheduler.api.assignment import AssignedGPU, GPUAssignment
+from scheduler.cluster import BindError, Cluster, EvictError
+from scheduler.model import Placement, PodInfo, PodPhase
+from scheduler.resources import placement_usage
+from scheduler.session import Session
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: Literal["place", "evict"]
+    pod: PodInfo
+    queue: str
+    placement: Placement
+    action: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    bound: list[PodInfo]
+    evicted: list[PodInfo]
+    failed: list[tuple[PodInfo, str]]
+
+
+class Transaction:
+    def __init__(self, session: Session, action: str) -> None:
+        self.session = session
+        self.action = action
+        self.ops: list[Op] = []
+        self._state_cp = session.cache.state.checkpoint()
+
+    # ---------------------------------------------------------------------------------- simulate
+    def place(self, pod: PodInfo, queue: str, placement: Placement, message: str = "") -> None:
+        s = self.session
+        s.cache.state.place(placement)
+        s.cache.assume(pod, placement)
+        s.charge(queue, placement_usage(placement), +1)
+        self.ops.append(Op("place", pod, queue, placement, self.action, message))
+
+    def evict(self, pod: PodInfo, queue: str, message: str) -> None:
+        s = self.session
+        placement = s.cache.unassume(pod.uid)
+        if placement is None:
+            raise ValueError(f"pod {pod.key} holds nothing to evict")
+        s.cache.state.release(placement)
+        s.charge(queue, placement_usage(placement), -1)
+        self.ops.append(Op("evict", pod, queue, placement, self.action, message))
+
+    def checkpoint(self) -> tuple[int, int]:
+        return len(self.ops), self.session.cache.state.checkpoint()
+
+    def rollback_to(self, cp: tuple[int, int]) -> None:
+        n_ops, state_cp = cp
+        s = self.session
+        s.cache.state.rollback(state_cp)
+        while len(self.ops) > n_ops:
+            op = self.ops.pop()
+            if op.kind == "place":
+                s.cache.unassume(op.pod.uid)
+                s.charge(op.queue, placement_usage(op.placement), -1)
+            else:
+                s.cache.assume(op.pod, op.placement)
+                s.charge(op.queue, placement_usage(op.placement), +1)
+
+    def rollback(self) -> None:
+        self.rollback_to((0, self._state_cp))
+
+    def planned_evictions(self) -> list[Op]:
+        return [op for op in self.ops if op.kind == "evict"]
+
+    # ---------------------------------------------------------------------------------- commit
+    def commit(self, cluster: Cluster) -> Outcome:
+        """Evictions first (their resources are what the placements count on), then binds."""
+        s = self.session
+        bound: list[PodInfo] = []
+        evicted: list[PodInfo] = []
+        failed: list[tuple[PodInfo, str]] = []
+        for op in self.ops:
+            if op.kind != "evict":
+                continue
+            try:
+                cluster.evict(op.pod, action=op.action, message=op.message)
+            except EvictError as exc:
+                # The victim keeps running: put it back and let the placements that needed it fail.
+                log.warning("eviction of %s refused: %s", op.pod.key, exc)
+                s.cache.state.place(op.placement)
+                s.cache.assume(op.pod, op.placement)
+                s.charge(op.queue, placement_usage(op.placement), +1)
+                failed.append((op.pod, str(exc)))
+                continue
+            evicted.append(op.pod)
+            s.event(
+                "Evicted", op.action, op.pod, op.message, node=s.cache.state.node_names[op.placement.node]
+            )
+        for op in self.ops:
+            if op.kind != "place":
+                continue
+            node = s.cache.state.nodes[op.placement.node]
+            assert node is not None
+            assignment = GPUAssignment(
+                node=node.name,
+                gpus=[AssignedGPU(index=g.slot, uuid=node.uuid(g.slot), milli=g.milli, memory_mib=g.mib)
+                      for g in op.placement.gpus],
+            )  # fmt: skip
+            try:
+                if failed:
+                    raise BindError("a planned eviction was refused; retrying next cycle")
+                cluster.bind(op.pod, assignment)
+            except BindError as exc:
+                s.cache.unassume(op.pod.uid)
+                s.cache.state.release(op.placement)
+                s.charge(op.queue, placement_usage(op.placement), -1)
+                s.set_reason(op.pod, "BindFailed", str(exc))
+                failed.append((op.pod, str(exc)))
+                continue
+            op.pod.node = node.name
+            op.pod.phase = PodPhase.BOUND
+            bound.append(op.pod)
+            gpus = [{"index": g.slot, "milli": g.milli} for g in op.placement.gpus]
+            s.event("Scheduled", op.action, op.pod, op.message, node=node.name, gpus=gpus)
+        s.cache.state.commit()
+        self.ops.clear()
+        return Outcome(bound, evicted, failed)
