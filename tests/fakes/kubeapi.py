@@ -15,6 +15,7 @@ apply, protobuf, and multiple versions of one resource.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import re
@@ -514,6 +515,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return
+
+    def handle(self) -> None:
+        # A client that hangs up (a stopped watch, a closed pool) is normal, not an error to print.
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError, TimeoutError):
+            super().handle()
 
     def do_GET(self) -> None:
         self._handle("GET")
