@@ -35,8 +35,9 @@ class Evictor:
         self.core = core
         self.recorder = recorder
 
-    def evict(self, namespace: str, name: str, uid: str, action: str, beneficiary: str | None) -> EvictResult:
-        why = f"evicted by the {action} action" + (f" to make room for {beneficiary}" if beneficiary else "")
+    def evict(self, namespace: str, name: str, uid: str, action: str, message: str) -> EvictResult:
+        """Evict through the Eviction API; `message` (naming the action and the beneficiary) goes on the Event."""
+        why = message or f"evicted by the {action} action"
         body = client.V1Eviction(
             metadata=client.V1ObjectMeta(name=name, namespace=namespace),
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),

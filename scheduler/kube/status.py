@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,8 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from scheduler.api.keys import GROUP, VERSION
-from scheduler.api.meta import Condition
-from scheduler.api.podgroup import PodGroupPhase, PodGroupStatus
+from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.kube.binder import api_reason
 from scheduler.kube.recorder import EventRecorder, ObjectRef
@@ -52,22 +50,16 @@ class PodGroupStatusWriter:
         self.custom = custom
         self._dedup = _Dedup()
 
-    def write(
-        self, namespace: str, name: str, phase: PodGroupPhase, running: int, pending_reason: str | None = None
-    ) -> bool:
-        condition = Condition(
-            type="Scheduled",
-            status="False" if pending_reason else "True",
-            reason="Unschedulable" if pending_reason else "Scheduled",
-            message=pending_reason or "",
-        )
+    def write(self, namespace: str, name: str, status: PodGroupStatus) -> bool:
         key = f"{namespace}/{name}"
-        status = PodGroupStatus(phase=phase, running=running, conditions=[condition])
         if not self._dedup.changed(key, status):
             return False
-        stamped = condition.model_copy(update={"last_transition_time": _now()})
+        stamped = [
+            c if c.last_transition_time else c.model_copy(update={"last_transition_time": _now()})
+            for c in status.conditions
+        ]
         body = {
-            "status": status.model_copy(update={"conditions": [stamped]}).model_dump(
+            "status": status.model_copy(update={"conditions": stamped}).model_dump(
                 by_alias=True, exclude_none=True
             )
         }
@@ -90,15 +82,8 @@ class QueueStatusWriter:
     def write(
         self,
         name: str,
-        allocated: Mapping[str, float],
-        requested: Mapping[str, float],
-        fair_share: Mapping[str, float],
+        status: QueueStatus,
     ) -> bool:
-        status = QueueStatus(
-            allocated={k: round(v, 3) for k, v in allocated.items()},
-            requested={k: round(v, 3) for k, v in requested.items()},
-            fair_share={k: round(v, 3) for k, v in fair_share.items()},
-        )
         if not self._dedup.changed(name, status):
             return False
         try:
@@ -129,20 +114,19 @@ class PendingPodReporter:
     def unschedulable(
         self, namespace: str, name: str, uid: str, message: str, *, reason: str = "Unschedulable"
     ) -> None:
-        self.recorder.record(
-            ObjectRef("Pod", namespace, name, uid),
-            reason if reason != "Unschedulable" else "FailedScheduling",
-            message,
-            type_="Warning",
-            rate_limited=True,
-        )
-        if not self._dedup.changed(uid, message):
+        """`reason` is the cycle's code (Unschedulable, InvalidRequest, GangUnschedulable...): the Event's
+        reason (FailedScheduling for plain Unschedulable, as kube-scheduler) and the condition message's prefix."""
+        event_reason = "FailedScheduling" if reason == "Unschedulable" else reason
+        ref = ObjectRef("Pod", namespace, name, uid)
+        self.recorder.record(ref, event_reason, message, type_="Warning", rate_limited=True)
+        text = message if reason == "Unschedulable" else f"{reason}: {message}"
+        if not self._dedup.changed(uid, text):
             return
         condition = {
             "type": "PodScheduled",
             "status": "False",
-            "reason": reason,
-            "message": message,
+            "reason": "Unschedulable",
+            "message": text,
             "lastTransitionTime": _now(),
         }
         try:

@@ -11,6 +11,9 @@ from kubernetes import client
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
 from scheduler.api.bind_lock import BindLock
 from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
+from scheduler.api.meta import Condition
+from scheduler.api.podgroup import PodGroupStatus
+from scheduler.api.queue import QueueStatus
 from scheduler.kube.binder import Binder
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.recorder import EventRecorder, ObjectRef
@@ -103,21 +106,24 @@ def test_pod_without_gpu_binds_without_lock(kube_api: FakeKubeAPI, core: client.
     assert not kube_api.requests_matching("PATCH")
 
 
+MSG = "reclaim: evicted to make room for team-b/trainer-0 (queue team-b below its fair share)"
+
+
 def test_eviction_with_event_and_pdb_refusal(kube_api: FakeKubeAPI, core: client.CoreV1Api) -> None:
     uid = str(kube_api.seed(pod_body("victim", node="n1"))["metadata"]["uid"])
     evictor = Evictor(core, EventRecorder(core))
     kube_api.refuse_evictions(name="victim", times=1)
-    refused = evictor.evict("default", "victim", uid, "reclaim", "team-b/trainer-0")
+    refused = evictor.evict("default", "victim", uid, "reclaim", MSG)
     assert not refused.ok and "disruption budget" in refused.reason
     assert kube_api.find("pods", "victim") is not None
-    done = evictor.evict("default", "victim", uid, "reclaim", "team-b/trainer-0")
+    done = evictor.evict("default", "victim", uid, "reclaim", MSG)
     assert done.ok and kube_api.find("pods", "victim") is None
     reasons = {e["reason"]: e["message"] for e in kube_api.events_for("victim")}
-    assert reasons["Reclaimed"] == "evicted by the reclaim action to make room for team-b/trainer-0"
+    assert reasons["Reclaimed"] == MSG
     assert "was refused" in reasons["EvictionRefused"]
     body = kube_api.requests_matching("POST", "/eviction$")[-1].body
     assert body["deleteOptions"]["preconditions"]["uid"] == uid
-    assert evictor.evict("default", "victim", uid, "preempt", None).ok  # already gone
+    assert evictor.evict("default", "victim", uid, "preempt", "").ok  # already gone
 
 
 def test_recorder_aggregates_and_rate_limits(kube_api: FakeKubeAPI, core: client.CoreV1Api) -> None:
@@ -148,14 +154,22 @@ def test_status_writers_skip_unchanged(kube_api: FakeKubeAPI, core: client.CoreV
         {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "q"}}
     )
     pg = PodGroupStatusWriter(custom)
-    assert pg.write("default", "g", "Pending", 0, "gang needs 2 pods with 1 GPU each; only 1 fits")
-    assert not pg.write("default", "g", "Pending", 0, "gang needs 2 pods with 1 GPU each; only 1 fits")
+    why = Condition(
+        type="Schedulable",
+        status="False",
+        reason="GangUnschedulable",
+        message="gang needs 2 pods with 1 GPU each; only 1 fits",
+    )
+    assert pg.write("default", "g", PodGroupStatus(phase="Unschedulable", running=0, conditions=[why]))
+    assert not pg.write("default", "g", PodGroupStatus(phase="Unschedulable", running=0, conditions=[why]))
     status = kube_api.get("podgroups", "g")["status"]
-    assert status["phase"] == "Pending" and status["conditions"][0]["reason"] == "Unschedulable"
+    assert status["phase"] == "Unschedulable" and status["conditions"][0]["reason"] == "GangUnschedulable"
+    assert status["conditions"][0]["lastTransitionTime"]
     assert "only 1 fits" in status["conditions"][0]["message"]
     qs = QueueStatusWriter(custom)
-    assert qs.write("q", {"gpu": 1.5}, {"gpu": 3}, {"gpu": 2})
-    assert not qs.write("q", {"gpu": 1.5}, {"gpu": 3}, {"gpu": 2})
+    qstatus = QueueStatus(allocated={"gpu": 1.5}, requested={"gpu": 3}, fair_share={"gpu": 2})
+    assert qs.write("q", qstatus)
+    assert not qs.write("q", qstatus.model_copy())
     assert kube_api.get("queues", "q")["status"] == {
         "allocated": {"gpu": 1.5},
         "requested": {"gpu": 3},
@@ -170,10 +184,10 @@ def test_status_writers_skip_unchanged(kube_api: FakeKubeAPI, core: client.CoreV
     reporter = PendingPodReporter(core, EventRecorder(core))
     reporter.unschedulable("default", "p", uid, "0/3 nodes have 0.5 GPU free")
     reporter.unschedulable("default", "p", uid, "0/3 nodes have 0.5 GPU free")
+    reporter.unschedulable("default", "p", uid, 'gpu-fraction="2" is invalid', reason="InvalidRequest")
     conditions = {c["type"]: c for c in kube_api.get("pods", "p")["status"]["conditions"]}
-    assert (
-        conditions["PodScheduled"]["message"] == "0/3 nodes have 0.5 GPU free" and "Initialized" in conditions
-    )
-    assert len(kube_api.requests_matching("PATCH", "/pods/p/status$")) == 1
-    assert [e["reason"] for e in kube_api.events_for("p")] == ["FailedScheduling"]
+    assert conditions["PodScheduled"]["message"] == 'InvalidRequest: gpu-fraction="2" is invalid'
+    assert conditions["PodScheduled"]["reason"] == "Unschedulable" and "Initialized" in conditions
+    assert len(kube_api.requests_matching("PATCH", "/pods/p/status$")) == 2
+    assert sorted(e["reason"] for e in kube_api.events_for("p")) == ["FailedScheduling", "InvalidRequest"]
     assert json.dumps(kube_api.events_for("p")[0]["involvedObject"]["uid"]) == json.dumps(uid)
