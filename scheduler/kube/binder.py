@@ -126,7 +126,7 @@ class Binder:
         meta = current["metadata"]
         raw = (meta.get("annotations") or {}).get(BIND_LOCK)
         if raw:
-            busy = self._lock_busy(raw, uid)
+            busy = self._lock_busy(raw, uid, node)
             if busy:
                 return f"node {node} is busy: {busy}"
         lock = BindLock(pod_uid=uid, namespace=namespace, name=name, since=self.clock())
@@ -153,7 +153,7 @@ class Binder:
             raise
         return None
 
-    def _lock_busy(self, raw: str, uid: str) -> str | None:
+    def _lock_busy(self, raw: str, uid: str, node: str) -> str | None:
         try:
             lock = BindLock.from_annotation(raw)
         except ValueError as exc:
@@ -176,6 +176,8 @@ class Binder:
         meta = holder["metadata"]
         done = (
             meta.get("uid") != lock.pod_uid
+            # never bound there (a scheduler died before binding it): no Allocate can be coming for it
+            or (holder.get("spec") or {}).get("nodeName") != node
             or GPU_ALLOCATED in (meta.get("annotations") or {})
             or meta.get("deletionTimestamp")
             or (holder.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Literal
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -14,6 +15,8 @@ from scheduler.kube.podgrouper import GroupSpec
 
 log = logging.getLogger(__name__)
 
+Outcome = Literal["created", "exists", "failed"]
+
 
 class PodGroupEnsurer:
     def __init__(self, custom: client.CustomObjectsApi) -> None:
@@ -21,14 +24,14 @@ class PodGroupEnsurer:
         self._known: set[str] = set()
         self._lock = threading.Lock()
 
-    def ensure(self, group: GroupSpec) -> bool:
-        """Create the group's PodGroup unless it exists; True when it exists afterwards."""
+    def ensure(self, group: GroupSpec) -> Outcome:
+        """Create the group's PodGroup unless it exists."""
         key = f"{group.namespace}/{group.name}"
         with self._lock:
             if key in self._known:
-                return True
+                return "exists"
         if group.explicit:
-            return False  # user-named: created by the user, never by us
+            return "failed"  # user-named: created by the user, never by us
         try:
             self.custom.create_namespaced_custom_object(
                 GROUP, VERSION, group.namespace, "podgroups", group.to_podgroup(), _preload_content=False
@@ -36,10 +39,13 @@ class PodGroupEnsurer:
         except ApiException as exc:
             if exc.status != 409:
                 log.warning("could not create PodGroup %s: %s", key, api_reason(exc))
-                return False
+                return "failed"
+            with self._lock:
+                self._known.add(key)
+            return "exists"
         with self._lock:
             self._known.add(key)
-        return True
+        return "created"
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:

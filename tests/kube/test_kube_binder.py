@@ -191,3 +191,13 @@ def test_status_writers_skip_unchanged(kube_api: FakeKubeAPI, core: client.CoreV
     assert len(kube_api.requests_matching("PATCH", "/pods/p/status$")) == 2
     assert sorted(e["reason"] for e in kube_api.events_for("p")) == ["FailedScheduling", "InvalidRequest"]
     assert json.dumps(kube_api.events_for("p")[0]["involvedObject"]["uid"]) == json.dumps(uid)
+
+
+def test_lock_of_a_pod_never_bound_there_is_free(kube_api: FakeKubeAPI, core: client.CoreV1Api) -> None:
+    kube_api.seed(node_body("n1", gpus=1))
+    crashed, fresh = _new_pod(kube_api, "crashed"), _new_pod(kube_api, "fresh")
+    lock = BindLock(pod_uid=crashed, namespace="default", name="crashed")
+    kube_api.modify(
+        "nodes", "n1", lambda n: n["metadata"].update(annotations={BIND_LOCK: lock.to_annotation()})
+    )
+    assert Binder(core).bind("default", "fresh", fresh, "n1", _assignment()).ok

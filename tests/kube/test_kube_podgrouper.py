@@ -205,7 +205,7 @@ def test_owner_walk_over_the_api_and_podgroup_creation(kube_api: FakeKubeAPI) ->
     group_for_pod(pod, lookup)
     assert len(kube_api.requests_matching("GET", "/pytorchjobs/ddp$")) == 1  # cached
     ensurer = PodGroupEnsurer(client.CustomObjectsApi(api))
-    assert ensurer.ensure(g) and ensurer.ensure(g)
+    assert (ensurer.ensure(g), ensurer.ensure(g)) == ("created", "exists")
     stored = kube_api.get("podgroups", g.name, "default")
     assert stored["spec"] == {"minMember": 2, "queue": "team-a"}
     assert stored["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]

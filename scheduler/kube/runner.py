@@ -1,0 +1,146 @@
+"""Runs the scheduling loop against a Kubernetes API: informers always (warm standby), cycles only while
+this replica holds the leader Lease, metrics after every cycle."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kubernetes import client
+
+from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
+from scheduler.kube.backoff import Backoff
+from scheduler.kube.cluster import KubeCluster
+from scheduler.kube.leader import LeaseElector
+from scheduler.metrics import SchedulerMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    identity: str = "tessera-scheduler"
+    cycle_interval_s: float = 1.0
+    leader_elect: bool = True
+    lease_name: str = "tessera-scheduler"
+    lease_namespace: str = "tessera-system"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    lock_timeout_s: float = 60.0
+    event_interval_s: float = 30.0
+    watch_timeout_s: int = 300
+    sync_timeout_s: float = 60.0
+    backoff_initial_s: float = 0.2
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+class SchedulerRunner:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        config: RunnerConfig | None = None,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
+        self.config = cfg = config or RunnerConfig()
+        self.metrics = metrics or SchedulerMetrics()
+        self.cluster = KubeCluster(
+            api_client,
+            identity=cfg.identity,
+            lock_timeout_s=cfg.lock_timeout_s,
+            event_interval_s=cfg.event_interval_s,
+            watch_timeout_s=cfg.watch_timeout_s,
+            backoff=Backoff(initial_s=cfg.backoff_initial_s),
+        )
+        self.scheduler = Scheduler(self.cluster, cfg.scheduler)
+        self.elector = (
+            LeaseElector(
+                client.CoordinationV1Api(api_client),
+                name=cfg.lease_name,
+                namespace=cfg.lease_namespace,
+                identity=cfg.identity,
+                lease_duration_s=cfg.lease_duration_s,
+                renew_deadline_s=cfg.renew_deadline_s,
+                retry_period_s=cfg.retry_period_s,
+            )
+            if cfg.leader_elect
+            else None
+        )
+        self.cycles = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader.is_set()
+
+    def start(self) -> SchedulerRunner:
+        self.cluster.start()
+        if not self.cluster.wait_synced(self.config.sync_timeout_s):
+            log.warning(
+                "watch caches not synced after %.0fs; scheduling starts anyway", self.config.sync_timeout_s
+            )
+        if self.elector is not None:
+            self.elector.start()
+        self._thread = threading.Thread(target=self._loop, name="scheduling-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.elector is not None:
+            self.elector.stop(release=True)
+        self.cluster.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # one bad cycle must not end scheduling
+                log.exception("scheduling cycle failed")
+            self._stop.wait(self.config.cycle_interval_s)
+
+    def step(self) -> CycleResult | None:
+        """One cycle when leading; a standby only keeps its cache current."""
+        if not self.is_leader:
+            self.scheduler.cache.apply(self.cluster.drain_events())
+            return None
+        result = self.scheduler.run_cycle()
+        self.cycles += 1
+        self.observe(result)
+        return result
+
+    def observe(self, result: CycleResult) -> None:
+        m = self.metrics
+        m.cycle_seconds.observe(result.duration_s)
+        for action, seconds in result.action_s.items():
+            m.action_seconds.labels(action).observe(seconds)
+        for event in result.events:
+            if event.get("type") == "Scheduled":
+                m.scheduled.labels(event.get("action", "")).inc()
+            elif event.get("type") == "Evicted":
+                m.evicted.labels(event.get("action", "")).inc()
+        m.set_pending(Counter(r.reason for r in result.reasons.values()))
+        session = self.scheduler.last_session
+        if session is not None:
+            for name, node in session.tree.nodes.items():
+                for resource in ("gpu", "cpu", "memory"):
+                    m.set_queue(
+                        name,
+                        resource,
+                        fair_share=node.fair_share.get(resource),
+                        allocated=node.allocated.get(resource),
+                        quota=node.resource(resource).quota,
+                    )
+        state = self.scheduler.cache.state
+        for row, node_info in enumerate(state.nodes):
+            if node_info is None:
+                continue
+            for gpu in range(node_info.gpu_count):
+                used = 1 - int(state.free_milli[row, gpu]) / MILLI_PER_GPU
+                m.gpu_allocated.labels(node_info.name, str(gpu)).set(used)
