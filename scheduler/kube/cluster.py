@@ -92,6 +92,10 @@ class KubeCluster:
         self._groups: dict[str, str | None] = {}  # pod uid -> derived group name (None: its own job)
         self._bound: dict[str, str] = {}  # pod uid -> node, bound by us, not yet seen bound by the watch
         self._evicted: dict[str, float] = {}  # pod uid -> when we evicted it
+        # A standby replica keeps its cache warm but writes nothing: PodGroups it derives wait here until it
+        # leads (`writable`), then they are created and announced ahead of everything else.
+        self.writable = True
+        self._deferred: dict[str, GroupSpec] = {}
         self._lock = threading.Lock()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
@@ -113,7 +117,7 @@ class KubeCluster:
         return time.time()
 
     def drain_events(self) -> list[WatchEvent]:
-        out: list[WatchEvent] = []
+        out: list[WatchEvent] = self._announce_deferred() if self.writable else []
         for ev in self.events.drain():
             if ev.kind == "PriorityClass":
                 self._on_priority_class(ev)
@@ -217,12 +221,21 @@ class KubeCluster:
         if singleton:
             self._groups[uid] = None
             return None, None
-        announced = None
-        known = self.informers["PodGroup"].get(f"{spec.namespace}/{spec.name}") is not None
-        if not known and self.podgroups.ensure(spec) == "created":
-            announced = spec.to_podgroup()
         self._groups[uid] = spec.name
-        return spec.name, announced
+        if self.informers["PodGroup"].get(f"{spec.namespace}/{spec.name}") is not None:
+            return spec.name, None
+        if not self.writable:
+            self._deferred[f"{spec.namespace}/{spec.name}"] = spec
+            return spec.name, None
+        return spec.name, spec.to_podgroup() if self.podgroups.ensure(spec) == "created" else None
+
+    def _announce_deferred(self) -> list[WatchEvent]:
+        out: list[WatchEvent] = []
+        for key, spec in list(self._deferred.items()):
+            del self._deferred[key]
+            if self.informers["PodGroup"].get(key) is None and self.podgroups.ensure(spec) == "created":
+                out.append(WatchEvent("PodGroup", "ADDED", spec.to_podgroup()))
+        return out
 
 
 def _copy_pod(obj: Obj) -> Obj:

@@ -134,7 +134,7 @@ class Informer:
         items: list[Obj] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": self.page_size}
+            kwargs: dict[str, Any] = {"limit": self.page_size, "_request_timeout": (10, 60)}
             if token:
                 kwargs["_continue"] = token
             resp = self.target.call(**kwargs)
@@ -174,6 +174,9 @@ class Informer:
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=self.watch_timeout_s,
+            # A connection that dies silently must not hang the informer: the server ends the watch after
+            # timeout_seconds, so a read that waits much longer than that is a dead connection.
+            _request_timeout=(10, self.watch_timeout_s + 30),
         )
         self._resp = resp
         try:

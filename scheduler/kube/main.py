@@ -13,6 +13,7 @@ import typer
 from kubernetes import client, config
 
 from scheduler.cycle import SchedulerConfig
+from scheduler.kube.queue_index import informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.metrics import SchedulerMetrics
 from scheduler.webhook.admission import AdmissionConfig
@@ -73,17 +74,9 @@ def run(
             raise typer.BadParameter(
                 "the webhook needs --tls-cert and --tls-key (the API server only calls HTTPS)"
             )
-        queues = runner.cluster.informers["Queue"]
-
-        def queue_kind(name: str) -> str | None:
-            if queues.get(name) is None:
-                return None
-            parents = {(q.get("spec") or {}).get("parentQueue") for q in queues.snapshot()}
-            return "parent" if name in parents else "leaf"
-
         admission = AdmissionConfig(
             privileged_users=frozenset(u.strip() for u in scheduler_user.split(",") if u.strip()),
-            queue_lookup=queue_kind,  # type: ignore[arg-type]
+            queue_lookup=informer_queue_lookup(runner.cluster.informers["Queue"]),
         )
         webhook = WebhookServer(admission, certfile=tls_cert, keyfile=tls_key, port=webhook_port).start()
     done = threading.Event()

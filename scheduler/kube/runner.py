@@ -107,7 +107,9 @@ class SchedulerRunner:
 
     def step(self) -> CycleResult | None:
         """One cycle when leading; a standby only keeps its cache current."""
-        if not self.is_leader:
+        leading = self.is_leader
+        self.cluster.writable = leading
+        if not leading:
             self.scheduler.cache.apply(self.cluster.drain_events())
             return None
         result = self.scheduler.run_cycle()

@@ -1,0 +1,54 @@
+"""Adapter details: standby writes nothing, queue lookups for the webhook from the watch cache."""
+
+from __future__ import annotations
+
+from scheduler.kube.cluster import KubeCluster
+from scheduler.kube.queue_index import informer_queue_lookup
+from tests.fakes.kubeapi import FakeKubeAPI
+from tests.kube.helpers import node_body, pod_body, wait_for
+
+G = "scheduling.tessera.dev/v1alpha1"
+
+
+def test_standby_derives_groups_but_creates_them_only_when_leading(kube_api: FakeKubeAPI) -> None:
+    job = kube_api.seed({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                         "metadata": {"name": "ddp", "namespace": "default"},
+                         "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}}})  # fmt: skip
+    pod = pod_body("ddp-worker-0")
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ddp",
+                                           "uid": job["metadata"]["uid"], "controller": True}]  # fmt: skip
+    kube_api.seed(node_body("gpu-1", gpus=1))
+    kube_api.seed(pod)
+    cluster = KubeCluster(kube_api.client()).start()
+    try:
+        assert cluster.wait_synced(5)
+        cluster.writable = False
+        events = cluster.drain_events()
+        (pod_event,) = [e for e in events if e.kind == "Pod"]
+        group = pod_event.obj["metadata"]["annotations"]["tessera.dev/pod-group"]
+        assert not kube_api.requests_matching("POST") and not [e for e in events if e.kind == "PodGroup"]
+        cluster.writable = True
+        first = cluster.drain_events()
+        assert [(e.kind, e.type) for e in first[:1]] == [("PodGroup", "ADDED")]
+        assert first[0].obj["spec"] == {"minMember": 2, "queue": "default"}
+        assert kube_api.get("podgroups", group, "default")["spec"]["minMember"] == 2
+    finally:
+        cluster.stop()
+
+
+def test_queue_lookup_from_the_watch_cache(kube_api: FakeKubeAPI) -> None:
+    kube_api.seed({"apiVersion": G, "kind": "Queue", "metadata": {"name": "org"}})
+    kube_api.seed(
+        {"apiVersion": G, "kind": "Queue", "metadata": {"name": "team"}, "spec": {"parentQueue": "org"}}
+    )
+    cluster = KubeCluster(kube_api.client()).start()
+    try:
+        assert cluster.wait_synced(5)
+        lookup = informer_queue_lookup(cluster.informers["Queue"])
+        assert (lookup("org"), lookup("team"), lookup("nope")) == ("parent", "leaf", None)
+        kube_api.seed(
+            {"apiVersion": G, "kind": "Queue", "metadata": {"name": "sub"}, "spec": {"parentQueue": "team"}}
+        )
+        wait_for(lambda: lookup("team") == "parent")
+    finally:
+        cluster.stop()
