@@ -35,6 +35,7 @@ class BindResult:
     ok: bool
     reason: str = ""
     retry: bool = True  # worth trying again in a later cycle
+    busy: bool = False  # the node's bind lock is held by another pod: wait for it, nothing is wrong
 
 
 def _pointer(key: str) -> str:
@@ -63,17 +64,33 @@ class Binder:
 
     # ---- the three steps ---------------------------------------------------------------------------------
     def bind(
-        self, namespace: str, name: str, uid: str, node: str, assignment: GPUAssignment | None
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        assignment: GPUAssignment | None,
+        *,
+        pod_has_annotations: bool | None = None,
     ) -> BindResult:
+        """Bind; `pod_has_annotations` (from the watch cache) saves reading the pod before annotating it.
+
+        Four requests for a GPU pod in the common case: read the node, annotate the pod, lock the node, bind.
+        """
         annotated = locked = False
         try:
             if assignment is not None:
-                self._annotate(namespace, name, uid, assignment)
+                # Look before writing anything: a busy node costs a read, not a write and its rollback.
+                node_meta = self._node_meta(node)
+                busy = self._busy(node_meta, node, uid)
+                if busy:
+                    return BindResult(False, busy, busy=True)
+                self._annotate(namespace, name, uid, assignment, pod_has_annotations)
                 annotated = True
-                held = self._take_lock(node, namespace, name, uid)
+                held = self._take_lock(node, node_meta, namespace, name, uid)
                 if held:
                     self._remove_annotation(namespace, name, uid)
-                    return BindResult(False, held)
+                    return BindResult(False, held, busy=True)
                 locked = True
             body = client.V1Binding(
                 metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
@@ -91,19 +108,25 @@ class Binder:
                 self._remove_annotation(namespace, name, uid)
             return BindResult(False, reason, retry=exc.status != 404)
 
-    def _annotate(self, namespace: str, name: str, uid: str, assignment: GPUAssignment) -> None:
-        pod = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
-        meta = _json(pod)["metadata"]
+    def _annotate(
+        self, namespace: str, name: str, uid: str, assignment: GPUAssignment, has_annotations: bool | None
+    ) -> None:
+        value = assignment.to_annotation()
+        test_uid = {"op": "test", "path": "/metadata/uid", "value": uid}
+        into_map = {"op": "add", "path": f"/metadata/annotations/{_pointer(GPU_ASSIGNMENT)}", "value": value}
+        if has_annotations:
+            try:
+                self.core.patch_namespaced_pod(name, namespace, [test_uid, into_map], _preload_content=False)
+                return
+            except ApiException as exc:
+                if exc.status != 422:
+                    raise
+                # the uid test failed, or the map is gone after all: look at the pod
+        meta = _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))["metadata"]
         if meta.get("uid") != uid:
             raise ApiException(status=409, reason=f"pod {namespace}/{name} was replaced (uid changed)")
-        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
-        value = assignment.to_annotation()
-        if meta.get("annotations"):
-            ops.append(
-                {"op": "add", "path": f"/metadata/annotations/{_pointer(GPU_ASSIGNMENT)}", "value": value}
-            )
-        else:
-            ops.append({"op": "add", "path": "/metadata/annotations", "value": {GPU_ASSIGNMENT: value}})
+        whole_map = {"op": "add", "path": "/metadata/annotations", "value": {GPU_ASSIGNMENT: value}}
+        ops = [test_uid, into_map if meta.get("annotations") else whole_map]
         self.core.patch_namespaced_pod(name, namespace, ops, _preload_content=False)
 
     def _remove_annotation(self, namespace: str, name: str, uid: str) -> None:
@@ -120,38 +143,39 @@ class Binder:
                 )
 
     # ---- the node lock -----------------------------------------------------------------------------------
-    def _take_lock(self, node: str, namespace: str, name: str, uid: str) -> str | None:
-        """Take the node's bind lock; return why not when another pod legitimately holds it."""
-        current = _json(self.core.read_node(node, _preload_content=False))
-        meta = current["metadata"]
+    def _node_meta(self, node: str) -> dict[str, Any]:
+        meta = _json(self.core.read_node(node, _preload_content=False))["metadata"]
+        assert isinstance(meta, dict)
+        return meta
+
+    def _busy(self, meta: dict[str, Any], node: str, uid: str) -> str | None:
         raw = (meta.get("annotations") or {}).get(BIND_LOCK)
-        if raw:
-            busy = self._lock_busy(raw, uid, node)
-            if busy:
-                return f"node {node} is busy: {busy}"
-        lock = BindLock(pod_uid=uid, namespace=namespace, name=name, since=self.clock())
-        ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
-        ]
-        if meta.get("annotations"):
-            ops.append(
-                {
-                    "op": "add",
-                    "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}",
-                    "value": lock.to_annotation(),
-                }
-            )
-        else:
-            ops.append(
-                {"op": "add", "path": "/metadata/annotations", "value": {BIND_LOCK: lock.to_annotation()}}
-            )
-        try:
-            self.core.patch_node(node, ops, _preload_content=False)
-        except ApiException as exc:
-            if exc.status in (409, 422):  # the node changed under us (another scheduler took it): later
-                return f"node {node} changed while taking its bind lock; retrying"
-            raise
-        return None
+        busy = self._lock_busy(raw, uid, node) if raw else None
+        return f"node {node} is busy: {busy}" if busy else None
+
+    def _take_lock(self, node: str, meta: dict[str, Any], namespace: str, name: str, uid: str) -> str | None:
+        """Take the node's bind lock, guarded by the resourceVersion read in `meta` (re-read once if the node
+        changed since); return why not when another pod legitimately holds it."""
+        lock = BindLock(pod_uid=uid, namespace=namespace, name=name, since=self.clock()).to_annotation()
+        for attempt in range(2):
+            if attempt:
+                meta = self._node_meta(node)
+                busy = self._busy(meta, node, uid)
+                if busy:
+                    return busy
+            guard = {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
+            add: dict[str, Any]
+            if meta.get("annotations"):
+                add = {"op": "add", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}", "value": lock}
+            else:
+                add = {"op": "add", "path": "/metadata/annotations", "value": {BIND_LOCK: lock}}
+            try:
+                self.core.patch_node(node, [guard, add], _preload_content=False)
+                return None
+            except ApiException as exc:
+                if exc.status not in (409, 422):
+                    raise
+        return f"node {node} changed while taking its bind lock; retrying"
 
     def _lock_busy(self, raw: str, uid: str, node: str) -> str | None:
         try:
@@ -184,9 +208,8 @@ class Binder:
         )
         if done:
             return None
-        return (
-            f"waiting for the device plugin to allocate {lock.namespace}/{lock.name} (lock held {age:.0f}s)"
-        )
+        # No age in the text: the same wait gives the same message, so pod conditions are not rewritten.
+        return f"waiting for the device plugin to allocate {lock.namespace}/{lock.name}"
 
     def release_lock(self, node: str, uid: str) -> bool:
         """Remove the node's bind lock if `uid` holds it. Returns whether it was released."""

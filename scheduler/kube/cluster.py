@@ -17,7 +17,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from kubernetes import client
@@ -28,10 +28,11 @@ from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.cluster import BindError, EvictError, Kind, WatchEvent
 from scheduler.kube.backoff import Backoff
-from scheduler.kube.binder import Binder
+from scheduler.kube.binder import Binder, BindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.lock_view import NodeLockView
 from scheduler.kube.owners import ApiOwnerLookup
 from scheduler.kube.podgrouper import GroupSpec, group_for_pod
 from scheduler.kube.podgroups import PodGroupEnsurer
@@ -96,6 +97,14 @@ class KubeCluster:
         # leads (`writable`), then they are created and announced ahead of everything else.
         self.writable = True
         self._deferred: dict[str, GroupSpec] = {}
+        # Called with a node's name right after we took its bind lock, so the running cycle can stop placing
+        # GPU pods there at once (the runner taints the node in the cycle's state).
+        self.on_node_locked: Callable[[str], None] | None = None
+        self._known_nodes: set[str] = set()  # nodes the cycle has been given
+        self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
+        self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
+        self._lock_waiters: set[str] = set()  # pods whose last bind waited for a node's bind lock
+        self.locks = NodeLockView(self.informers["Node"], self.informers["Pod"], lock_timeout_s)
         self._lock = threading.Lock()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
@@ -122,19 +131,71 @@ class KubeCluster:
             if ev.kind == "PriorityClass":
                 self._on_priority_class(ev)
             elif ev.kind == "Pod":
-                out.extend(self._pod_events(ev))
+                for event in self._pod_events(ev):
+                    self._route(event, out)
+            elif ev.kind == "Node":
+                name = str((ev.obj.get("metadata") or {}).get("name"))
+                if ev.type == "DELETED":
+                    self.locks.forget(name)
+                    self._known_nodes.discard(name)
+                    for uid in self._parked.pop(name, {}):
+                        self._parked_at.pop(uid, None)
+                    out.append(WatchEvent("Node", "DELETED", ev.obj))
+                else:
+                    out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
+                    self._known_nodes.add(name)
+                    for uid, parked in self._parked.pop(name, {}).items():
+                        self._parked_at.pop(uid, None)
+                        out.append(parked)
             elif ev.kind in _FORWARDED:
                 out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+        out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
         return out
 
+    def _route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
+        """Forward a pod event, or park it until its node has reached the cycle: a bound pod seen before its
+        node could not be accounted on it, and its GPU share would be given away twice."""
+        if event.kind != "Pod":
+            out.append(event)
+            return
+        uid = str((event.obj.get("metadata") or {}).get("uid", ""))
+        node = (event.obj.get("spec") or {}).get("nodeName")
+        earlier = self._parked_at.pop(uid, None)
+        if earlier is not None:
+            self._parked.get(earlier, {}).pop(uid, None)
+        if event.type != "DELETED" and node and node not in self._known_nodes:
+            self._parked.setdefault(node, {})[uid] = event
+            self._parked_at[uid] = node
+            return
+        out.append(event)
+
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
-        result = self.binder.bind(
-            pod.namespace, pod.name, pod.uid, assignment.node, assignment if assignment.gpus else None
+        waiting = self.locks.waiting(assignment.node, pod.uid) if assignment.gpus else None
+        result = (
+            BindResult(False, waiting, busy=True)
+            if waiting
+            else self.binder.bind(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                assignment.node,
+                assignment if assignment.gpus else None,
+                pod_has_annotations=bool(pod.annotations),
+            )
         )
         if not result.ok:
+            with self._lock:
+                # Waiting for a node's lock is a turn in a queue, not a scheduling failure: not reported.
+                (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(pod.uid)
             raise BindError(result.reason)
         with self._lock:
             self._bound[pod.uid] = assignment.node
+            self._lock_waiters.discard(pod.uid)
+        if assignment.gpus:
+            hook = self.on_node_locked
+            self.locks.taken(assignment.node, pod.uid, pod.key, shown=hook is not None)
+            if hook is not None:
+                hook(assignment.node)
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
@@ -144,6 +205,11 @@ class KubeCluster:
             self._evicted[pod.uid] = time.monotonic()
 
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
+        with self._lock:
+            if pod.uid in self._lock_waiters:
+                if reason == "BindFailed":
+                    return
+                self._lock_waiters.discard(pod.uid)
         self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
 
     def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
@@ -176,6 +242,8 @@ class KubeCluster:
                 self._bound.pop(uid, None)
                 self._evicted.pop(uid, None)
                 self._groups.pop(uid, None)
+                self._lock_waiters.discard(uid)
+            self.locks.pod_gone(uid)
             self.pending.forget(uid)
             return [WatchEvent("Pod", "DELETED", obj)]
         with self._lock:

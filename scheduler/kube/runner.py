@@ -6,16 +6,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kubernetes import client
 
-from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.api.keys import BIND_LOCK, MILLI_PER_GPU
 from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.leader import LeaseElector
 from scheduler.metrics import SchedulerMetrics
+from scheduler.model import Taint
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class SchedulerRunner:
             backoff=Backoff(initial_s=cfg.backoff_initial_s),
         )
         self.scheduler = Scheduler(self.cluster, cfg.scheduler)
+        self.cluster.on_node_locked = self._taint_locked_node
         self.elector = (
             LeaseElector(
                 client.CoordinationV1Api(api_client),
@@ -116,6 +118,17 @@ class SchedulerRunner:
         self.cycles += 1
         self.observe(result)
         return result
+
+    def _taint_locked_node(self, name: str) -> None:
+        """Show the node tainted for the rest of this cycle: its bind lock waits for the device plugin, so
+        the next GPU pods go to other nodes now instead of failing their binds here. The adapter sends the
+        node again, untainted, once the lock is free."""
+        state = self.scheduler.cache.state
+        row = state.row_of(name)
+        node = state.nodes[row] if row is not None else None
+        if node is None or any(t.key == BIND_LOCK for t in node.taints):
+            return
+        state.add_node(replace(node, taints=(*node.taints, Taint(key=BIND_LOCK, effect="NoSchedule"))))
 
     def observe(self, result: CycleResult) -> None:
         m = self.metrics

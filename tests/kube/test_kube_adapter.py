@@ -52,3 +52,43 @@ def test_queue_lookup_from_the_watch_cache(kube_api: FakeKubeAPI) -> None:
         wait_for(lambda: lookup("team") == "parent")
     finally:
         cluster.stop()
+
+
+def test_bound_pod_waits_for_its_node_and_locked_nodes_are_tainted(kube_api: FakeKubeAPI) -> None:
+    """Events arrive from independent watches in any order: a bound pod must reach the cycle after its node
+    (else its GPU share is never accounted); a node whose bind lock waits for the device plugin is shown
+    tainted, so the cycle places GPU pods elsewhere."""
+    from scheduler.api.bind_lock import BindLock
+    from scheduler.kube.event_queue import ResourceEvent
+
+    cluster = KubeCluster(kube_api.client())
+    running = pod_body("a", node="gpu-1", annotations={"gpu-fraction": "0.5"})
+    running["metadata"]["uid"] = "uid-a"
+    cluster.events.put(ResourceEvent("Pod", "ADDED", running))
+    assert cluster.drain_events() == []
+    waiting = pod_body("b", annotations={"gpu-fraction": "0.5"})
+    waiting["metadata"]["uid"] = "uid-b"
+    cluster.informers["Pod"].cache["default/b"] = waiting  # b was bound by someone, not yet allocated
+    waiting_bound = {
+        **waiting,
+        "spec": {**waiting["spec"], "nodeName": "gpu-1"},
+        "status": {"phase": "Pending"},
+    }
+    cluster.informers["Pod"].cache["default/b"] = waiting_bound
+    node = node_body("gpu-1", gpus=1)
+    node["metadata"]["annotations"] = {
+        "tessera.dev/bind-lock": BindLock(pod_uid="uid-b", namespace="default", name="b").to_annotation()
+    }
+    cluster.informers["Node"].cache["gpu-1"] = node
+    cluster.events.put(ResourceEvent("Node", "ADDED", node))
+    events = cluster.drain_events()
+    assert [(e.kind, e.obj["metadata"]["name"]) for e in events] == [("Node", "gpu-1"), ("Pod", "a")]
+    assert events[0].obj["spec"]["taints"] == [
+        {"key": "tessera.dev/bind-lock", "value": "", "effect": "NoSchedule"}
+    ]
+    assert "spec" not in node or "taints" not in node.get("spec", {})  # the cached object is untouched
+    # The device plugin served b: the node comes back untainted without any node event.
+    cluster.informers["Pod"].cache["default/b"] = {**waiting_bound, "status": {"phase": "Running"}}
+    refreshed = cluster.drain_events()
+    assert [(e.kind, e.type) for e in refreshed] == [("Node", "MODIFIED")]
+    assert not refreshed[0].obj.get("spec", {}).get("taints")
