@@ -296,3 +296,19 @@ def test_only_the_leader_schedules_and_a_standby_takes_over(
         assert b.cycles > 0 and dict(gpu_use(kube_api)) == {("gpu-1", 0): 1000}
     finally:
         b.stop()
+
+
+def test_gpu_node_report_steers_placement_away_from_an_unhealthy_gpu(
+    kube_api: FakeKubeAPI, kubelet: FakeKubelet, runner: SchedulerRunner
+) -> None:
+    kube_api.seed(node_body("gpu-1", gpus=2))
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "NVIDIA-H100-80GB-HBM3", "memoryTotalMiB": GIB80,
+             "health": "Unhealthy" if i == 0 else "Healthy"} for i in range(2)]  # fmt: skip
+    kube_api.seed({"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "GPUNodeReport",
+                   "metadata": {"name": "gpu-1"},
+                   "spec": {"node": "gpu-1", "observedAt": "2026-12-02T10:00:00Z", "gpus": gpus}})  # fmt: skip
+    runner.start()
+    for name in ("x", "y"):
+        create(kube_api, fraction_pod(name, "0.5"))
+    wait_for(lambda: len(bound(kube_api)) == 2, timeout=10)
+    assert dict(gpu_use(kube_api)) == {("gpu-1", 1): 1000}
