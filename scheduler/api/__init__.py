@@ -5,6 +5,7 @@ device plugin can import it without pulling in the scheduler.
 """
 
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
+from scheduler.api.bind_lock import BindLock
 from scheduler.api.gpu_request import GPURequest, InvalidGPURequest, parse_gpu_request
 from scheduler.api.keys import GROUP, VERSION
 from scheduler.api.podgroup import PodGroup, PodGroupSpec, PodGroupStatus
@@ -17,6 +18,7 @@ __all__ = [
     "PRIORITY_CLASSES",
     "VERSION",
     "AssignedGPU",
+    "BindLock",
     "GPUAssignment",
     "GPUNodeReport",
     "GPUNodeReportSpec",

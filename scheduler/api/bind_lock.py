@@ -1,9 +1,8 @@
-"""The per-node bind lock (node annotation `tessera.dev/bind-lock`), shared by scheduler and device plugin.
+"""The per-node `tessera.dev/bind-lock` annotation (DESIGN.md, hand-off step 3).
 
-The scheduler takes it before binding a GPU pod to the node and the device plugin frees it once it served
-that pod's Allocate, so at most one assigned-but-unallocated GPU pod is pending per node and the plugin
-knows which pod an Allocate call is for. A lock older than the scheduler's timeout is stale and may be
-taken over (the pod never reached the kubelet, or the plugin died).
+The scheduler sets it on a Node when it binds a GPU pod there and the device plugin removes it once that
+pod's Allocate has been served, so at most one assigned-but-unallocated pod is pending per node and the
+plugin knows which pod the kubelet is allocating for.
 """
 
 from __future__ import annotations
@@ -11,21 +10,51 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from scheduler.api.keys import BIND_LOCK
 
 
 class BindLock(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, frozen=True)
+    """`{"pod": "<namespace>/<name>", "uid": "<pod uid>", "since": "<RFC3339>"}`."""
 
-    pod_uid: str = Field(min_length=1, alias="podUID")
-    namespace: str = Field(min_length=1)
-    name: str = Field(min_length=1)
+    model_config = ConfigDict(frozen=True)
+
+    pod: str
+    uid: str = Field(min_length=1)
     since: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
+    @field_validator("pod")
+    @classmethod
+    def _namespaced(cls, value: str) -> str:
+        namespace, sep, name = value.partition("/")
+        if not sep or not namespace or not name or "/" in name:
+            raise ValueError(f'pod must be "<namespace>/<name>", got "{value}"')
+        return value
+
+    @field_validator("since")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        # RFC3339 always carries an offset; a naive time would compare wrongly against lock ages.
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+    @classmethod
+    def for_pod(cls, namespace: str, name: str, uid: str, since: datetime | None = None) -> BindLock:
+        return cls(pod=f"{namespace}/{name}", uid=uid, since=since or datetime.now(UTC))
+
+    @property
+    def namespace(self) -> str:
+        return self.pod.partition("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.pod.partition("/")[2]
+
+    def age_seconds(self, now: datetime | None = None) -> float:
+        return ((now or datetime.now(UTC)) - self.since).total_seconds()
+
     def to_annotation(self) -> str:
-        return self.model_dump_json(by_alias=True)
+        return self.model_dump_json()
 
     @classmethod
     def from_annotation(cls, raw: str) -> BindLock:
@@ -34,8 +63,8 @@ class BindLock(BaseModel):
             return cls.model_validate(json.loads(raw))
         except (json.JSONDecodeError, ValidationError, TypeError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if isinstance(exc, ValidationError) and exc.errors():
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"]) or "value"
+                first = f"{where}: {err['msg']}"
             raise ValueError(f"annotation {BIND_LOCK} is malformed: {first}") from None
-
-    def age_seconds(self, now: datetime | None = None) -> float:
-        since = self.since if self.since.tzinfo else self.since.replace(tzinfo=UTC)
-        return ((now or datetime.now(UTC)) - since).total_seconds()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from scheduler.api.keys import API_VERSION
 from scheduler.api.meta import ObjectMeta
@@ -63,6 +63,13 @@ class GPUNodeReportSpec(BaseModel):
     observed_at: str = Field(alias="observedAt")
     gpus: list[GPUReport] = Field(default_factory=list)
 
+    # Derived on every dump so whoever publishes the report also publishes the totals the CRD's printer
+    # columns show; input values for it are ignored (recomputed from `gpus`).
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def summary(self) -> GPUNodeSummary:
+        return summarize_gpus(self.gpus)
+
 
 class GPUNodeReport(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
@@ -71,3 +78,41 @@ class GPUNodeReport(BaseModel):
     kind: Literal["GPUNodeReport"] = "GPUNodeReport"
     metadata: ObjectMeta
     spec: GPUNodeReportSpec
+
+
+class GPUNodeSummary(BaseModel):
+    """Node-level roll-up of the per-GPU figures.
+
+    Kubernetes printer columns take one JSONPath value each and cannot count or add over a list, so
+    `kubectl get gpunodereports` reads these totals instead of `spec.gpus`.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    gpus: int = Field(ge=0)
+    healthy_gpus: int = Field(ge=0, alias="healthyGPUs")
+    health: Health
+    memory_used_mib: int = Field(ge=0, alias="memoryUsedMiB")
+    memory_total_mib: int = Field(ge=0, alias="memoryTotalMiB")
+    utilization_pct: float | None = Field(default=None, alias="utilizationPct")
+    assigned_milli: int = Field(ge=0, alias="assignedMilli")
+
+
+def summarize_gpus(gpus: list[GPUReport]) -> GPUNodeSummary:
+    """Totals over a node's GPUs; health is Unhealthy if any GPU is, Unknown if none is reported."""
+    healths = {g.health for g in gpus}
+    health: Health = "Healthy"
+    if "Unhealthy" in healths:
+        health = "Unhealthy"
+    elif not gpus or "Unknown" in healths:
+        health = "Unknown"
+    utils = [g.utilization_pct for g in gpus if g.utilization_pct is not None]
+    return GPUNodeSummary(
+        gpus=len(gpus),
+        healthy_gpus=sum(1 for g in gpus if g.health == "Healthy"),
+        health=health,
+        memory_used_mib=sum(g.memory_used_mib for g in gpus),
+        memory_total_mib=sum(g.memory_total_mib for g in gpus),
+        utilization_pct=round(sum(utils) / len(utils), 1) if utils else None,
+        assigned_milli=sum(g.assigned_milli for g in gpus),
+    )

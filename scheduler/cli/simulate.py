@@ -18,7 +18,7 @@ from scheduler.sim.builtin import BUILTIN_UNTIL_S, builtin_manifests
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.duration import parse_duration
 from scheduler.sim.loader import ManifestError, load_files
-from scheduler.sim.runner import run_simulation
+from scheduler.sim.runner import SimResult, run_simulation
 from scheduler.sim.summary import summarize, to_json
 
 
@@ -62,6 +62,24 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
         console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
+def write_report(
+    path: Path, scheduler: Scheduler, result: SimResult, *, policy: str, console: Console
+) -> None:
+    from scheduler.ui import build_view, render_dashboard
+
+    view = build_view(
+        scheduler,
+        title="Tessera simulation",
+        source=f"simulated cluster, policy {policy}, at t={result.end_s:.0f}s",
+        timeline=result.timeline,
+    )
+    try:
+        path.write_text(render_dashboard(view), encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+    console.print(f"report written to [bold]{escape(str(path))}[/]")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
@@ -77,6 +95,13 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option(help="Seed of the built-in workload.")] = 7,
         period: Annotated[float, typer.Option(help="Scheduling period in simulated seconds.")] = 1.0,
         backend: Annotated[str | None, typer.Option(help="Array backend: auto, numpy, cupy, strict.")] = None,
+        report: Annotated[
+            Path | None,
+            typer.Option(
+                help="Also write the dashboard (GPU map, queues, pending, allocation over time) "
+                "as one self-contained HTML file."
+            ),
+        ] = None,
     ) -> None:
         """Run the scheduler on a simulated cluster: the built-in demo, or the manifests given with -f."""
         if output not in ("table", "json"):
@@ -108,6 +133,8 @@ def register(app: typer.Typer) -> None:
 
             result = run_simulation(sim, scheduler, until_s=until_s, period_s=period, progress=progress)
         summary = summarize(sim, scheduler, result)
+        if report is not None:
+            write_report(report, scheduler, result, policy=policy, console=console)
         if output == "json":
             typer.echo(to_json(summary))
         else:

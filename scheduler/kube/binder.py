@@ -156,7 +156,7 @@ class Binder:
     def _take_lock(self, node: str, meta: dict[str, Any], namespace: str, name: str, uid: str) -> str | None:
         """Take the node's bind lock, guarded by the resourceVersion read in `meta` (re-read once if the node
         changed since); return why not when another pod legitimately holds it."""
-        lock = BindLock(pod_uid=uid, namespace=namespace, name=name, since=self.clock()).to_annotation()
+        lock = BindLock.for_pod(namespace, name, uid, since=self.clock()).to_annotation()
         for attempt in range(2):
             if attempt:
                 meta = self._node_meta(node)
@@ -183,7 +183,7 @@ class Binder:
         except ValueError as exc:
             log.warning("%s; taking the lock over", exc)
             return None
-        if lock.pod_uid == uid:
+        if lock.uid == uid:
             return None  # ours from an earlier attempt (e.g. before a restart)
         age = lock.age_seconds(self.clock())
         if age >= self.lock_timeout_s:
@@ -199,7 +199,7 @@ class Binder:
             raise
         meta = holder["metadata"]
         done = (
-            meta.get("uid") != lock.pod_uid
+            meta.get("uid") != lock.uid
             # never bound there (a scheduler died before binding it): no Allocate can be coming for it
             or (holder.get("spec") or {}).get("nodeName") != node
             or GPU_ALLOCATED in (meta.get("annotations") or {})
@@ -216,7 +216,7 @@ class Binder:
         try:
             meta = _json(self.core.read_node(node, _preload_content=False))["metadata"]
             raw = (meta.get("annotations") or {}).get(BIND_LOCK)
-            if not raw or BindLock.from_annotation(raw).pod_uid != uid:
+            if not raw or BindLock.from_annotation(raw).uid != uid:
                 return False
             ops = [
                 {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},

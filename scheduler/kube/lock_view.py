@@ -72,7 +72,7 @@ class NodeLockView:
                 except ValueError:
                     return None  # malformed: the binder takes it over
                 candidate = Holder(
-                    lock.pod_uid,
+                    lock.uid,
                     f"{lock.namespace}/{lock.name}",
                     lock.age_seconds(datetime.now(UTC)),
                     ours=False,

@@ -70,7 +70,9 @@ def test_any_fraction_in_range_maps_to_milli(f):
     assert abs(r.milli - f * 1000) <= 0.5 + 1e-9
 
 
-@given(st.text(max_size=12), st.one_of(st.none(), st.text(max_size=6)), st.one_of(st.none(), st.text(max_size=6)))
+@given(
+    st.text(max_size=12), st.one_of(st.none(), st.text(max_size=6)), st.one_of(st.none(), st.text(max_size=6))
+)
 def test_parser_never_raises_anything_but_invalid_request(fraction, memory, devices):
     annotations = {"gpu-fraction": fraction}
     if memory is not None:
@@ -104,7 +106,9 @@ def test_assignment_round_trip_uses_camel_case():
     assert GPUAssignment.from_annotation(raw) == a
 
 
-@pytest.mark.parametrize("raw", ["", "{", "[]", '{"node": ""}', '{"node": "n", "gpus": [{"index": 0, "milli": 0}]}'])
+@pytest.mark.parametrize(
+    "raw", ["", "{", "[]", '{"node": ""}', '{"node": "n", "gpus": [{"index": 0, "milli": 0}]}']
+)
 def test_malformed_assignment_is_one_line_error(raw):
     with pytest.raises(ValueError) as err:
         GPUAssignment.from_annotation(raw)

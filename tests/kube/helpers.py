@@ -112,7 +112,7 @@ class FakeKubelet:
         if GPU_ASSIGNMENT in annotations:
             node_obj = self.api.find("nodes", node)
             raw = ((node_obj or {}).get("metadata", {}).get("annotations") or {}).get(BIND_LOCK)
-            if not raw or BindLock.from_annotation(raw).pod_uid != meta["uid"]:
+            if not raw or BindLock.from_annotation(raw).uid != meta["uid"]:
                 return  # not (yet) this pod's turn: the kubelet would not have called Allocate for it
 
             def unlock(n: dict[str, Any]) -> None:

@@ -77,7 +77,7 @@ def test_bound_pod_waits_for_its_node_and_locked_nodes_are_tainted(kube_api: Fak
     cluster.informers["Pod"].cache["default/b"] = waiting_bound
     node = node_body("gpu-1", gpus=1)
     node["metadata"]["annotations"] = {
-        "tessera.dev/bind-lock": BindLock(pod_uid="uid-b", namespace="default", name="b").to_annotation()
+        "tessera.dev/bind-lock": BindLock.for_pod("default", "b", "uid-b").to_annotation()
     }
     cluster.informers["Node"].cache["gpu-1"] = node
     cluster.events.put(ResourceEvent("Node", "ADDED", node))

@@ -45,7 +45,7 @@ def test_bind_writes_assignment_takes_lock_then_binds(kube_api: FakeKubeAPI, cor
     assert GPUAssignment.from_annotation(pod["metadata"]["annotations"][GPU_ASSIGNMENT]).gpus[0].milli == 500
     assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.5"  # other annotations kept
     lock = BindLock.from_annotation(kube_api.get("nodes", "n1")["metadata"]["annotations"][BIND_LOCK])
-    assert (lock.pod_uid, lock.namespace, lock.name) == (uid, "default", "p")
+    assert (lock.uid, lock.namespace, lock.name) == (uid, "default", "p")
     writes = [
         (r.method, r.path.rsplit("/", 1)[-1]) for r in kube_api.requests if r.method in ("PATCH", "POST")
     ]
@@ -196,7 +196,7 @@ def test_status_writers_skip_unchanged(kube_api: FakeKubeAPI, core: client.CoreV
 def test_lock_of_a_pod_never_bound_there_is_free(kube_api: FakeKubeAPI, core: client.CoreV1Api) -> None:
     kube_api.seed(node_body("n1", gpus=1))
     crashed, fresh = _new_pod(kube_api, "crashed"), _new_pod(kube_api, "fresh")
-    lock = BindLock(pod_uid=crashed, namespace="default", name="crashed")
+    lock = BindLock.for_pod("default", "crashed", crashed)
     kube_api.modify(
         "nodes", "n1", lambda n: n["metadata"].update(annotations={BIND_LOCK: lock.to_annotation()})
     )

@@ -235,7 +235,7 @@ def test_restart_mid_flight_never_double_allocates(kube_api: FakeKubeAPI, kubele
     kube_api.modify(
         "pods", "b", lambda p: p["metadata"]["annotations"].update({GPU_ASSIGNMENT: half.to_annotation()})
     )
-    lock = BindLock(pod_uid=b["metadata"]["uid"], namespace="default", name="b")
+    lock = BindLock.for_pod("default", "b", b["metadata"]["uid"])
     kube_api.modify(
         "nodes",
         "gpu-1",

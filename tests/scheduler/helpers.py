@@ -17,7 +17,9 @@ T4 = ("T4", 15360)
 __all__ = ["A100", "T4", "assignment", "cluster", "node", "pod", "podgroup", "queue", "run"]
 
 
-def cluster(objects: list[dict[str, Any]], *, policy: str = "binpack", backend: str = "numpy") -> tuple[SimCluster, Scheduler]:
+def cluster(
+    objects: list[dict[str, Any]], *, policy: str = "binpack", backend: str = "numpy"
+) -> tuple[SimCluster, Scheduler]:
     m = Manifests()
     for o in objects:
         m.objects[o["kind"]].append(o)

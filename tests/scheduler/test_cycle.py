@@ -13,7 +13,11 @@ def test_fractions_share_one_gpu_and_assignment_is_written():
     for i in range(4):
         a = assignment(sim, f"default/p{i}")
         assert a is not None and a.node == "n1" and len(a.gpus) == 1
-        assert a.gpus[0].milli == 250 and a.gpus[0].memory_mib == 10240 and a.gpus[0].uuid == "GPU-n1-" + str(a.gpus[0].index)
+        assert (
+            a.gpus[0].milli == 250
+            and a.gpus[0].memory_mib == 10240
+            and a.gpus[0].uuid == "GPU-n1-" + str(a.gpus[0].index)
+        )
         slots.add(a.gpus[0].index)
         assert phase(sim, f"default/p{i}") == "Running"
     assert len(slots) == 1  # binpack: all four on one GPU
@@ -22,15 +26,23 @@ def test_fractions_share_one_gpu_and_assignment_is_written():
 def test_gang_is_placed_whole_or_not_at_all():
     objs = [node("n1", A100, 4, 64, 256), node("n2", A100, 4, 64, 256), queue("team", None, 8)]
     objs.append(podgroup("big", "team", "team", 3))
-    objs += [pod(f"big-{i}", "team", arrival_s=0, duration_s=100, gpus=4, annotations={POD_GROUP: "big"}) for i in range(3)]
+    objs += [
+        pod(f"big-{i}", "team", arrival_s=0, duration_s=100, gpus=4, annotations={POD_GROUP: "big"})
+        for i in range(3)
+    ]
     objs.append(podgroup("small", "team", "team", 2))
-    objs += [pod(f"small-{i}", "team", arrival_s=0, duration_s=100, gpus=4, annotations={POD_GROUP: "small"}) for i in range(2)]
+    objs += [
+        pod(f"small-{i}", "team", arrival_s=0, duration_s=100, gpus=4, annotations={POD_GROUP: "small"})
+        for i in range(2)
+    ]
     sim, sched = cluster(objs)
     run(sim, sched, cycles=3)
     assert all(phase(sim, f"team/big-{i}") == "Pending" for i in range(3))
     assert all(phase(sim, f"team/small-{i}") == "Running" for i in range(2))
     reason = sim.pods["team/big-0"].reason
-    assert reason is not None and reason[0] == "GangUnschedulable" and "team/big needs 3 more pods" in reason[1]
+    assert (
+        reason is not None and reason[0] == "GangUnschedulable" and "team/big needs 3 more pods" in reason[1]
+    )
     status = sim.group_status["team/big"]
     assert status.phase == "Unschedulable" and status.conditions[0].reason == "GangUnschedulable"
     assert sim.group_status["team/small"].phase == "Running"
@@ -38,7 +50,10 @@ def test_gang_is_placed_whole_or_not_at_all():
 
 def test_incomplete_gang_waits_for_members():
     objs = [node("n1", A100, 4, 64, 256), podgroup("g", "default", "default", 3)]
-    objs += [pod(f"g-{i}", "default", arrival_s=0, duration_s=10, gpus=1, annotations={POD_GROUP: "g"}) for i in range(2)]
+    objs += [
+        pod(f"g-{i}", "default", arrival_s=0, duration_s=10, gpus=1, annotations={POD_GROUP: "g"})
+        for i in range(2)
+    ]
     sim, sched = cluster(objs)
     run(sim, sched)
     assert sim.pods["default/g-0"].reason[0] == "GangIncomplete"
@@ -54,7 +69,10 @@ def test_invalid_requests_and_queues_are_explained_and_others_go_on():
         pod("good", "default", arrival_s=0, duration_s=10, annotations={GPU_FRACTION: "0.5"}),
     ])  # fmt: skip
     run(sim, sched)
-    assert sim.pods["default/bad"].reason == ("InvalidRequest", 'annotation gpu-fraction="abc" is not a number; use a value between 0 and 1 such as "0.5"')
+    assert sim.pods["default/bad"].reason == (
+        "InvalidRequest",
+        'annotation gpu-fraction="abc" is not a number; use a value between 0 and 1 such as "0.5"',
+    )
     assert "more than the largest GPU in the cluster (40960 MiB)" in sim.pods["default/huge"].reason[1]
     assert sim.pods["default/ghost"].reason[0] == "InvalidQueue"
     assert phase(sim, "default/good") == "Running"
@@ -74,7 +92,10 @@ def test_whole_gpu_pods_of_other_schedulers_are_accounted():
 
 def test_non_preemptible_pods_stay_within_quota_and_limits_hold():
     objs = [node("n1", A100, 8, 64, 256), queue("q", None, 2, limit=3)]
-    objs += [pod(f"inf-{i}", "q", arrival_s=0, duration_s=100, gpus=1, priority_class="inference") for i in range(3)]
+    objs += [
+        pod(f"inf-{i}", "q", arrival_s=0, duration_s=100, gpus=1, priority_class="inference")
+        for i in range(3)
+    ]
     objs += [pod(f"train-{i}", "q", arrival_s=5, duration_s=100, gpus=1) for i in range(2)]
     sim, sched = cluster(objs)
     run(sim, sched)
@@ -97,7 +118,10 @@ def test_queue_below_fair_share_is_served_first():
 
 def test_memory_requests_use_model_memory_and_completion_frees_capacity():
     objs = [node("t4", T4, 1, 16, 64)]
-    objs += [pod(f"m{i}", "default", arrival_s=0, duration_s=30, annotations={GPU_MEMORY: "7000"}) for i in range(3)]
+    objs += [
+        pod(f"m{i}", "default", arrival_s=0, duration_s=30, annotations={GPU_MEMORY: "7000"})
+        for i in range(3)
+    ]
     sim, sched = cluster(objs)
     run(sim, sched)
     assert [phase(sim, f"default/m{i}") for i in range(3)] == ["Running", "Running", "Pending"]

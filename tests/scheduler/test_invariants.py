@@ -13,7 +13,9 @@ from tests.scheduler.helpers import cluster, node, pod, podgroup
 MODELS = [("A100", 40960), ("H100", 81920), ("T4", 15360)]
 
 pod_kinds = st.one_of(
-    st.tuples(st.just("fraction"), st.sampled_from(["0.1", "0.25", "0.3", "0.5", "0.7", "0.9"]), st.integers(1, 2)),
+    st.tuples(
+        st.just("fraction"), st.sampled_from(["0.1", "0.25", "0.3", "0.5", "0.7", "0.9"]), st.integers(1, 2)
+    ),
     st.tuples(st.just("memory"), st.sampled_from(["4000", "10000", "16000", "30000"]), st.integers(1, 2)),
     st.tuples(st.just("whole"), st.just(""), st.integers(1, 4)),
     st.tuples(st.just("cpu"), st.just(""), st.just(0)),
@@ -55,13 +57,18 @@ def check_invariants(sched, sim, gangs: dict[str, int]) -> None:
                 continue
             milli, mib = used_milli.get((row, slot), 0), used_mib.get((row, slot), 0)
             total = int(state.total_mib[row, slot])
-            assert milli <= MILLI_PER_GPU and mib <= total, f"GPU {row}/{slot} over-committed: {milli} milli {mib} MiB"
+            assert milli <= MILLI_PER_GPU and mib <= total, (
+                f"GPU {row}/{slot} over-committed: {milli} milli {mib} MiB"
+            )
             assert int(state.free_milli[row, slot]) == MILLI_PER_GPU - milli
             assert int(state.free_mib[row, slot]) == total - mib
         assert int(state.free_cpu[row]) >= 0 and int(state.free_mem[row]) >= 0
     for group, min_member in gangs.items():
         members = [p for p in sched.cache.pods.values() if p.group == group]
-        if any(p.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) for p in members) or len(members) < min_member:
+        if (
+            any(p.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED) for p in members)
+            or len(members) < min_member
+        ):
             continue  # a finished or deleted member may legitimately leave fewer running
         running = sum(1 for p in members if p.holds_resources)
         assert running == 0 or running >= min_member, f"gang {group} partly placed: {running}/{min_member}"
@@ -69,7 +76,9 @@ def check_invariants(sched, sim, gangs: dict[str, int]) -> None:
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    nodes=st.lists(st.tuples(st.sampled_from(MODELS), st.integers(1, 8), st.integers(8, 64)), min_size=1, max_size=5),
+    nodes=st.lists(
+        st.tuples(st.sampled_from(MODELS), st.integers(1, 8), st.integers(8, 64)), min_size=1, max_size=5
+    ),
     script=ops,
     policy=st.sampled_from(["binpack", "spread"]),
 )
@@ -81,7 +90,9 @@ def test_no_overcommit_no_partial_gang(nodes, script, policy):
     for op, arg, extra in script:
         if op == "submit":
             ann, whole = _annotations(arg)
-            sim.submit_pod(pod(f"p{seq}", "default", arrival_s=0, duration_s=extra, cpu="2", annotations=ann, gpus=whole))
+            sim.submit_pod(
+                pod(f"p{seq}", "default", arrival_s=0, duration_s=extra, cpu="2", annotations=ann, gpus=whole)
+            )
             seq += 1
         elif op == "gang":
             ann, whole = _annotations(arg)
@@ -109,8 +120,20 @@ def test_no_overcommit_no_partial_gang(nodes, script, policy):
 state_ops = st.lists(
     st.tuples(
         st.sampled_from(["place", "gang", "remove"]),
-        st.sampled_from([(1, 100, 0), (1, 250, 0), (1, 700, 0), (2, 500, 0), (1, 0, 12000), (2, 0, 30000),
-                         (1, 1000, 0), (2, 1000, 0), (4, 1000, 0), (0, 0, 0)]),  # fmt: skip
+        st.sampled_from(
+            [
+                (1, 100, 0),
+                (1, 250, 0),
+                (1, 700, 0),
+                (2, 500, 0),
+                (1, 0, 12000),
+                (2, 0, 30000),
+                (1, 1000, 0),
+                (2, 1000, 0),
+                (4, 1000, 0),
+                (0, 0, 0),
+            ]
+        ),
         st.integers(1, 5),
     ),
     min_size=20,

@@ -20,7 +20,15 @@ def make_state(backend, nodes):
 
 
 def a100(name, gpus=4, mem=40960, **kw):
-    return NodeInfo(name=name, cpu_milli=32000, memory_mib=131072, gpu_count=gpus, gpu_model="A100", gpu_memory_mib=mem, **kw)
+    return NodeInfo(
+        name=name,
+        cpu_milli=32000,
+        memory_mib=131072,
+        gpu_count=gpus,
+        gpu_model="A100",
+        gpu_memory_mib=mem,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -50,9 +58,9 @@ def test_filters_cpu_memory_model_selector_taints_health(backend):
         return [s.node_names[i] for i in range(s.num_rows) if bool(mask[i])]
 
     assert rows(PodDemand(num_gpus=1, gpu_milli=500)) == ["labelled", "t4"]
-    assert rows(PodDemand(num_gpus=1, gpu_milli=500, tolerations=(Toleration("dedicated", "Equal", "infer"),))) == [
-        "tainted", "labelled", "t4"
-    ]
+    assert rows(
+        PodDemand(num_gpus=1, gpu_milli=500, tolerations=(Toleration("dedicated", "Equal", "infer"),))
+    ) == ["tainted", "labelled", "t4"]
     assert rows(PodDemand(num_gpus=1, gpu_milli=500, models=frozenset({"T4"}))) == ["t4"]
     assert rows(PodDemand(num_gpus=1, gpu_milli=500, selector=("zone=a",))) == ["labelled"]
     assert rows(PodDemand(num_gpus=3, gpu_milli=1000)) == ["labelled"]
@@ -69,7 +77,10 @@ def test_filters_cpu_memory_model_selector_taints_health(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_binpack_fills_one_gpu_spread_uses_many(backend):
-    for policy, expected in (("binpack", {(0, 0)}), ("spread", {(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)})):
+    for policy, expected in (
+        ("binpack", {(0, 0)}),
+        ("spread", {(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)}),
+    ):
         s = make_state(backend, [a100("a"), a100("b")])
         used = set()
         for _ in range(4):
@@ -84,12 +95,16 @@ def test_kernels_identical_on_numpy_and_strict():
     rng = random.Random(3)
     nodes = [a100(f"n{i}", gpus=rng.choice([2, 4, 8]), mem=rng.choice([40960, 81920])) for i in range(12)]
     demands = [
-        rng.choice([
-            PodDemand(cpu_milli=1000, memory_mib=1024, num_gpus=1, gpu_milli=rng.choice([100, 250, 500, 700])),
-            PodDemand(cpu_milli=2000, memory_mib=4096, num_gpus=rng.choice([1, 2, 4]), gpu_milli=1000),
-            PodDemand(cpu_milli=1000, num_gpus=1, gpu_mib=rng.choice([8000, 20000])),
-            PodDemand(cpu_milli=500, memory_mib=512),
-        ])
+        rng.choice(
+            [
+                PodDemand(
+                    cpu_milli=1000, memory_mib=1024, num_gpus=1, gpu_milli=rng.choice([100, 250, 500, 700])
+                ),
+                PodDemand(cpu_milli=2000, memory_mib=4096, num_gpus=rng.choice([1, 2, 4]), gpu_milli=1000),
+                PodDemand(cpu_milli=1000, num_gpus=1, gpu_mib=rng.choice([8000, 20000])),
+                PodDemand(cpu_milli=500, memory_mib=512),
+            ]
+        )
         for _ in range(80)
     ]
     results = {}
@@ -110,8 +125,13 @@ def test_kernels_identical_on_numpy_and_strict():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_explain_counts_each_filter(backend):
-    s = make_state(backend, [a100("a", gpus=2), NodeInfo("t4", 4000, 8192, 2, "T4", 15360), NodeInfo("cpu", 64000, 262144)])
-    msg = explain_unschedulable(s.xp, s, PodDemand(cpu_milli=8000, num_gpus=2, gpu_milli=1000, models=frozenset({"A100", "T4"})))
+    s = make_state(
+        backend,
+        [a100("a", gpus=2), NodeInfo("t4", 4000, 8192, 2, "T4", 15360), NodeInfo("cpu", 64000, 262144)],
+    )
+    msg = explain_unschedulable(
+        s.xp, s, PodDemand(cpu_milli=8000, num_gpus=2, gpu_milli=1000, models=frozenset({"A100", "T4"}))
+    )
     assert msg.startswith("no node fits 2 whole GPUs (model A100|T4)")
     assert "1 with model not in A100|T4" in msg and "1 short of CPU" in msg
     pl = place_one(s.xp, s, make_policy("binpack"), PodDemand(num_gpus=1, gpu_milli=1000))
@@ -125,7 +145,10 @@ def test_rollback_restores_arrays_exactly(backend):
     s = make_state(backend, [a100("a"), a100("b")])
     before = (s.host(s.free_milli).tolist(), s.host(s.free_cpu).tolist())
     cp = s.checkpoint()
-    for d in (PodDemand(cpu_milli=100, num_gpus=2, gpu_milli=1000), PodDemand(cpu_milli=100, num_gpus=1, gpu_milli=300)):
+    for d in (
+        PodDemand(cpu_milli=100, num_gpus=2, gpu_milli=1000),
+        PodDemand(cpu_milli=100, num_gpus=1, gpu_milli=300),
+    ):
         s.place(place_one(s.xp, s, make_policy("binpack"), d))
     assert s.allocated_milli() == 2300
     s.rollback(cp)

@@ -54,9 +54,20 @@ def test_builtin_demo_json():
     s = json.loads(result.stdout)
     assert s["gpus"]["capacity"] == 352
     assert 0 < s["gpus"]["allocated"] <= 352 and s["gpus"]["allocated_pct"] > 20
-    assert {q["name"] for q in s["queues"]} >= {"inference", "vision", "nlp", "research", "production", "default"}
+    assert {q["name"] for q in s["queues"]} >= {
+        "inference",
+        "vision",
+        "nlp",
+        "research",
+        "production",
+        "default",
+    }
     for q in s["queues"]:
-        assert set(q["allocated"]) == {"gpu", "cpu", "memory"} and set(q["fairShare"]) == {"gpu", "cpu", "memory"}
+        assert set(q["allocated"]) == {"gpu", "cpu", "memory"} and set(q["fairShare"]) == {
+            "gpu",
+            "cpu",
+            "memory",
+        }
     running = [p for p in s["pods"] if p["phase"] == "Running"]
     assert running and all(p["node"] for p in running)
     assert any(0 < g["milli"] < 1000 for p in running for g in p["gpus"])
@@ -90,7 +101,10 @@ def test_user_manifests(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("kind: [unclosed", "not valid YAML"), ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "no Node objects")],
+    [
+        ("kind: [unclosed", "not valid YAML"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "no Node objects"),
+    ],
 )
 def test_bad_manifests_fail_with_one_line(tmp_path, content, message):
     f = tmp_path / "bad.yaml"
@@ -108,7 +122,9 @@ def test_missing_file_and_bad_options():
     assert r.exit_code == 2 and "not a duration" in r.output
 
 
-@pytest.mark.parametrize(("raw", "seconds"), [("30s", 30), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400), ("45", 45), (7, 7)])
+@pytest.mark.parametrize(
+    ("raw", "seconds"), [("30s", 30), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400), ("45", 45), (7, 7)]
+)
 def test_durations(raw, seconds):
     assert parse_duration(raw) == seconds
 

@@ -1,0 +1,3 @@
+from device_plugin.cli import main
+
+main()

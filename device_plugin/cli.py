@@ -1,0 +1,127 @@
+"""Tessera's kubelet device plugin (fractional and whole GPUs), and a benchmark of its Allocate path."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from device_plugin.cluster import ClusterError, KubePodCluster, PodCluster
+from device_plugin.config import DEFAULT_PLUGIN_DIR, PluginConfig
+from device_plugin.manager import DevicePluginManager
+from scheduler.api.keys import GPU_SLICE_RESOURCE, MILLI_PER_GPU, WHOLE_GPU_RESOURCE
+
+app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
+log = logging.getLogger("device_plugin")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def _open_cluster(fake: bool, kube_url: str | None, kubeconfig: str | None) -> PodCluster | None:
+    # Standalone (--fake-gpus) only talks to an API server when one is named explicitly.
+    if fake and not kube_url and not kubeconfig:
+        return None
+    try:
+        return KubePodCluster.connect(kube_url, kubeconfig)
+    except ClusterError as exc:
+        log.error("%s; Allocate will fail until the plugin is restarted with API access", exc)
+        return None
+
+
+@app.callback(invoke_without_command=True)
+def serve(
+    ctx: typer.Context,
+    node_name: Annotated[str | None, typer.Option(envvar="NODE_NAME", help="This node's name.")] = None,
+    plugin_dir: Annotated[Path, typer.Option(help="Kubelet device-plugin directory.")] = DEFAULT_PLUGIN_DIR,
+    fake_gpus: Annotated[
+        str | None, typer.Option(help='Run on fake GPUs, e.g. "2xA100-80GB" (no NVML, no cluster needed).')
+    ] = None,
+    slice_resource: Annotated[str, typer.Option(help="Resource of fractional pods.")] = GPU_SLICE_RESOURCE,
+    slices_per_gpu: Annotated[int, typer.Option(help="Slice devices advertised per GPU.")] = MILLI_PER_GPU,
+    whole_gpu_resource: Annotated[
+        str, typer.Option(help='Resource for whole GPUs; "" when NVIDIA\'s plugin serves it.')
+    ] = WHOLE_GPU_RESOURCE,
+    mps_pipe_dir: Annotated[
+        str | None, typer.Option(help="Host MPS pipe directory to mount into fractional containers.")
+    ] = None,
+    kube_url: Annotated[str | None, typer.Option(help="API server URL (plain HTTP, for tests).")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig file (default: in-cluster).")] = None,
+    lock_wait: Annotated[float, typer.Option(help="Seconds Allocate waits for the bind lock.")] = 3.0,
+    watch_interval: Annotated[float, typer.Option(help="Seconds between socket checks.")] = 1.0,
+    health_interval: Annotated[float, typer.Option(help="Seconds between GPU health samples.")] = 5.0,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+) -> None:
+    """Serve tessera.dev/gpu-slice (and whole GPUs) to the kubelet until SIGTERM."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _setup_logging(log_level)
+    from node_agent.nvml import open_backend  # NVML only when serving, not for --help or bench
+
+    node = node_name or (socket.gethostname() if fake_gpus else None)
+    try:
+        config = PluginConfig(
+            node_name=node or "",
+            plugin_dir=plugin_dir,
+            slice_resource=slice_resource,
+            slices_per_gpu=slices_per_gpu,
+            whole_gpu_resource=whole_gpu_resource or None,
+            mps_pipe_dir=mps_pipe_dir,
+            lock_wait_s=lock_wait,
+            watch_interval_s=watch_interval,
+            health_interval_s=health_interval,
+        )
+        backend = open_backend(fake_gpus, seed=config.node_name)
+    except (ValueError, RuntimeError) as exc:
+        log.error("%s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise typer.Exit(2) from None
+    manager = DevicePluginManager(config, backend, _open_cluster(fake_gpus is not None, kube_url, kubeconfig))
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        manager.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    manager.run()
+
+
+@app.command()
+def bench(
+    pods: Annotated[int, typer.Option(help="Pods allocated on the node, one after another.")] = 100,
+    gpus: Annotated[str, typer.Option(help="Fake GPUs of the node.")] = "2xA100-80GB",
+    kube_url: Annotated[
+        str | None, typer.Option(help="API server URL; default: a local fake API server from tests/fakes.")
+    ] = None,
+    node_name: Annotated[str, typer.Option(help="Node to create and allocate on.")] = "bench-node",
+) -> None:
+    """Measure Allocate latency (gRPC round trip including the API server hand-off); prints JSON."""
+    from device_plugin.bench import run_bench
+
+    logging.basicConfig(level=logging.ERROR)
+    try:
+        result = run_bench(pods=pods, gpu_spec=gpus, kube_url=kube_url, node_name=node_name)
+    except (RuntimeError, ValueError) as exc:
+        typer.echo(f"bench failed: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(result, indent=2))
+
+
+def main() -> None:
+    app(prog_name="tessera-device-plugin")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from node_agent.cli import run
+
+run()

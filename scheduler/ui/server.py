@@ -1,0 +1,188 @@
+"""Serving the dashboard: `ui_response` for any HTTP server (the scheduler's metrics port mounts it at
+/ui), and `serve_ui`, a small threaded `http.server` for demos and tests.
+
+Read-only by construction: GET and HEAD only, no query parameter changes state, and the view holds no
+secrets (pod and queue names and numbers; never annotations, env or tokens). The page can fetch nothing:
+its Content-Security-Policy allows only its own inline style and, by hash, its own inline script.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from urllib.parse import parse_qs, urlsplit
+
+from scheduler.api.report import GPUNodeReport
+from scheduler.cycle import Scheduler
+from scheduler.ui.build import build_view
+from scheduler.ui.page import asset, render_dashboard
+from scheduler.ui.view import DashboardView
+
+log = logging.getLogger(__name__)
+
+ViewSource = Callable[[], DashboardView]
+UI_PATH = "/ui"
+
+
+def _script_hash() -> str:
+    # The template wraps the script in newlines; the hash covers exactly the element's text.
+    digest = hashlib.sha256(("\n" + asset("dashboard.js") + "\n").encode()).digest()
+    return "sha256-" + base64.b64encode(digest).decode()
+
+
+def security_headers() -> dict[str, str]:
+    return {
+        "Content-Security-Policy": (
+            f"default-src 'none'; script-src '{_script_hash()}'; style-src 'unsafe-inline'; "
+            "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        ),
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
+
+
+@dataclass(frozen=True)
+class UIResponse:
+    status: int
+    content_type: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _text(status: int, message: str) -> UIResponse:
+    return UIResponse(status, "text/plain; charset=utf-8", (message + "\n").encode(), security_headers())
+
+
+def ui_response(path: str, view_source: ViewSource) -> UIResponse | None:
+    """The answer to a GET of `path`, or None when the path is not the UI's (let the caller answer).
+
+    /ui                 the dashboard (?fold=on|off folds identical nodes; default: when many)
+    /ui/view.json       the same view-model as JSON
+    """
+    url = urlsplit(path)
+    if url.path != UI_PATH and not url.path.startswith(UI_PATH + "/"):
+        return None
+    if url.path not in (UI_PATH, UI_PATH + "/", UI_PATH + "/view.json"):
+        return _text(404, f"no such page: {url.path} (try {UI_PATH})")
+    fold_arg = (parse_qs(url.query).get("fold") or ["auto"])[0]
+    if fold_arg not in ("auto", "on", "off"):
+        return _text(400, f"fold must be auto, on or off, not {fold_arg!r}")
+    try:
+        view = view_source()
+    except Exception as exc:  # a page must never take the scheduler down; say what failed
+        log.exception("building the dashboard view failed")
+        return _text(500, f"the dashboard could not be built: {type(exc).__name__}: {exc}")
+    if url.path.endswith("view.json"):
+        body = json.dumps(dataclasses.asdict(view), separators=(",", ":")).encode()
+        return UIResponse(200, "application/json", body, security_headers())
+    aggregate = None if fold_arg == "auto" else fold_arg == "on"
+    html = render_dashboard(view, aggregate=aggregate)
+    return UIResponse(200, "text/html; charset=utf-8", html.encode(), security_headers())
+
+
+def scheduler_view_source(
+    scheduler: Scheduler,
+    reports: Callable[[], Iterable[GPUNodeReport]] | None = None,
+    lock: AbstractContextManager[object] | None = None,
+    title: str = "Tessera cluster",
+) -> ViewSource:
+    """A view source reading a live scheduler; `lock` (the loop's) makes each view one consistent cycle."""
+
+    def source() -> DashboardView:
+        with lock or nullcontext():
+            return build_view(scheduler, reports() if reports else (), title=title)
+
+    return source
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _UIHTTPServer
+    server_version = "tessera-ui"
+    sys_version = ""
+
+    def _answer(self, with_body: bool) -> None:
+        if urlsplit(self.path).path in ("", "/"):
+            self.send_response(302)
+            self.send_header("Location", UI_PATH)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        resp = ui_response(self.path, self.server.view_source) or _text(404, f"not found (try {UI_PATH})")
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("Content-Length", str(len(resp.body)))
+        for k, v in resp.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if with_body:
+            self.wfile.write(resp.body)
+
+    def do_GET(self) -> None:
+        self._answer(True)
+
+    def do_HEAD(self) -> None:
+        self._answer(False)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("ui %s: " + format, self.client_address[0], *args)
+
+
+class _UIHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], view_source: ViewSource) -> None:
+        super().__init__(address, _Handler)
+        self.view_source = view_source
+
+
+class UIServer:
+    """A running dashboard server; stop it with `close()` or use it as a context manager."""
+
+    def __init__(self, view_source: ViewSource, host: str, port: int) -> None:
+        self._httpd = _UIHTTPServer((host, port), view_source)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="tessera-ui", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self._httpd.server_address[0])
+        return f"http://{host}:{self.port}{UI_PATH}"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> UIServer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def serve_ui(
+    scheduler: Scheduler,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    reports: Callable[[], Iterable[GPUNodeReport]] | None = None,
+    lock: AbstractContextManager[object] | None = None,
+) -> UIServer:
+    """Serve the dashboard of `scheduler` in a background thread (port 0 = any free port)."""
+    return UIServer(scheduler_view_source(scheduler, reports, lock), host, port)
