@@ -1,25 +1,37 @@
-"""`tessera-scheduler`: the scheduler as a Kubernetes component (leader-elected Deployment)."""
+"""`tessera-scheduler`: the scheduler as a Kubernetes component (a leader-elected Deployment).
+
+Flags follow the Helm chart (deploy/helm/tessera/templates/scheduler-deployment.yaml).
+"""
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import os
 import signal
 import socket
 import threading
 import uuid
+from pathlib import Path
 
 import typer
 from kubernetes import client, config
 
+from scheduler.api.keys import SCHEDULER_NAME
 from scheduler.cycle import SchedulerConfig
+from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.queue_index import informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.metrics import SchedulerMetrics
+from scheduler.sim.duration import parse_duration
+from scheduler.ui.server import scheduler_view_source
 from scheduler.webhook.admission import AdmissionConfig
 from scheduler.webhook.server import WebhookServer
 
 log = logging.getLogger("tessera.scheduler")
+
+SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -34,61 +46,100 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def own_service_account(token_file: Path = SA_TOKEN) -> str | None:
+    """`system:serviceaccount:<ns>:<name>` from the pod's token (its `sub` claim; not verified, only read)."""
+    try:
+        payload = token_file.read_text().strip().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (OSError, IndexError, ValueError):
+        return None
+    sub = claims.get("sub") if isinstance(claims, dict) else None
+    return sub if isinstance(sub, str) and sub.startswith("system:serviceaccount:") else None
+
+
+def host_port(raw: str, what: str) -> tuple[str, int]:
+    host, sep, port = raw.rpartition(":")
+    if not sep or not port.isdigit():
+        raise typer.BadParameter(f"{what} must be HOST:PORT, got {raw!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def seconds(raw: str, what: str) -> float:
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{what}: {exc}") from None
+
+
 @app.command()
 def run(
     kubeconfig: str = typer.Option(None, help="Kubeconfig file (default: in-cluster, else ~/.kube/config)."),
-    policy: str = typer.Option("binpack", help="Placement policy: binpack, spread or fgd."),
-    cycle_interval: float = typer.Option(1.0, help="Seconds between scheduling cycles."),
-    leader_elect: bool = typer.Option(True, help="Elect a leader on a Lease (run 2+ replicas for HA)."),
-    lease_namespace: str = typer.Option("tessera-system", help="Namespace of the leader Lease."),
-    identity: str = typer.Option(None, help="This replica's identity (default: hostname + random suffix)."),
-    metrics_port: int = typer.Option(8080, help="Port of /metrics (0: off)."),
-    webhook_port: int = typer.Option(0, help="Port of the admission webhook (0: off)."),
-    tls_cert: str = typer.Option(None, help="Webhook TLS certificate file."),
-    tls_key: str = typer.Option(None, help="Webhook TLS key file."),
-    scheduler_user: str = typer.Option(
-        "system:serviceaccount:tessera-system:tessera-scheduler",
-        help="The user allowed to write tessera.dev/gpu-assignment (repeat with commas).",
+    scheduler_name: str = typer.Option(SCHEDULER_NAME, help="spec.schedulerName of the pods to schedule."),
+    listen: str = typer.Option("0.0.0.0:8080", help="HOST:PORT of /metrics, /healthz and /ui ('' = off)."),
+    cycle_period: str = typer.Option("1s", help="Time between scheduling cycles (e.g. 1s, 500ms)."),
+    log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    placement: str = typer.Option("", help="Placement policy: binpack, spread or fgd ('' = default)."),
+    leader_elect: bool = typer.Option(False, help="Elect a leader on a Lease (run 2+ replicas for HA)."),
+    leader_elect_namespace: str = typer.Option("tessera-system", help="Namespace of the leader Lease."),
+    leader_elect_lease_name: str = typer.Option("tessera-scheduler", help="Name of the leader Lease."),
+    leader_elect_identity: str = typer.Option(None, help="This replica's identity (default: hostname)."),
+    webhook_listen: str = typer.Option("", help="HOST:PORT of the admission webhook ('' = off)."),
+    webhook_cert_dir: str = typer.Option(None, help="Directory with tls.crt and tls.key for the webhook."),
+    webhook_allowed_users: str = typer.Option(
+        "", help="Users allowed to write tessera.dev/gpu-assignment, comma-separated (default: own SA)."
     ),
-    bind_lock_timeout: float = typer.Option(60.0, help="Seconds after which a node bind lock is stale."),
+    bind_lock_timeout: str = typer.Option("60s", help="Age after which a node's bind lock is stale."),
 ) -> None:
-    """Schedule pods with schedulerName: tessera."""
-    me = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    """Schedule the pods whose spec.schedulerName is --scheduler-name."""
+    logging.getLogger().setLevel(log_level.upper())
+    me = leader_elect_identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     runner = SchedulerRunner(
         api_client(kubeconfig),
         RunnerConfig(
             identity=me,
-            cycle_interval_s=cycle_interval,
+            scheduler_name=scheduler_name,
+            cycle_interval_s=seconds(cycle_period, "--cycle-period"),
             leader_elect=leader_elect,
-            lease_namespace=lease_namespace,
-            lock_timeout_s=bind_lock_timeout,
-            scheduler=SchedulerConfig(policy=policy),
+            lease_namespace=leader_elect_namespace,
+            lease_name=leader_elect_lease_name,
+            lock_timeout_s=seconds(bind_lock_timeout, "--bind-lock-timeout"),
+            scheduler=SchedulerConfig(policy=placement) if placement else SchedulerConfig(),
         ),
         SchedulerMetrics(),
     )
-    if metrics_port:
-        runner.metrics.serve(metrics_port)
+    http = None
+    if listen:
+        host, port = host_port(listen, "--listen")
+        view = scheduler_view_source(runner.scheduler, runner.reports, runner.cycle_lock)
+        http = SchedulerHTTPServer(runner.metrics.registry, host=host, port=port, view_source=view,
+                                   ready=lambda: runner.synced).start()  # fmt: skip
     webhook = None
-    if webhook_port:
-        if not tls_cert or not tls_key:
-            raise typer.BadParameter(
-                "the webhook needs --tls-cert and --tls-key (the API server only calls HTTPS)"
-            )
+    if webhook_listen:
+        if not webhook_cert_dir:
+            raise typer.BadParameter("the webhook needs --webhook-cert-dir (the API server only calls HTTPS)")
+        host, port = host_port(webhook_listen, "--webhook-listen")
+        allowed = {u.strip() for u in webhook_allowed_users.split(",") if u.strip()}
+        if not allowed and (sa := own_service_account()):
+            allowed.add(sa)
         admission = AdmissionConfig(
-            privileged_users=frozenset(u.strip() for u in scheduler_user.split(",") if u.strip()),
+            scheduler_name=scheduler_name,
+            privileged_users=frozenset(allowed),
             queue_lookup=informer_queue_lookup(runner.cluster.informers["Queue"]),
         )
-        webhook = WebhookServer(admission, certfile=tls_cert, keyfile=tls_key, port=webhook_port).start()
+        certs = Path(webhook_cert_dir)
+        webhook = WebhookServer(admission, certfile=str(certs / "tls.crt"), keyfile=str(certs / "tls.key"),
+                                host=host, port=port).start()  # fmt: skip
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     runner.start()
-    log.info("tessera-scheduler %s running (policy %s)", me, policy)
+    log.info("tessera-scheduler %s running (scheduler name %s)", me, scheduler_name)
     done.wait()
     log.info("shutting down: releasing the lease")
     runner.stop()
-    if webhook is not None:
-        webhook.stop()
+    for server in (webhook, http):
+        if server is not None:
+            server.stop()
 
 
 def main() -> None:

@@ -9,8 +9,10 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from kubernetes import client
+from pydantic import ValidationError
 
-from scheduler.api.keys import BIND_LOCK, MILLI_PER_GPU
+from scheduler.api.keys import BIND_LOCK, MILLI_PER_GPU, SCHEDULER_NAME
+from scheduler.api.report import GPUNodeReport
 from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.cluster import KubeCluster
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RunnerConfig:
     identity: str = "tessera-scheduler"
+    scheduler_name: str = SCHEDULER_NAME
     cycle_interval_s: float = 1.0
     leader_elect: bool = True
     lease_name: str = "tessera-scheduler"
@@ -51,6 +54,7 @@ class SchedulerRunner:
         self.cluster = KubeCluster(
             api_client,
             identity=cfg.identity,
+            scheduler_name=cfg.scheduler_name,
             lock_timeout_s=cfg.lock_timeout_s,
             event_interval_s=cfg.event_interval_s,
             watch_timeout_s=cfg.watch_timeout_s,
@@ -72,6 +76,8 @@ class SchedulerRunner:
             else None
         )
         self.cycles = 0
+        # Held for a whole cycle: readers of the scheduler's state (the dashboard) see one consistent cycle.
+        self.cycle_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -110,14 +116,29 @@ class SchedulerRunner:
     def step(self) -> CycleResult | None:
         """One cycle when leading; a standby only keeps its cache current."""
         leading = self.is_leader
-        self.cluster.writable = leading
-        if not leading:
-            self.scheduler.cache.apply(self.cluster.drain_events())
-            return None
-        result = self.scheduler.run_cycle()
-        self.cycles += 1
-        self.observe(result)
+        with self.cycle_lock:
+            self.cluster.writable = leading
+            if not leading:
+                self.scheduler.cache.apply(self.cluster.drain_events())
+                return None
+            result = self.scheduler.run_cycle()
+            self.cycles += 1
+            self.observe(result)
         return result
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.cluster.informers.values())
+
+    def reports(self) -> list[GPUNodeReport]:
+        """The GPUNodeReports in the watch cache (for the dashboard); malformed ones are skipped."""
+        out = []
+        for obj in self.cluster.informers["GPUNodeReport"].snapshot():
+            try:
+                out.append(GPUNodeReport.model_validate(obj))
+            except ValidationError:
+                continue
+        return out
 
     def _taint_locked_node(self, name: str) -> None:
         """Show the node tainted for the rest of this cycle: its bind lock waits for the device plugin, so

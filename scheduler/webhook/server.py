@@ -1,7 +1,8 @@
 """The webhook's HTTPS server (stdlib http.server + ssl).
 
-POST /mutate and /validate take an AdmissionReview and answer one (the mutating configuration uses
-/mutate, which also refuses; /validate never patches). GET /healthz answers "ok". Bodies that are not JSON
+POST /mutate and /validate (also as /mutate-pods and /validate-pods, the chart's paths) take an
+AdmissionReview and answer one (the mutating configuration's endpoint also refuses; /validate never
+patches). GET /healthz answers "ok". Bodies that are not JSON
 get 400; nothing a client sends can stop the server.
 """
 
@@ -47,7 +48,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found", "text/plain")
 
     def do_POST(self) -> None:
-        path = self.path.split("?")[0]
+        path = self.path.split("?")[0].removesuffix("-pods")
         length = int(self.headers.get("Content-Length") or 0)
         if path not in ("/mutate", "/validate"):
             self.rfile.read(min(length, MAX_BODY))
