@@ -261,6 +261,10 @@ class KubeCluster:
         if bound_to is not None:
             enriched = _copy_pod(obj)
             enriched["spec"]["nodeName"] = bound_to
+        if self.scheduler_name != SCHEDULER_NAME and (ours or spec.get("schedulerName") == SCHEDULER_NAME):
+            # The cycle knows "ours" as the built-in name: translate a configured --scheduler-name to it.
+            enriched = enriched or _copy_pod(obj)
+            enriched["spec"]["schedulerName"] = SCHEDULER_NAME if ours else f"not-{SCHEDULER_NAME}"
         if "priority" not in spec and spec.get("priorityClassName") in self._priorities:
             enriched = enriched or _copy_pod(obj)
             enriched["spec"]["priority"] = self._priorities[spec["priorityClassName"]]

@@ -92,3 +92,22 @@ def test_bound_pod_waits_for_its_node_and_locked_nodes_are_tainted(kube_api: Fak
     refreshed = cluster.drain_events()
     assert [(e.kind, e.type) for e in refreshed] == [("Node", "MODIFIED")]
     assert not refreshed[0].obj.get("spec", {}).get("taints")
+
+
+def test_a_configured_scheduler_name_is_what_the_cycle_calls_ours(kube_api: FakeKubeAPI) -> None:
+    from scheduler.kube.event_queue import ResourceEvent
+    from scheduler.objects import parse_pod
+
+    cluster = KubeCluster(kube_api.client(), scheduler_name="gpu-sched", podgrouper=False)
+    for name, scheduler in (
+        ("mine", "gpu-sched"),
+        ("builtin-name", "tessera"),
+        ("other", "default-scheduler"),
+    ):
+        body = pod_body(name, scheduler=scheduler)
+        body["metadata"]["uid"] = f"uid-{name}"
+        cluster.events.put(ResourceEvent("Pod", "ADDED", body))
+    forwarded = {e.obj["metadata"]["name"]: parse_pod(e.obj).ours for e in cluster.drain_events()}
+    assert forwarded == {
+        "mine": True
+    }  # unbound pods of other schedulers (even one named tessera) are dropped
