@@ -128,29 +128,38 @@ class KubeCluster:
     def drain_events(self) -> list[WatchEvent]:
         out: list[WatchEvent] = self._announce_deferred() if self.writable else []
         for ev in self.events.drain():
-            if ev.kind == "PriorityClass":
-                self._on_priority_class(ev)
-            elif ev.kind == "Pod":
-                for event in self._pod_events(ev):
-                    self._route(event, out)
-            elif ev.kind == "Node":
-                name = str((ev.obj.get("metadata") or {}).get("name"))
-                if ev.type == "DELETED":
-                    self.locks.forget(name)
-                    self._known_nodes.discard(name)
-                    for uid in self._parked.pop(name, {}):
-                        self._parked_at.pop(uid, None)
-                    out.append(WatchEvent("Node", "DELETED", ev.obj))
-                else:
-                    out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
-                    self._known_nodes.add(name)
-                    for uid, parked in self._parked.pop(name, {}).items():
-                        self._parked_at.pop(uid, None)
-                        out.append(parked)
-            elif ev.kind in _FORWARDED:
-                out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+            try:
+                self._translate(ev, out)
+            except Exception as exc:  # a malformed object must not lose the other events of this drain
+                log.warning("%s %s: %s; passed on unchanged", ev.kind, ev.key, exc)
+                if ev.kind in _FORWARDED:
+                    out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
         out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
         return out
+
+    def _translate(self, ev: ResourceEvent, out: list[WatchEvent]) -> None:
+        """One informer event into what the cycle should see (appended to `out`)."""
+        if ev.kind == "PriorityClass":
+            self._on_priority_class(ev)
+        elif ev.kind == "Pod":
+            for event in self._pod_events(ev):
+                self._route(event, out)
+        elif ev.kind == "Node":
+            name = str((ev.obj.get("metadata") or {}).get("name"))
+            if ev.type == "DELETED":
+                self.locks.forget(name)
+                self._known_nodes.discard(name)
+                for uid in self._parked.pop(name, {}):
+                    self._parked_at.pop(uid, None)
+                out.append(WatchEvent("Node", "DELETED", ev.obj))
+            else:
+                out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
+                self._known_nodes.add(name)
+                for uid, parked in self._parked.pop(name, {}).items():
+                    self._parked_at.pop(uid, None)
+                    out.append(parked)
+        elif ev.kind in _FORWARDED:
+            out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
 
     def _route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
         """Forward a pod event, or park it until its node has reached the cycle: a bound pod seen before its

@@ -65,6 +65,15 @@ def admit(review: Any, config: AdmissionConfig) -> dict[str, Any]:
         return response(request.uid, allowed=True)
     if request.operation not in ("CREATE", "UPDATE"):
         return response(request.uid, allowed=True)
+    try:
+        return _admit_pod(request, config)
+    except (AttributeError, TypeError, ValueError) as exc:  # a pod shaped wrongly (e.g. spec a list)
+        return response(
+            request.uid, allowed=False, code=400, message=f"malformed pod: {type(exc).__name__}: {exc}"
+        )
+
+
+def _admit_pod(request: AdmissionRequest, config: AdmissionConfig) -> dict[str, Any]:
     pod = request.object or {}
     old = request.old_object or {}
     denied = _guard_assignment(request, pod, old, config)

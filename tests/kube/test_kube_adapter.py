@@ -111,3 +111,16 @@ def test_a_configured_scheduler_name_is_what_the_cycle_calls_ours(kube_api: Fake
     assert forwarded == {
         "mine": True
     }  # unbound pods of other schedulers (even one named tessera) are dropped
+
+
+def test_a_malformed_object_does_not_lose_the_other_events(kube_api: FakeKubeAPI) -> None:
+    from scheduler.kube.event_queue import ResourceEvent
+
+    cluster = KubeCluster(kube_api.client())
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad", "uid": "u1"}, "spec": ["oops"]}
+    cluster.events.put(ResourceEvent("Pod", "ADDED", bad))
+    cluster.events.put(ResourceEvent("Node", "ADDED", node_body("n1")))
+    assert [(e.kind, e.obj["metadata"]["name"]) for e in cluster.drain_events()] == [
+        ("Pod", "bad"),
+        ("Node", "n1"),
+    ]

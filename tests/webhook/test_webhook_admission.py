@@ -275,3 +275,11 @@ def test_https_server(tls_cert: tuple[str, str]) -> None:
             assert resp.read() == b"ok"
     finally:
         server.stop()
+
+
+def test_a_wrongly_shaped_pod_is_refused_not_raised() -> None:
+    body = review()
+    body["request"]["object"]["spec"] = ["not", "a", "map"]
+    answer = admit(body, CONFIG)["response"]
+    assert not answer["allowed"] and answer["status"]["code"] == 400
+    assert answer["status"]["message"].startswith("malformed pod: ")
