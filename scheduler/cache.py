@@ -21,7 +21,9 @@ from scheduler.backend import ArrayNamespace
 from scheduler.cluster import WatchEvent
 from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo
 from scheduler.objects import InvalidObject, parse_node, parse_pod
+from scheduler.reservations import Reservation, reservation_uid
 from scheduler.state.cluster_state import ClusterState, OvercommitError
+from scheduler.state.demand import PodDemand
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,12 @@ class Cache:
     queues: dict[str, Queue] = field(default_factory=dict)
     podgroups: dict[str, PodGroup] = field(default_factory=dict)  # namespace/name
     errors: list[str] = field(default_factory=list)  # objects we could not use, for the user
+    # Planned places of pods being moved (charged in `state`, not in `placements`), by pod namespace/name.
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    # Since when each running gang (namespace/name) has been below minMember.
+    stale_since: dict[str, float] = field(default_factory=dict)
+    # Pod shapes consolidation found no plan for, with the fingerprint of the layout it tried.
+    futile: dict[PodDemand, int] = field(default_factory=dict)
 
     @classmethod
     def create(cls, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 64) -> Cache:
@@ -61,6 +69,9 @@ class Cache:
             for uid, pl in list(self.placements.items()):
                 if self.state.node_names[pl.node] == name:
                     del self.placements[uid]
+            for key, res in list(self.reservations.items()):
+                if self.state.node_names[res.placement.node] == name:
+                    del self.reservations[key]
             self.state.remove_node(name)
             return
         node = parse_node(ev.obj)
@@ -131,6 +142,23 @@ class Cache:
 
     def unassume(self, uid: str) -> Placement | None:
         return self.placements.pop(uid, None)
+
+    def reserve(self, res: Reservation) -> None:
+        """Keep a planned place (already applied to the arrays). It is listed in `placements` too, under
+        a key no pod has, so that the arrays always equal the sum of `placements`."""
+        self.reservations[res.pod_key] = res
+        self.placements[reservation_uid(res.pod_key)] = res.placement
+
+    def drop_reservation(self, key: str) -> Reservation | None:
+        """Forget a reservation and give its resources back."""
+        res = self.reservations.pop(key, None)
+        self.placements.pop(reservation_uid(key), None)
+        if res is not None:
+            try:
+                self.state.release(res.placement)
+            except OvercommitError as exc:
+                log.error("release of reservation %s failed: %s", key, exc)
+        return res
 
     def _release(self, uid: str) -> None:
         pl = self.placements.pop(uid)

@@ -108,6 +108,7 @@ def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
             out[job.key] = PodGroupStatus(phase="Running", running=running)
             continue
         why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)
+        why = why or session.group_reasons.get(job.key)
         conditions = (
             [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)]
             if why

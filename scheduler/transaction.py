@@ -3,6 +3,11 @@ snapshot, then either commit them to the cluster or roll every one of them back.
 
 Nothing reaches the cluster before `commit`: a gang that cannot be placed whole, or a reclaim whose
 beneficiary still does not fit, leaves no trace.
+
+A third kind of step, `reserve`, plans where an evicted pod goes next (consolidation moves pods). The
+Cluster interface has no "move": the victim is evicted and its controller recreates it, so at commit the
+planned place becomes a reservation in the cache (it keeps its resources charged) and `allocate` binds the
+recreated pod there first thing next cycle (see `scheduler/reservations.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Literal
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
 from scheduler.cluster import BindError, Cluster, EvictError
 from scheduler.model import Placement, PodInfo, PodPhase
+from scheduler.reservations import RESERVATION_TTL_S, Reservation
 from scheduler.resources import placement_usage
 from scheduler.session import Session
 
@@ -22,12 +28,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Op:
-    kind: Literal["place", "evict"]
+    kind: Literal["place", "evict", "reserve"]
     pod: PodInfo
     queue: str
     placement: Placement
     action: str
     message: str = ""
+    beneficiary: str = ""  # the job an eviction or reservation makes room for
 
 
 @dataclass(frozen=True)
@@ -49,17 +56,24 @@ class Transaction:
         s = self.session
         s.cache.state.place(placement)
         s.cache.assume(pod, placement)
-        s.charge(queue, placement_usage(placement), +1)
+        s.charge(queue, placement_usage(placement), +1, pod)
         self.ops.append(Op("place", pod, queue, placement, self.action, message))
 
-    def evict(self, pod: PodInfo, queue: str, message: str) -> None:
+    def evict(self, pod: PodInfo, queue: str, message: str, beneficiary: str = "") -> None:
         s = self.session
         placement = s.cache.unassume(pod.uid)
         if placement is None:
             raise ValueError(f"pod {pod.key} holds nothing to evict")
         s.cache.state.release(placement)
-        s.charge(queue, placement_usage(placement), -1)
-        self.ops.append(Op("evict", pod, queue, placement, self.action, message))
+        s.charge(queue, placement_usage(placement), -1, pod)
+        self.ops.append(Op("evict", pod, queue, placement, self.action, message, beneficiary))
+
+    def reserve(self, pod: PodInfo, queue: str, placement: Placement, beneficiary: str) -> None:
+        """Plan the new place of a pod evicted in this transaction (it is recreated and bound there)."""
+        s = self.session
+        s.cache.state.place(placement)
+        s.charge(queue, placement_usage(placement), +1, pod)
+        self.ops.append(Op("reserve", pod, queue, placement, self.action, "", beneficiary))
 
     def checkpoint(self) -> tuple[int, int]:
         return len(self.ops), self.session.cache.state.checkpoint()
@@ -72,10 +86,12 @@ class Transaction:
             op = self.ops.pop()
             if op.kind == "place":
                 s.cache.unassume(op.pod.uid)
-                s.charge(op.queue, placement_usage(op.placement), -1)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
+            elif op.kind == "reserve":
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
             else:
                 s.cache.assume(op.pod, op.placement)
-                s.charge(op.queue, placement_usage(op.placement), +1)
+                s.charge(op.queue, placement_usage(op.placement), +1, op.pod)
 
     def rollback(self) -> None:
         self.rollback_to((0, self._state_cp))
@@ -100,13 +116,24 @@ class Transaction:
                 log.warning("eviction of %s refused: %s", op.pod.key, exc)
                 s.cache.state.place(op.placement)
                 s.cache.assume(op.pod, op.placement)
-                s.charge(op.queue, placement_usage(op.placement), +1)
+                s.charge(op.queue, placement_usage(op.placement), +1, op.pod)
                 failed.append((op.pod, str(exc)))
                 continue
             evicted.append(op.pod)
-            s.event(
-                "Evicted", op.action, op.pod, op.message, node=s.cache.state.node_names[op.placement.node]
+            extra = {"beneficiary": op.beneficiary} if op.beneficiary else {}
+            node_name = s.cache.state.node_names[op.placement.node]
+            s.event("Evicted", op.action, op.pod, op.message, node=node_name, **extra)
+        for op in self.ops:
+            if op.kind != "reserve":
+                continue
+            if failed:  # the move it belongs to did not happen: give the planned place back
+                s.cache.state.release(op.placement)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
+                continue
+            res = Reservation.of(
+                op.pod, op.queue, op.placement, op.beneficiary, expires_s=s.now + RESERVATION_TTL_S
             )
+            s.cache.reserve(res)
         for op in self.ops:
             if op.kind != "place":
                 continue
@@ -124,7 +151,7 @@ class Transaction:
             except BindError as exc:
                 s.cache.unassume(op.pod.uid)
                 s.cache.state.release(op.placement)
-                s.charge(op.queue, placement_usage(op.placement), -1)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
                 s.set_reason(op.pod, "BindFailed", str(exc))
                 failed.append((op.pod, str(exc)))
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from scheduler.actions.ordering import jobs_in_order
+from scheduler.actions.reserved import bind_reserved
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.placement.explain import explain_unschedulable
@@ -51,6 +52,7 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
 
 
 def allocate(session: Session, cluster: Cluster) -> None:
+    bind_reserved(session, cluster)  # pods moved by consolidation go where their move was planned
     unplaceable: dict[PodDemand, str] = {}
     pending_jobs = []
     for job in session.jobs:

@@ -24,10 +24,21 @@ def dominant_share(session: Session, queue: str) -> float:
     return worst
 
 
-def queue_key(session: Session, queue: str) -> tuple[int, float, int, str]:
+def within_quota(session: Session, queue: str) -> bool:
+    """Every queue on the chain holds less GPU than its quota (-1: unlimited)."""
+    for node in session.tree.ancestors(queue):
+        quota = node.resource("gpu").quota
+        if quota >= 0 and node.allocated.gpu >= quota - 1e-9:
+            return False
+    return True
+
+
+def queue_key(session: Session, queue: str) -> tuple[int, int, int, float, str]:
+    """(below fair share, within quota, priority, dominant resource share), as KAI orders queues."""
     share = dominant_share(session, queue)
     node = session.tree.nodes[queue]
-    return (0 if share < 1.0 else 1, share, -node.spec.priority, queue)
+    below = 0 if share < 1.0 else 1
+    return (below, 0 if within_quota(session, queue) else 1, -node.spec.priority, share, queue)
 
 
 def jobs_in_order(session: Session, jobs: list[Job]) -> Iterator[Job]:

@@ -58,8 +58,32 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
         q.add_row(row["name"], row["parent"] or "-", f"{row['allocated'].get('gpu', 0):.2f}", f"{row['fairShare'].get('gpu', 0):.2f}",
                   _fmt(row["quota"]), _fmt(row["requested"]))  # fmt: skip
     console.print(q)
+    print_evictions(console, s["events"])
     for w in s["warnings"][:10]:
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def print_evictions(console: Console, events: list[dict[str, Any]], last: int = 8) -> None:
+    """How many pods each action evicted, and the latest evictions with whom they made room for."""
+    evicted = [e for e in events if e["type"] == "Evicted"]
+    if not evicted:
+        return
+    counts: dict[str, int] = {}
+    for e in evicted:
+        counts[e["action"]] = counts.get(e["action"], 0) + 1
+    console.print("Evictions: " + ", ".join(f"{n} by {a}" for a, n in sorted(counts.items())))
+    t = Table(title=f"Latest evictions (of {len(evicted)})", title_justify="left")
+    for col in ("time", "action", "pod", "for", "why"):
+        t.add_column(col, justify="right" if col == "time" else "left")
+    for e in evicted[-last:]:
+        t.add_row(
+            f"{e['time_s']:g}s",
+            e["action"],
+            escape(e["pod"]),
+            escape(e.get("beneficiary", "")),
+            escape(e["message"]),
+        )
+    console.print(t)
 
 
 def write_report(

@@ -2,7 +2,10 @@
 
 Per resource and per level of the tree, starting with the cluster's capacity at the roots:
 1. each queue deserves min(quota, requested) (quota -1: all it requests), handed out by queue priority;
-   when capacity is short inside one priority, in proportion to what each deserves;
+   when capacity is short inside one priority, in proportion to what each deserves. (KAI's docs hand
+   every queue its full deserved share even past capacity; scaling keeps fair shares inside the
+   cluster, so reclaim divides an over-promised cluster in proportion to quota instead of leaving it to
+   whoever came first. With enough capacity for all quotas the two agree.);
 2. what is left goes to priority buckets in descending order, inside a bucket in proportion to
    overQuotaWeight (water-filling), each queue capped by its request and its limit;
 3. a queue's fair share becomes the amount divided among its children, and so on down the tree.

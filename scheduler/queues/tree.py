@@ -24,6 +24,7 @@ class QueueNode:
     # Per-cycle figures (leaves: own pods; parents: sum of children).
     allocated: Resources = field(default_factory=Resources)
     requested: Resources = field(default_factory=Resources)  # allocated + pending demand
+    allocated_np: Resources = field(default_factory=Resources)  # the part held by non-preemptible pods
     fair_share: Resources = field(default_factory=Resources)
 
     @property
@@ -105,11 +106,20 @@ class QueueTree:
             cur = node.parent
         return chain
 
-    def roll_up(self, leaf_allocated: dict[str, Resources], leaf_requested: dict[str, Resources]) -> None:
-        """Set allocated/requested on every queue from its leaves."""
+    def roll_up(
+        self,
+        leaf_allocated: dict[str, Resources],
+        leaf_requested: dict[str, Resources],
+        leaf_allocated_np: dict[str, Resources] | None = None,
+    ) -> None:
+        """Set allocated/requested (and the non-preemptible part of allocated) on every queue from its leaves."""
         for node in self.nodes.values():
             node.allocated = Resources()
             node.requested = Resources()
+            node.allocated_np = Resources()
+        for name, res in (leaf_allocated_np or {}).items():
+            for node in self.ancestors(name):
+                node.allocated_np = node.allocated_np + res
         for name, res in leaf_allocated.items():
             for node in self.ancestors(name):
                 node.allocated = node.allocated + res
@@ -130,13 +140,17 @@ class QueueTree:
         return None
 
     def quota_exceeded(self, name: str, extra: Resources) -> str | None:
-        """For non-preemptible pods: the first queue whose in-quota resources `extra` would exceed."""
+        """For non-preemptible pods: the first queue whose in-quota resources `extra` would exceed.
+
+        Only non-preemptible pods count against it (as in KAI): preemptible pods over quota can always
+        be reclaimed, so they never keep a non-preemptible pod out of its quota."""
         for node in self.ancestors(name):
             for r in RESOURCE_NAMES:
                 quota = node.resource(r).quota
-                if quota >= 0 and node.allocated.get(r) + extra.get(r) > quota + 1e-9:
+                used = node.allocated_np.get(r)
+                if quota >= 0 and used + extra.get(r) > quota + 1e-9:
                     return (
                         f"non-preemptible pods only use in-quota resources: queue {node.name} has "
-                        f"{node.allocated.get(r):g} of {quota:g} {r} quota in use, {extra.get(r):g} more requested"
+                        f"{used:g} of {quota:g} {r} quota in use by non-preemptible pods, {extra.get(r):g} more requested"
                     )
         return None

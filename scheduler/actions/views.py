@@ -1,0 +1,144 @@
+"""What the actions after `allocate` need to know about jobs, as the cycle has changed them so far.
+
+The session's job lists are built when it opens; placements made or undone since then are in
+`cache.placements`, which is the truth about who holds resources now.
+"""
+
+from __future__ import annotations
+
+from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.backend import ArrayNamespace
+from scheduler.jobs import Job
+from scheduler.model import PodInfo
+from scheduler.placement.filters import gpu_need, node_checks
+from scheduler.placement.placer import place_one
+from scheduler.placement.policy import Array
+from scheduler.resources import Resources, pod_request
+from scheduler.session import Session
+from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand, demand_for
+from scheduler.transaction import Transaction
+
+# Reasons that mean "there is no room right now" (as opposed to invalid, over limit, not all members yet).
+CAPACITY_REASONS = (
+    "Unschedulable",
+    "GangUnschedulable",
+    "Fragmented",
+    "QueueAtFairShare",
+    "WaitingForReclaim",
+)
+
+
+def label(job: Job) -> str:
+    """How a job is named to people: namespace/name of its pod group, or of its single pod."""
+    return job.key.removeprefix("pod:")
+
+
+def running_now(session: Session, job: Job) -> list[PodInfo]:
+    held = session.cache.placements
+    return [p for p in (*job.running, *job.pending) if p.uid in held]
+
+
+def pending_now(session: Session, job: Job) -> list[PodInfo]:
+    held = session.cache.placements
+    return [p for p in job.pending if p.uid not in held and p.error is None]
+
+
+def need_now(session: Session, job: Job) -> int:
+    """Members that must be placed together now (1 for a single pod)."""
+    return max(0, job.min_member - len(running_now(session, job)))
+
+
+def request_of(pods: list[PodInfo]) -> Resources:
+    total = Resources()
+    for p in pods:
+        total = total + pod_request(p)
+    return total
+
+
+def empty_capacity(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+    """int[N]: how many such pods each node could host if it were empty (selector, taints, model, sizes)."""
+    c = node_checks(xp, state, d)
+    ok = c.usable & c.model
+    big = 1 << 30
+    n = xp.full(state.valid.shape, big, dtype=xp.int64)
+    if d.cpu_milli:
+        n = xp.minimum(n, state.total_cpu // d.cpu_milli)
+    if d.memory_mib:
+        n = xp.minimum(n, state.total_mem // d.memory_mib)
+    if d.uses_gpu:
+        need_milli, need_mib = gpu_need(xp, state, d)
+        fits = state.present & state.healthy & (need_milli <= MILLI_PER_GPU) & (need_mib <= state.total_mib)
+        per_gpu = MILLI_PER_GPU // xp.maximum(need_milli, xp.ones_like(need_milli))
+        slots = xp.sum(xp.where(fits, per_gpu, xp.zeros_like(per_gpu)), axis=1)
+        # Each pod takes num_gpus distinct GPUs: bounded by the slots and by the GPUs that fit one share.
+        gpus = xp.sum(xp.astype(fits, xp.int64), axis=1)
+        n = xp.minimum(n, xp.where(gpus >= d.num_gpus, slots // d.num_gpus, xp.zeros_like(slots)))
+    return xp.where(ok, n, xp.zeros_like(n))
+
+
+def static_rows(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+    """bool[N]: nodes that could host the pod if they were empty."""
+    return empty_capacity(xp, state, d) > 0
+
+
+def capacity_blocked(
+    session: Session, job: Job, reasons: tuple[str, ...] = CAPACITY_REASONS
+) -> list[PodInfo]:
+    """The pending members if the job waits only for room (`reasons`) and could run on this cluster.
+
+    A job that could not run even on the empty cluster is told so (making room would not help)."""
+    pods = pending_now(session, job)
+    need = need_now(session, job)
+    if not pods or need == 0 or len(pods) < need:
+        return []
+    if any(p.uid in session.reasons and session.reasons[p.uid].reason not in reasons for p in pods):
+        return []
+    xp, state = session.xp, session.cache.state
+    d = demand_for(pods[0])
+    key = ("empty_capacity", d)
+    if key not in session.memo:  # nodes do not change during a cycle
+        session.memo[key] = int(xp.sum(empty_capacity(xp, state, d)))
+    fits: int = session.memo[key]
+    if fits < need:
+        what = f"{need} pods of {d.describe()} at once" if job.is_gang else d.describe()
+        msg = f"{job.key} needs {what}; even empty, this cluster could hold {fits}"
+        for p in pods:
+            prev = session.reasons.get(p.uid)
+            if prev is None:
+                session.set_reason(p, "Unschedulable", msg)
+            elif msg not in prev.message:
+                session.set_reason(p, prev.reason, f"{prev.message}; {msg}")
+        return []
+    return pods
+
+
+def waiting_jobs(session: Session, reasons: tuple[str, ...] = CAPACITY_REASONS) -> list[Job]:
+    """Jobs still waiting for room, for the actions that make room."""
+    return [
+        job for job in session.jobs
+        if any(p.uid in session.reasons for p in job.pending)  # allocate left a reason on every waiting pod
+        and job.queue in session.tree.nodes and session.tree.leaf_error(job.queue) is None
+        and capacity_blocked(session, job, reasons)
+    ]  # fmt: skip
+
+
+def place_members(session: Session, tx: Transaction, job: Job, pods: list[PodInfo], count: int) -> bool:
+    """Place `count` of `pods` in the transaction; False (and nothing placed) if they do not all fit."""
+    xp, state = session.xp, session.cache.state
+    cp = tx.checkpoint()
+    placed = 0
+    for i, pod in enumerate(pods):
+        if placed == count:
+            break
+        pl = place_one(xp, state, session.policy, demand_for(pod))
+        if pl is None:
+            if placed + len(pods) - i - 1 < count:
+                break
+            continue
+        tx.place(pod, job.queue, pl)
+        placed += 1
+    if placed < count:
+        tx.rollback_to(cp)
+        return False
+    return True

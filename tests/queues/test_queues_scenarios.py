@@ -1,0 +1,96 @@
+"""The example scenarios under examples/scenarios, run as `tessera simulate -f` runs them, with their
+measured outcomes asserted."""
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from scheduler.cli.main import app
+from scheduler.cycle import Scheduler, SchedulerConfig
+from scheduler.sim.cluster import SimCluster
+from scheduler.sim.loader import load_files
+from tests.queues.util import Recorder, gpus_by_queue
+from tests.scheduler.helpers import assignment, phase
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
+
+
+def scenario(name: str) -> Recorder:
+    sim = SimCluster.from_manifests(load_files([SCENARIOS / f"{name}.yaml"]))
+    return Recorder(sim, Scheduler(sim, SchedulerConfig(backend="numpy", expected_nodes=16)))
+
+
+def pending_reason(rec: Recorder, key: str) -> tuple[str, str]:
+    reason = rec.sim.pods[key].reason
+    assert reason is not None and phase(rec.sim, key) == "Pending"
+    return reason
+
+
+def test_two_teams_sharing():
+    rec = scenario("two-teams-sharing")
+    rec.run(5)
+    assert gpus_by_queue(rec.sim) == {"team-a": 4.0, "team-b": 4.0}
+    reason, message = pending_reason(rec, "team-a/a-5")
+    assert reason == "QueueAtFairShare" and "queue team-a is at its fair share (4 GPUs of 4 GPUs" in message
+    assert rec.evictions() == []
+
+
+def test_burst_and_reclaim():
+    rec = scenario("burst-and-reclaim")
+    rec.run(59)
+    assert gpus_by_queue(rec.sim) == {"team-a": 8.0}  # team-b's idle quota lent to team-a
+    rec.run(3)
+    assert gpus_by_queue(rec.sim) == {"team-a": 4.0, "team-b": 4.0}
+    ev = rec.evictions()
+    assert sorted(e["pod"] for e in ev) == [f"team-a/a-{i}" for i in range(4, 8)]  # the youngest four
+    assert {e["action"] for e in ev} == {"reclaim"} and all(
+        e["beneficiary"].startswith("team-b/") for e in ev
+    )
+    assert all(ev_t == 60.0 for ev_t in (e["time_s"] for e in ev))  # within the cycle team-b arrived in
+
+
+def test_priority_preemption():
+    rec = scenario("priority-preemption")
+    rec.run(32)
+    ev = rec.evictions()
+    assert sorted(e["pod"] for e in ev) == ["research/train-2", "research/train-3"]
+    assert {e["action"] for e in ev} == {"preempt"}
+    assert phase(rec.sim, "research/build-0") == "Running" and phase(rec.sim, "research/build-1") == "Running"
+    assert gpus_by_queue(rec.sim) == {"research": 4.0, "ops": 2.0}
+
+
+def test_fragmentation_consolidation():
+    rec = scenario("fragmentation-consolidation")
+    rec.run(105)
+    s = rec.sched.cache.state
+    assert gpus_by_queue(rec.sim) == {"team-a": 2.0} and s.allocated_milli() == 2000  # 4 halves, 4 GPUs
+    rec.run(7)
+    assert phase(rec.sim, "team-a/big") == "Running"
+    moves = rec.evictions("consolidate")
+    assert len(moves) == 2 and all(phase(rec.sim, e["pod"]) == "Running" for e in moves)
+    assert s.allocated_milli() == 4000  # all 4 GPUs in use
+    assert {assignment(rec.sim, e["pod"]).node for e in moves} != {assignment(rec.sim, "team-a/big").node}
+
+
+def test_gang_that_cannot_fit():
+    rec = scenario("gang-cannot-fit")
+    rec.run(10)
+    assert all(phase(rec.sim, f"team-a/ddp-huge-{i}") == "Pending" for i in range(3))
+    assert all(phase(rec.sim, f"team-a/ddp-small-{i}") == "Running" for i in range(2))
+    reason, message = pending_reason(rec, "team-a/ddp-huge-0")
+    assert reason == "GangUnschedulable" and "even empty, this cluster could hold 2" in message
+    status = rec.sim.group_status["team-a/ddp-huge"]
+    assert status.phase == "Unschedulable" and status.conditions[0].reason == "GangUnschedulable"
+    assert rec.evictions() == []
+
+
+def test_simulate_cli_runs_a_scenario_and_reports_actions():
+    result = CliRunner().invoke(app, ["simulate", "-f", str(SCENARIOS / "burst-and-reclaim.yaml"), "--until", "90s",
+                                      "-o", "json", "--backend", "numpy"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    evicted = [e for e in summary["events"] if e["type"] == "Evicted"]
+    assert len(evicted) == 4 and {e["action"] for e in evicted} == {"reclaim"}
+    queues = {q["name"]: q for q in summary["queues"]}
+    assert queues["team-a"]["allocated"]["gpu"] == 4 and queues["team-b"]["allocated"]["gpu"] == 4
