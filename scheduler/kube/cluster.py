@@ -121,6 +121,18 @@ class KubeCluster:
         for informer in self.informers.values():
             informer.stop()
 
+    def replay(self) -> None:
+        """Queue every cached object as ADDED (nodes first), for a scheduler rebuilt from scratch. Events
+        still queued are dropped: the caches already contain them."""
+        self.events.drain()
+        self._known_nodes.clear()
+        self._parked.clear()
+        self._parked_at.clear()
+        self.locks.reset_shown()
+        for kind in ("Node", "PriorityClass", "Queue", "PodGroup", "GPUNodeReport", "Pod"):
+            for obj in self.informers[kind].snapshot():
+                self.events.put(ResourceEvent(kind, "ADDED", obj))
+
     # ---- the Cluster interface ---------------------------------------------------------------------------
     def now(self) -> float:
         return time.time()

@@ -51,6 +51,11 @@ class NodeLockView:
             for node in [n for n, taken in self._taken.items() if taken[0] == uid]:
                 del self._taken[node]
 
+    def reset_shown(self) -> None:
+        """The cycle's state was rebuilt: it has seen no node tainted yet."""
+        with self._lock:
+            self._shown.clear()
+
     def forget(self, node: str) -> None:
         with self._lock:
             self._taken.pop(node, None)

@@ -25,7 +25,6 @@ from scheduler.kube.queue_index import informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.metrics import SchedulerMetrics
 from scheduler.sim.duration import parse_duration
-from scheduler.ui.server import scheduler_view_source
 from scheduler.webhook.admission import AdmissionConfig
 from scheduler.webhook.server import WebhookServer
 
@@ -110,8 +109,7 @@ def run(
     http = None
     if listen:
         host, port = host_port(listen, "--listen")
-        view = scheduler_view_source(runner.scheduler, runner.reports, runner.cycle_lock)
-        http = SchedulerHTTPServer(runner.metrics.registry, host=host, port=port, view_source=view,
+        http = SchedulerHTTPServer(runner.metrics.registry, host=host, port=port, view_source=runner.view,
                                    ready=lambda: runner.synced).start()  # fmt: skip
     webhook = None
     if webhook_listen:

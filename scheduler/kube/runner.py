@@ -19,6 +19,8 @@ from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.leader import LeaseElector
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import Taint
+from scheduler.ui.build import build_view
+from scheduler.ui.view import DashboardView
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ class SchedulerRunner:
             else None
         )
         self.cycles = 0
+        self.rebuilds = 0
         # Held for a whole cycle: readers of the scheduler's state (the dashboard) see one consistent cycle.
         self.cycle_lock = threading.Lock()
         self._stop = threading.Event()
@@ -109,9 +112,25 @@ class SchedulerRunner:
         while not self._stop.is_set():
             try:
                 self.step()
-            except Exception:  # one bad cycle must not end scheduling
-                log.exception("scheduling cycle failed")
+            except Exception:  # one bad cycle must not end scheduling, nor leave a half-applied state
+                log.exception(
+                    "scheduling cycle failed; rebuilding the scheduler's state from the watch caches"
+                )
+                self.rebuild()
             self._stop.wait(self.config.cycle_interval_s)
+
+    def rebuild(self) -> None:
+        """A fresh scheduler fed with everything the watch caches hold (a cycle that failed half-way may
+        have left its state inconsistent; the caches are the truth)."""
+        with self.cycle_lock:
+            self.scheduler = Scheduler(self.cluster, self.config.scheduler)
+            self.cluster.replay()
+            self.rebuilds += 1
+
+    def view(self) -> DashboardView:
+        """The dashboard's view of the current scheduler (one consistent cycle)."""
+        with self.cycle_lock:
+            return build_view(self.scheduler, self.reports(), title="Tessera cluster")
 
     def step(self) -> CycleResult | None:
         """One cycle when leading; a standby only keeps its cache current."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -45,6 +46,10 @@ def runner(kube_api: FakeKubeAPI) -> Iterator[SchedulerRunner]:
     r = SchedulerRunner(kube_api.client(), runner_config())
     yield r
     r.stop()
+
+
+def metrics_text(runner: SchedulerRunner) -> str:
+    return generate_latest(runner.metrics.registry).decode()
 
 
 def fraction_pod(name: str, fraction: str = "0.5", **kw: Any) -> dict[str, Any]:
@@ -282,9 +287,15 @@ def test_only_the_leader_schedules_and_a_standby_takes_over(
     kube_api: FakeKubeAPI, kubelet: FakeKubelet
 ) -> None:
     kube_api.seed(node_body("gpu-1", gpus=2))
-    a = SchedulerRunner(kube_api.client(), runner_config("sched-a", leader_elect=True)).start()
+    # Leases long enough that a loaded test machine does not make the leader miss its renewals.
+    slow = {"lease_duration_s": 3.0, "renew_deadline_s": 2.5}
+    a = SchedulerRunner(
+        kube_api.client(), replace(runner_config("sched-a", leader_elect=True), **slow)
+    ).start()
     wait_for(lambda: a.is_leader)
-    b = SchedulerRunner(kube_api.client(), runner_config("sched-b", leader_elect=True)).start()
+    b = SchedulerRunner(
+        kube_api.client(), replace(runner_config("sched-b", leader_elect=True), **slow)
+    ).start()
     try:
         create(kube_api, fraction_pod("one"))
         wait_for(lambda: "one" in bound(kube_api))
@@ -312,3 +323,97 @@ def test_gpu_node_report_steers_placement_away_from_an_unhealthy_gpu(
         create(kube_api, fraction_pod(name, "0.5"))
     wait_for(lambda: len(bound(kube_api)) == 2, timeout=10)
     assert dict(gpu_use(kube_api)) == {("gpu-1", 1): 1000}
+
+
+def _priority_classes(kube_api: FakeKubeAPI) -> None:
+    """The chart's priority classes, and a queue "team" with one GPU of quota (non-preemptible pods, such as
+    inference, only run within quota)."""
+    sched = client.SchedulingV1Api(kube_api.client())
+    for name, value in (("train", 50), ("inference", 125)):
+        sched.create_priority_class(
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
+        )
+    unlimited = {"quota": -1, "limit": -1}
+    kube_api.seed({"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "team"},
+                   "spec": {"resources": {"gpu": {"quota": 1, "limit": -1}, "cpu": unlimited,
+                                          "memory": unlimited}}})  # fmt: skip
+
+
+def team_pod(
+    name: str, fraction: str, priority_class: str, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    body = fraction_pod(name, fraction, labels={"tessera.dev/queue": "team", **(labels or {})})
+    body["spec"]["priorityClassName"] = priority_class
+    return body
+
+
+def test_preemption_evicts_through_the_eviction_api_and_binds_the_beneficiary(
+    kube_api: FakeKubeAPI, kubelet: FakeKubelet, runner: SchedulerRunner
+) -> None:
+    kube_api.seed(node_body("gpu-1", gpus=1))
+    _priority_classes(kube_api)
+    runner.start()
+    for name in ("train-0", "train-1"):
+        create(kube_api, team_pod(name, "0.5", "train"))
+    wait_for(lambda: len(bound(kube_api)) == 2, timeout=10)
+    create(kube_api, team_pod("urgent", "0.5", "inference"))
+    wait_for(lambda: "urgent" in bound(kube_api), timeout=15)
+    evictions = [r for r in kube_api.requests_matching("POST", "/eviction$") if r.status == 201]
+    assert len(evictions) == 1
+    victim = evictions[0].path.split("/")[-2]
+    assert kube_api.find("pods", victim) is None
+    (event,) = [e for e in kube_api.events_for(victim) if e["reason"] == "Preempted"]
+    assert "default/urgent" in event["message"], event["message"]
+    assert dict(gpu_use(kube_api)) == {("gpu-1", 0): 1000}
+    wait_for(lambda: 'tessera_pods_evicted_total{action="preempt"} 1.0' in metrics_text(runner))
+
+
+def test_a_disruption_budget_keeps_the_victim_and_the_beneficiary_waits(
+    kube_api: FakeKubeAPI, kubelet: FakeKubelet, runner: SchedulerRunner
+) -> None:
+    kube_api.seed(node_body("gpu-1", gpus=1))
+    _priority_classes(kube_api)
+    kube_api.seed({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                   "metadata": {"name": "keep-training", "namespace": "default"},
+                   "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}}})  # fmt: skip
+    runner.start()
+    create(kube_api, team_pod("train-0", "0.75", "train", labels={"app": "train"}))
+    wait_for(lambda: "train-0" in bound(kube_api), timeout=10)
+    kube_api.set_pod_phase("train-0")  # healthy, so the budget protects it
+    create(kube_api, team_pod("urgent", "0.5", "inference"))
+    wait_for(lambda: kube_api.requests_matching("POST", "/pods/train-0/eviction$"), timeout=10)
+    cycles = runner.cycles
+    wait_for(lambda: runner.cycles >= cycles + 5)
+    assert "train-0" in bound(kube_api) and "urgent" not in bound(kube_api)
+    assert all(r.status == 429 for r in kube_api.requests_matching("POST", "/eviction$"))
+    refused = [e for e in kube_api.events_for("train-0") if e["reason"] == "EvictionRefused"]
+    assert refused and "keep-training" in refused[0]["message"]
+
+
+def test_a_failed_cycle_rebuilds_the_state_from_the_watch_caches(
+    kube_api: FakeKubeAPI, kubelet: FakeKubelet, runner: SchedulerRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scheduler.actions import ACTIONS
+
+    kube_api.seed(node_body("gpu-1", gpus=1))
+    runner.start()
+    create(kube_api, fraction_pod("before", "0.5"))
+    wait_for(lambda: "before" in bound(kube_api))
+    allocate = ACTIONS["allocate"]
+    calls = {"n": 0}
+
+    def flaky(session: Any, cluster: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            session.cache.state.free_milli[0, 0] = 1000  # leave the state corrupt, as a half-done cycle could
+            raise RuntimeError("boom")
+        allocate(session, cluster)
+
+    monkeypatch.setitem(ACTIONS, "allocate", flaky)
+    wait_for(lambda: runner.rebuilds == 1)
+    for name in ("after-1", "after-2"):
+        create(kube_api, fraction_pod(name, "0.5"))
+    wait_for(lambda: len(bound(kube_api)) == 2, timeout=10)
+    cycles = runner.cycles
+    wait_for(lambda: runner.cycles >= cycles + 5)
+    assert dict(gpu_use(kube_api)) == {("gpu-1", 0): 1000}  # the corrupt free share was not given away
