@@ -636,6 +636,8 @@ class _Handler(BaseHTTPRequestHandler):
                     except ApiError as exc:
                         self._chunk("ERROR", exc.status())
                         break
+                if api._stopping or generation != api._watch_generation:
+                    break  # dropped: a dropped connection delivers nothing more (the client resumes)
                 for event in events:
                     self._send_event(route, event, match)
                 cursor = current
