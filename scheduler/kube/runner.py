@@ -79,6 +79,7 @@ class SchedulerRunner:
         )
         self.cycles = 0
         self.rebuilds = 0
+        self.errors: list[str] = []  # why cycles failed (each one was followed by a rebuild)
         # Held for a whole cycle: readers of the scheduler's state (the dashboard) see one consistent cycle.
         self.cycle_lock = threading.Lock()
         self._stop = threading.Event()
@@ -112,7 +113,8 @@ class SchedulerRunner:
         while not self._stop.is_set():
             try:
                 self.step()
-            except Exception:  # one bad cycle must not end scheduling, nor leave a half-applied state
+            except Exception as exc:  # one bad cycle must not end scheduling, nor leave a half-applied state
+                self.errors.append(f"{type(exc).__name__}: {exc}")
                 log.exception(
                     "scheduling cycle failed; rebuilding the scheduler's state from the watch caches"
                 )
