@@ -106,23 +106,23 @@ class Transaction:
         bound: list[PodInfo] = []
         evicted: list[PodInfo] = []
         failed: list[tuple[PodInfo, str]] = []
+        refused: list[Op] = []
         for op in self.ops:
             if op.kind != "evict":
                 continue
             try:
                 cluster.evict(op.pod, action=op.action, message=op.message)
             except EvictError as exc:
-                # The victim keeps running: put it back and let the placements that needed it fail.
                 log.warning("eviction of %s refused: %s", op.pod.key, exc)
-                s.cache.state.place(op.placement)
-                s.cache.assume(op.pod, op.placement)
-                s.charge(op.queue, placement_usage(op.placement), +1, op.pod)
+                refused.append(op)
                 failed.append((op.pod, str(exc)))
                 continue
             evicted.append(op.pod)
             extra = {"beneficiary": op.beneficiary} if op.beneficiary else {}
             node_name = s.cache.state.node_names[op.placement.node]
             s.event("Evicted", op.action, op.pod, op.message, node=node_name, **extra)
+        if refused:
+            return self._undo_after_refusal(refused, evicted, failed)
         for op in self.ops:
             if op.kind != "reserve":
                 continue
@@ -163,3 +163,30 @@ class Transaction:
         s.cache.state.commit()
         self.ops.clear()
         return Outcome(bound, evicted, failed)
+
+    def _undo_after_refusal(
+        self, refused: list[Op], evicted: list[PodInfo], failed: list[tuple[PodInfo, str]]
+    ) -> Outcome:
+        """An eviction was refused (e.g. by a PodDisruptionBudget): the victims keep running, so nothing
+        planned on their resources is made. The planned placements and reservations are given back first,
+        and only then do the refused victims take their resources again (both are in the state until then;
+        the other way round over-commits the GPU)."""
+        s = self.session
+        why = "a planned eviction was refused; retrying next cycle"
+        for op in self.ops:
+            if op.kind == "place":
+                s.cache.unassume(op.pod.uid)
+                s.cache.state.release(op.placement)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
+                s.set_reason(op.pod, "BindFailed", why)
+                failed.append((op.pod, why))
+            elif op.kind == "reserve":
+                s.cache.state.release(op.placement)
+                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
+        for op in refused:
+            s.cache.state.place(op.placement)
+            s.cache.assume(op.pod, op.placement)
+            s.charge(op.queue, placement_usage(op.placement), +1, op.pod)
+        s.cache.state.commit()
+        self.ops.clear()
+        return Outcome([], evicted, failed)

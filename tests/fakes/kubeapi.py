@@ -15,6 +15,7 @@ apply, protobuf, and multiple versions of one resource.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import re
@@ -517,6 +518,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
+    def handle(self) -> None:
+        # A client that hangs up (a stopped watch, a closed pool) is normal, not an error to print.
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError, TimeoutError):
+            super().handle()
+
     def do_GET(self) -> None:
         self._handle("GET")
 
@@ -539,8 +545,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = self.headers.get("Content-Type")
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body: Any = None
-        status = 500
-        recorded = False
+        watch_route: _Route | None = None
         try:
             if raw:
                 try:
@@ -553,33 +558,25 @@ class _Handler(BaseHTTPRequestHandler):
             if injected is not None:
                 raise injected
             routed = api._route(url.path)
-            if (
-                method == "GET"
-                and not isinstance(routed, dict)
-                and routed.name is None
-                and _q(query, "watch") in ("true", "1")
-            ):
-                status = 200
-                # A watch is logged when it starts: it may stream for a long time.
-                api._record(RecordedRequest(method, url.path, query, content_type, body, status))
-                recorded = True
-                self._watch(routed, query)
-                return
             if isinstance(routed, dict):
-                status, result = 200, routed
+                status, payload = 200, routed
+            elif method == "GET" and routed.name is None and _q(query, "watch") in ("true", "1"):
+                api._matcher(routed, query)  # selector errors answer 400 before the stream starts
+                rv = _q(query, "resourceVersion")
+                if rv not in (None, "", "0") and not str(rv).isdigit():
+                    raise ApiError(400, f"resourceVersion: Invalid value: {rv!r}")
+                status, payload, watch_route = 200, None, routed
             else:
-                status, result = api._dispatch(method, routed, query, body, content_type)
+                status, payload = api._dispatch(method, routed, query, body, content_type)
         except ApiError as exc:
-            status, result = exc.code, exc.status()
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-            return
-        finally:
-            # Logged before the reply is sent, so a client that has its answer also finds it in the log.
-            if not recorded:
-                api._record(RecordedRequest(method, url.path, query, content_type, body, status))
+            status, payload = exc.code, exc.status()
+        # Logged before answering, so a client that got its answer always finds its request in the log.
+        api._record(RecordedRequest(method, url.path, query, content_type, body, status))
         try:
-            self._send_json(status, result)
+            if watch_route is not None:
+                self._watch(watch_route, query)
+            else:
+                self._send_json(status, payload)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
@@ -612,8 +609,6 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = _q(query, "timeoutSeconds")
         deadline = time.monotonic() + float(timeout) if timeout else None
         bookmarks = _q(query, "allowWatchBookmarks") in ("true", "1")
-        if rv_param not in (None, "", "0") and not rv_param.isdigit():
-            raise ApiError(400, f"resourceVersion: Invalid value: {rv_param!r}")
         generation = api._watch_generation
         bookmark_generation = api._bookmark_generation
         self.send_response(200)
@@ -641,6 +636,8 @@ class _Handler(BaseHTTPRequestHandler):
                     except ApiError as exc:
                         self._chunk("ERROR", exc.status())
                         break
+                if api._stopping or generation != api._watch_generation:
+                    break  # dropped: a dropped connection delivers nothing more (the client resumes)
                 for event in events:
                     self._send_event(route, event, match)
                 cursor = current

@@ -1,0 +1,338 @@
+"""The Kubernetes adapter: the `Cluster` interface of the scheduling loop over a real API server.
+
+Informers keep watch caches of Pods, Nodes, Queues, PodGroups, GPUNodeReports and PriorityClasses and feed
+a queue that `drain_events` hands to the cycle. Before a pod event reaches the cycle the adapter:
+- drops unbound pods of other schedulers (only pods of ours and pods holding node resources matter);
+- puts the pod in its PodGroup: the podgrouper derives the group from the pod's top owner, the PodGroup is
+  created once, and its ADDED event is sent ahead of the pod so a gang is never seen without its minMember
+  (single-pod groups get no PodGroup object: the pod is its own job);
+- fills `spec.priority` from the PriorityClass when the API server left it out;
+- shows pods it bound as bound until the watch catches up, and pods it evicted as gone, so the cycle never
+  sees an assumed placement undone by a stale event (which would double-allocate the GPU share).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from kubernetes import client
+
+from scheduler.api.assignment import GPUAssignment
+from scheduler.api.keys import GROUP, KAI_POD_GROUP, POD_GROUP, SCHEDULER_NAME, VERSION
+from scheduler.api.podgroup import PodGroupStatus
+from scheduler.api.queue import QueueStatus
+from scheduler.cluster import BindError, EvictError, Kind, WatchEvent
+from scheduler.kube.backoff import Backoff
+from scheduler.kube.binder import Binder, BindResult
+from scheduler.kube.event_queue import EventQueue, ResourceEvent
+from scheduler.kube.evictor import Evictor
+from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.lock_view import NodeLockView
+from scheduler.kube.owners import ApiOwnerLookup
+from scheduler.kube.podgrouper import GroupSpec, group_for_pod
+from scheduler.kube.podgroups import PodGroupEnsurer
+from scheduler.kube.recorder import EventRecorder
+from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
+from scheduler.model import PodInfo
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+_FORWARDED: tuple[Kind, ...] = ("Node", "Pod", "Queue", "PodGroup", "GPUNodeReport")
+
+
+class KubeCluster:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        identity: str = "tessera-scheduler",
+        scheduler_name: str = SCHEDULER_NAME,
+        lock_timeout_s: float = 60.0,
+        event_interval_s: float = 30.0,
+        watch_timeout_s: int = 300,
+        backoff: Backoff | None = None,
+        podgrouper: bool = True,
+    ) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        sched = client.SchedulingV1Api(api_client)
+        self.scheduler_name = scheduler_name
+        self.events = EventQueue()
+        self.recorder = EventRecorder(self.core, instance=identity, min_interval_s=event_interval_s)
+        self.binder = Binder(self.core, lock_timeout_s=lock_timeout_s)
+        self.evictor = Evictor(self.core, self.recorder)
+        self.pending = PendingPodReporter(self.core, self.recorder)
+        self.queue_status = QueueStatusWriter(self.custom)
+        self.group_status = PodGroupStatusWriter(self.custom)
+        self.owner_lookup = ApiOwnerLookup(api_client)
+        self.podgroups = PodGroupEnsurer(self.custom)
+        self.podgrouper = podgrouper
+        targets = [
+            WatchTarget("Node", self.core.list_node),
+            WatchTarget("Pod", self.core.list_pod_for_all_namespaces),
+            WatchTarget("Queue", self.custom.list_cluster_custom_object, (GROUP, VERSION, "queues")),
+            WatchTarget("PodGroup", self.custom.list_cluster_custom_object, (GROUP, VERSION, "podgroups")),
+            WatchTarget(
+                "GPUNodeReport", self.custom.list_cluster_custom_object, (GROUP, VERSION, "gpunodereports")
+            ),
+            WatchTarget("PriorityClass", sched.list_priority_class),
+        ]
+        self.informers = {
+            t.kind: Informer(
+                t, self.events.put, backoff=backoff or Backoff(), watch_timeout_s=watch_timeout_s
+            )
+            for t in targets
+        }
+        self._priorities: dict[str, int] = {}
+        self._groups: dict[str, str | None] = {}  # pod uid -> derived group name (None: its own job)
+        self._bound: dict[str, str] = {}  # pod uid -> node, bound by us, not yet seen bound by the watch
+        self._evicted: dict[str, float] = {}  # pod uid -> when we evicted it
+        # A standby replica keeps its cache warm but writes nothing: PodGroups it derives wait here until it
+        # leads (`writable`), then they are created and announced ahead of everything else.
+        self.writable = True
+        self._deferred: dict[str, GroupSpec] = {}
+        # Called with a node's name right after we took its bind lock, so the running cycle can stop placing
+        # GPU pods there at once (the runner taints the node in the cycle's state).
+        self.on_node_locked: Callable[[str], None] | None = None
+        self._known_nodes: set[str] = set()  # nodes the cycle has been given
+        self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
+        self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
+        self._lock_waiters: set[str] = set()  # pods whose last bind waited for a node's bind lock
+        self.locks = NodeLockView(self.informers["Node"], self.informers["Pod"], lock_timeout_s)
+        self._lock = threading.Lock()
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> KubeCluster:
+        for informer in self.informers.values():
+            informer.start()
+        return self
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers.values())
+
+    def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+
+    def replay(self) -> None:
+        """Queue every cached object as ADDED (nodes first), for a scheduler rebuilt from scratch. Events
+        still queued are dropped: the caches already contain them."""
+        self.events.drain()
+        self._known_nodes.clear()
+        self._parked.clear()
+        self._parked_at.clear()
+        self.locks.reset_shown()
+        for kind in ("Node", "PriorityClass", "Queue", "PodGroup", "GPUNodeReport", "Pod"):
+            for obj in self.informers[kind].snapshot():
+                self.events.put(ResourceEvent(kind, "ADDED", obj))
+
+    # ---- the Cluster interface ---------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.time()
+
+    def drain_events(self) -> list[WatchEvent]:
+        out: list[WatchEvent] = self._announce_deferred() if self.writable else []
+        for ev in self.events.drain():
+            try:
+                self._translate(ev, out)
+            except Exception as exc:  # a malformed object must not lose the other events of this drain
+                log.warning("%s %s: %s; passed on unchanged", ev.kind, ev.key, exc)
+                if ev.kind in _FORWARDED:
+                    out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+        out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
+        return out
+
+    def _translate(self, ev: ResourceEvent, out: list[WatchEvent]) -> None:
+        """One informer event into what the cycle should see (appended to `out`)."""
+        if ev.kind == "PriorityClass":
+            self._on_priority_class(ev)
+        elif ev.kind == "Pod":
+            for event in self._pod_events(ev):
+                self._route(event, out)
+        elif ev.kind == "Node":
+            name = str((ev.obj.get("metadata") or {}).get("name"))
+            if ev.type == "DELETED":
+                self.locks.forget(name)
+                self._known_nodes.discard(name)
+                for uid in self._parked.pop(name, {}):
+                    self._parked_at.pop(uid, None)
+                out.append(WatchEvent("Node", "DELETED", ev.obj))
+            else:
+                out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
+                self._known_nodes.add(name)
+                for uid, parked in self._parked.pop(name, {}).items():
+                    self._parked_at.pop(uid, None)
+                    out.append(parked)
+        elif ev.kind in _FORWARDED:
+            out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+
+    def _route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
+        """Forward a pod event, or park it until its node has reached the cycle: a bound pod seen before its
+        node could not be accounted on it, and its GPU share would be given away twice."""
+        if event.kind != "Pod":
+            out.append(event)
+            return
+        uid = str((event.obj.get("metadata") or {}).get("uid", ""))
+        node = (event.obj.get("spec") or {}).get("nodeName")
+        earlier = self._parked_at.pop(uid, None)
+        if earlier is not None:
+            self._parked.get(earlier, {}).pop(uid, None)
+        if event.type != "DELETED" and node and node not in self._known_nodes:
+            self._parked.setdefault(node, {})[uid] = event
+            self._parked_at[uid] = node
+            return
+        out.append(event)
+
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+        waiting = self.locks.waiting(assignment.node, pod.uid) if assignment.gpus else None
+        result = (
+            BindResult(False, waiting, busy=True)
+            if waiting
+            else self.binder.bind(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                assignment.node,
+                assignment if assignment.gpus else None,
+                pod_has_annotations=bool(pod.annotations),
+            )
+        )
+        if not result.ok:
+            with self._lock:
+                # Waiting for a node's lock is a turn in a queue, not a scheduling failure: not reported.
+                (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(pod.uid)
+            raise BindError(result.reason)
+        with self._lock:
+            self._bound[pod.uid] = assignment.node
+            self._lock_waiters.discard(pod.uid)
+        if assignment.gpus:
+            hook = self.on_node_locked
+            self.locks.taken(assignment.node, pod.uid, pod.key, shown=hook is not None)
+            if hook is not None:
+                hook(assignment.node)
+
+    def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
+        result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
+        if not result.ok:
+            raise EvictError(result.reason)
+        with self._lock:
+            self._evicted[pod.uid] = time.monotonic()
+
+    def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
+        with self._lock:
+            if pod.uid in self._lock_waiters:
+                if reason == "BindFailed":
+                    return
+                self._lock_waiters.discard(pod.uid)
+        self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
+
+    def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
+        queue_cache, group_cache = self.informers["Queue"], self.informers["PodGroup"]
+        for name, status in queues.items():
+            if queue_cache.get(name) is not None:  # the implicit default queue has no object to write to
+                self.queue_status.write(name, status)
+        for key, group_status in groups.items():
+            if group_cache.get(key) is not None:
+                namespace, name = key.split("/", 1)
+                self.group_status.write(namespace, name, group_status)
+
+    # ---- pod events --------------------------------------------------------------------------------------
+    def _on_priority_class(self, ev: ResourceEvent) -> None:
+        name = str(ev.obj.get("metadata", {}).get("name"))
+        if ev.type == "DELETED":
+            self._priorities.pop(name, None)
+        else:
+            try:
+                self._priorities[name] = int(ev.obj.get("value", 0))
+            except (TypeError, ValueError):
+                log.warning("PriorityClass %s has a non-integer value; ignored", name)
+
+    def _pod_events(self, ev: ResourceEvent) -> list[WatchEvent]:
+        obj = ev.obj
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        uid = str(meta.get("uid", ""))
+        if ev.type == "DELETED":
+            with self._lock:
+                self._bound.pop(uid, None)
+                self._evicted.pop(uid, None)
+                self._groups.pop(uid, None)
+                self._lock_waiters.discard(uid)
+            self.locks.pod_gone(uid)
+            self.pending.forget(uid)
+            return [WatchEvent("Pod", "DELETED", obj)]
+        with self._lock:
+            if uid in self._evicted:
+                return []  # already gone as far as the cycle knows (terminating: resources handed over)
+            bound_to = self._bound.get(uid)
+            if bound_to is not None and spec.get("nodeName"):
+                del self._bound[uid]
+                bound_to = None
+        ours = spec.get("schedulerName") == self.scheduler_name
+        if not ours and not spec.get("nodeName"):
+            return []
+        out: list[WatchEvent] = []
+        enriched: Obj | None = None
+        if bound_to is not None:
+            enriched = _copy_pod(obj)
+            enriched["spec"]["nodeName"] = bound_to
+        if self.scheduler_name != SCHEDULER_NAME and (ours or spec.get("schedulerName") == SCHEDULER_NAME):
+            # The cycle knows "ours" as the built-in name: translate a configured --scheduler-name to it.
+            enriched = enriched or _copy_pod(obj)
+            enriched["spec"]["schedulerName"] = SCHEDULER_NAME if ours else f"not-{SCHEDULER_NAME}"
+        if "priority" not in spec and spec.get("priorityClassName") in self._priorities:
+            enriched = enriched or _copy_pod(obj)
+            enriched["spec"]["priority"] = self._priorities[spec["priorityClassName"]]
+        finished = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if ours and self.podgrouper and not finished:
+            group, created = self._group_of(obj)
+            if created is not None:
+                out.append(WatchEvent("PodGroup", "ADDED", created))
+            if group is not None:
+                enriched = enriched or _copy_pod(obj)
+                enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = group
+        out.append(WatchEvent("Pod", ev.type, enriched or obj))
+        return out
+
+    def _group_of(self, pod: Obj) -> tuple[str | None, Obj | None]:
+        """The pod's derived group name (None: its own job) and a PodGroup to announce, when just created."""
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        annotations = meta.get("annotations") or {}
+        if annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP):
+            return None, None  # named by the user: the cycle reads it from the pod
+        if uid in self._groups:
+            return self._groups[uid], None
+        spec: GroupSpec = group_for_pod(pod, self.owner_lookup)
+        singleton = spec.min_member == 1 and (spec.owner is None or spec.owner.uid == uid)
+        if singleton:
+            self._groups[uid] = None
+            return None, None
+        self._groups[uid] = spec.name
+        if self.informers["PodGroup"].get(f"{spec.namespace}/{spec.name}") is not None:
+            return spec.name, None
+        if not self.writable:
+            self._deferred[f"{spec.namespace}/{spec.name}"] = spec
+            return spec.name, None
+        return spec.name, spec.to_podgroup() if self.podgroups.ensure(spec) == "created" else None
+
+    def _announce_deferred(self) -> list[WatchEvent]:
+        out: list[WatchEvent] = []
+        for key, spec in list(self._deferred.items()):
+            del self._deferred[key]
+            if self.informers["PodGroup"].get(key) is None and self.podgroups.ensure(spec) == "created":
+                out.append(WatchEvent("PodGroup", "ADDED", spec.to_podgroup()))
+        return out
+
+
+def _copy_pod(obj: Obj) -> Obj:
+    out = dict(obj)
+    out["metadata"] = copy.deepcopy(obj.get("metadata") or {})
+    out["spec"] = dict(obj.get("spec") or {})
+    return out

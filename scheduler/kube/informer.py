@@ -1,0 +1,231 @@
+"""Informer-style watch cache for one resource: list, then watch from the list's resourceVersion.
+
+Like client-go's reflector: bookmarks advance the resourceVersion without events; a watch that ends is
+resumed from the last resourceVersion seen; `410 Gone` (the history moved past us) triggers a full relist,
+whose differences against the cache are emitted as ADDED/MODIFIED/DELETED so consumers never rebuild;
+any other error backs off exponentially before retrying. Objects are kept as plain dicts (no model
+deserialization on the hot path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from scheduler.kube.backoff import Backoff
+from scheduler.kube.event_queue import ResourceEvent, object_key
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WatchTarget:
+    """What to watch: a list function of the generated client (with its leading positional arguments)."""
+
+    kind: str
+    list_fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    field_selector: str | None = None
+    label_selector: str | None = None
+
+    def call(self, **kwargs: Any) -> Any:
+        if self.field_selector:
+            kwargs["field_selector"] = self.field_selector
+        if self.label_selector:
+            kwargs["label_selector"] = self.label_selector
+        return self.list_fn(*self.args, _preload_content=False, **kwargs)
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""
+
+
+class Informer:
+    def __init__(
+        self,
+        target: WatchTarget,
+        sink: Callable[[ResourceEvent], None],
+        *,
+        backoff: Backoff | None = None,
+        watch_timeout_s: int = 300,
+        page_size: int = 500,
+    ) -> None:
+        self.target = target
+        self.sink = sink
+        self.backoff = backoff or Backoff()
+        self.watch_timeout_s = watch_timeout_s
+        self.page_size = page_size
+        self.cache: dict[str, Obj] = {}
+        self.resource_version = ""
+        self.synced = threading.Event()
+        self.lists = 0  # full lists done (1 at start, +1 per relist)
+        self.errors = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._resp: Any = None
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> Informer:
+        self._thread = threading.Thread(target=self.run, name=f"informer-{self.target.kind}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            # Unblock the read of a long-running watch: shut the socket down under it.
+            sock = getattr(getattr(resp, "connection", None), "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def snapshot(self) -> list[Obj]:
+        with self._lock:
+            return list(self.cache.values())
+
+    def get(self, key: str) -> Obj | None:
+        with self._lock:
+            return self.cache.get(key)
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+    def run(self) -> None:
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._list()
+                    need_list = False
+                self._watch()
+            except Gone:
+                log.info(
+                    "%s watch expired at resourceVersion %s; relisting",
+                    self.target.kind,
+                    self.resource_version,
+                )
+                need_list = True
+            except Exception as exc:  # connection errors, API errors, malformed data: back off and retry
+                if self._stop.is_set():
+                    break
+                self.errors += 1
+                if isinstance(exc, ApiException) and exc.status == 410:
+                    need_list = True
+                delay = self.backoff.next_delay()
+                log.warning(
+                    "%s watch failed (%s); retrying in %.1fs", self.target.kind, _one_line(exc), delay
+                )
+                self._stop.wait(delay)
+
+    def _list(self) -> None:
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.page_size, "_request_timeout": (10, 60)}
+            if token:
+                kwargs["_continue"] = token
+            resp = self.target.call(**kwargs)
+            body = json.loads(resp.data)
+            items.extend(body.get("items") or [])
+            meta = body.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                break
+        self._replace(items, str(meta.get("resourceVersion", "")))
+        self.lists += 1
+        self.backoff.reset()
+        self.synced.set()
+
+    def _replace(self, items: list[Obj], resource_version: str) -> None:
+        """Install a fresh list; emit only what changed against the cache (a relist is not a rebuild)."""
+        fresh = {object_key(o): o for o in items}
+        events: list[ResourceEvent] = []
+        with self._lock:
+            for key, gone in self.cache.items():
+                if key not in fresh:
+                    events.append(ResourceEvent(self.target.kind, "DELETED", gone, gone))
+            for key, obj in fresh.items():
+                old = self.cache.get(key)
+                if old is None:
+                    events.append(ResourceEvent(self.target.kind, "ADDED", obj, None))
+                elif _rv(old) != _rv(obj):
+                    events.append(ResourceEvent(self.target.kind, "MODIFIED", obj, old))
+            self.cache = fresh
+            self.resource_version = resource_version
+        for event in events:
+            self.sink(event)
+
+    def _watch(self) -> None:
+        resp = self.target.call(
+            watch=True,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout_s,
+            # A connection that dies silently must not hang the informer: the server ends the watch after
+            # timeout_seconds, so a read that waits much longer than that is a dead connection.
+            _request_timeout=(10, self.watch_timeout_s + 30),
+        )
+        self._resp = resp
+        try:
+            for line in _lines(resp):
+                if self._stop.is_set():
+                    return
+                self._handle(json.loads(line))
+        finally:
+            self._resp = None
+            resp.close()
+            resp.release_conn()
+
+    def _handle(self, event: Obj) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone()
+            raise ApiException(
+                status=obj.get("code", 500), reason=f"{obj.get('reason')}: {obj.get('message')}"
+            )
+        rv = _rv(obj)
+        if kind == "BOOKMARK":
+            self.resource_version = rv or self.resource_version
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning("%s watch sent an unknown event type %r; ignored", self.target.kind, kind)
+            return
+        key = object_key(obj)
+        with self._lock:
+            old = self.cache.get(key)
+            if kind == "DELETED":
+                self.cache.pop(key, None)
+            else:
+                self.cache[key] = obj
+            self.resource_version = rv or self.resource_version
+        self.backoff.reset()
+        self.sink(ResourceEvent(self.target.kind, kind, obj, old))
+
+
+def _lines(resp: Any) -> Iterator[str]:
+    for line in iter_resp_lines(resp):
+        if line:
+            yield line
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -1,0 +1,140 @@
+"""The node bind locks as the scheduling cycle should see them.
+
+A node whose bind lock is held by a GPU pod the device plugin has not served yet cannot take another GPU
+pod until it is freed. The cycle knows nothing of locks, so the adapter shows such a node with a
+`tessera.dev/bind-lock:NoSchedule` taint: placement then goes to free nodes instead of planning binds that
+are bound to fail, and the taint goes away as soon as the watch shows the holder allocated (or gone, or the
+lock stale). Judged from the watch caches only: no API request.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler.api.bind_lock import BindLock
+from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED
+from scheduler.kube.informer import Informer
+
+LOCK_TAINT = {"key": BIND_LOCK, "value": "", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Holder:
+    uid: str
+    key: str  # namespace/name
+    age_s: float
+    ours: bool  # taken by this process (the watch may not show the pod bound yet)
+
+
+class NodeLockView:
+    def __init__(self, nodes: Informer, pods: Informer, timeout_s: float) -> None:
+        self.nodes, self.pods, self.timeout_s = nodes, pods, timeout_s
+        self._taken: dict[str, tuple[str, str, float]] = {}  # node -> (uid, key, monotonic time), by us
+        self._shown: set[str] = set()  # nodes the cycle currently sees tainted
+        self._lock = threading.Lock()
+
+    def taken(self, node: str, uid: str, key: str, *, shown: bool = False) -> None:
+        """We took `node`'s lock for pod `uid`; `shown` when the running cycle was told at once."""
+        with self._lock:
+            self._taken[node] = (uid, key, time.monotonic())
+            if shown:
+                self._shown.add(node)
+
+    def pod_gone(self, uid: str) -> None:
+        """A pod we took a lock for was deleted: it will never be allocated."""
+        with self._lock:
+            for node in [n for n, taken in self._taken.items() if taken[0] == uid]:
+                del self._taken[node]
+
+    def reset_shown(self) -> None:
+        """The cycle's state was rebuilt: it has seen no node tainted yet."""
+        with self._lock:
+            self._shown.clear()
+
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self._taken.pop(node, None)
+            self._shown.discard(node)
+
+    def holder(self, node: str, node_obj: dict[str, Any] | None = None) -> Holder | None:
+        """The pod holding the node's lock and not yet served, or None when the lock is free."""
+        with self._lock:
+            taken = self._taken.get(node)
+        candidate: Holder | None = None
+        if taken is not None:
+            candidate = Holder(taken[0], taken[1], time.monotonic() - taken[2], ours=True)
+        else:
+            obj = node_obj if node_obj is not None else self.nodes.get(node)
+            raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(BIND_LOCK)
+            if raw:
+                try:
+                    lock = BindLock.from_annotation(raw)
+                except ValueError:
+                    return None  # malformed: the binder takes it over
+                candidate = Holder(
+                    lock.uid,
+                    f"{lock.namespace}/{lock.name}",
+                    lock.age_seconds(datetime.now(UTC)),
+                    ours=False,
+                )
+        if candidate is None or candidate.age_s >= self.timeout_s or self._served(candidate, node):
+            if taken is not None:
+                with self._lock:
+                    if self._taken.get(node) == taken:
+                        del self._taken[node]
+            return None
+        return candidate
+
+    def _served(self, holder: Holder, node: str) -> bool:
+        pod = self.pods.get(holder.key)
+        if pod is None:
+            return not holder.ours  # ours may simply not be in the cache yet
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        return (
+            meta.get("uid") != holder.uid
+            or GPU_ALLOCATED in (meta.get("annotations") or {})
+            or bool(meta.get("deletionTimestamp"))
+            or (pod.get("status") or {}).get("phase") != "Pending"
+            or (not holder.ours and spec.get("nodeName") != node)
+        )
+
+    def waiting(self, node: str, uid: str) -> str | None:
+        """Why a GPU pod `uid` cannot be bound to `node` now, or None."""
+        holder = self.holder(node)
+        if holder is None or holder.uid == uid:
+            return None
+        return f"node {node} is busy: waiting for the device plugin to allocate {holder.key}"
+
+    def decorate(self, node_obj: dict[str, Any]) -> dict[str, Any]:
+        """The node as the cycle should see it (tainted while locked)."""
+        name = str((node_obj.get("metadata") or {}).get("name"))
+        locked = self.holder(name, node_obj) is not None
+        with self._lock:
+            (self._shown.add if locked else self._shown.discard)(name)
+        if not locked:
+            return node_obj
+        out = dict(node_obj)
+        spec = copy.deepcopy(node_obj.get("spec") or {})
+        spec["taints"] = [*(spec.get("taints") or []), dict(LOCK_TAINT)]
+        out["spec"] = spec
+        return out
+
+    def refresh(self) -> list[dict[str, Any]]:
+        """Nodes whose lock state changed since the cycle last saw them, as it should now see them."""
+        with self._lock:
+            names = self._shown | set(self._taken)
+            shown = set(self._shown)
+        changed = []
+        for name in sorted(names):
+            obj = self.nodes.get(name)
+            if obj is None:
+                self.forget(name)
+                continue
+            if (self.holder(name, obj) is not None) != (name in shown):
+                changed.append(self.decorate(obj))
+        return changed

@@ -1,0 +1,152 @@
+"""`tessera-scheduler`: the scheduler as a Kubernetes component (a leader-elected Deployment).
+
+Flags follow the Helm chart (deploy/helm/tessera/templates/scheduler-deployment.yaml).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import typer
+from kubernetes import client, config
+
+from scheduler.api.keys import SCHEDULER_NAME
+from scheduler.cycle import SchedulerConfig
+from scheduler.kube.http_server import SchedulerHTTPServer
+from scheduler.kube.queue_index import informer_queue_lookup
+from scheduler.kube.runner import RunnerConfig, SchedulerRunner
+from scheduler.metrics import SchedulerMetrics
+from scheduler.sim.duration import parse_duration
+from scheduler.webhook.admission import AdmissionConfig
+from scheduler.webhook.server import WebhookServer
+
+log = logging.getLogger("tessera.scheduler")
+
+SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig."""
+    configuration = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def own_service_account(token_file: Path = SA_TOKEN) -> str | None:
+    """`system:serviceaccount:<ns>:<name>` from the pod's token (its `sub` claim; not verified, only read)."""
+    try:
+        payload = token_file.read_text().strip().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (OSError, IndexError, ValueError):
+        return None
+    sub = claims.get("sub") if isinstance(claims, dict) else None
+    return sub if isinstance(sub, str) and sub.startswith("system:serviceaccount:") else None
+
+
+def host_port(raw: str, what: str) -> tuple[str, int]:
+    host, sep, port = raw.rpartition(":")
+    if not sep or not port.isdigit():
+        raise typer.BadParameter(f"{what} must be HOST:PORT, got {raw!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def seconds(raw: str, what: str) -> float:
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{what}: {exc}") from None
+
+
+@app.command()
+def run(
+    kubeconfig: str = typer.Option(None, help="Kubeconfig file (default: in-cluster, else ~/.kube/config)."),
+    scheduler_name: str = typer.Option(SCHEDULER_NAME, help="spec.schedulerName of the pods to schedule."),
+    listen: str = typer.Option("0.0.0.0:8080", help="HOST:PORT of /metrics, /healthz and /ui ('' = off)."),
+    cycle_period: str = typer.Option("1s", help="Time between scheduling cycles (e.g. 1s, 500ms)."),
+    log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    placement: str = typer.Option("", help="Placement policy: binpack, spread or fgd ('' = default)."),
+    leader_elect: bool = typer.Option(False, help="Elect a leader on a Lease (run 2+ replicas for HA)."),
+    leader_elect_namespace: str = typer.Option("tessera-system", help="Namespace of the leader Lease."),
+    leader_elect_lease_name: str = typer.Option("tessera-scheduler", help="Name of the leader Lease."),
+    leader_elect_identity: str = typer.Option(None, help="This replica's identity (default: hostname)."),
+    webhook_listen: str = typer.Option("", help="HOST:PORT of the admission webhook ('' = off)."),
+    webhook_cert_dir: str = typer.Option(None, help="Directory with tls.crt and tls.key for the webhook."),
+    webhook_allowed_users: str = typer.Option(
+        "", help="Users allowed to write tessera.dev/gpu-assignment, comma-separated (default: own SA)."
+    ),
+    bind_lock_timeout: str = typer.Option("60s", help="Age after which a node's bind lock is stale."),
+) -> None:
+    """Schedule the pods whose spec.schedulerName is --scheduler-name."""
+    logging.getLogger().setLevel(log_level.upper())
+    me = leader_elect_identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    runner = SchedulerRunner(
+        api_client(kubeconfig),
+        RunnerConfig(
+            identity=me,
+            scheduler_name=scheduler_name,
+            cycle_interval_s=seconds(cycle_period, "--cycle-period"),
+            leader_elect=leader_elect,
+            lease_namespace=leader_elect_namespace,
+            lease_name=leader_elect_lease_name,
+            lock_timeout_s=seconds(bind_lock_timeout, "--bind-lock-timeout"),
+            scheduler=SchedulerConfig(policy=placement) if placement else SchedulerConfig(),
+        ),
+        SchedulerMetrics(),
+    )
+    http = None
+    if listen:
+        host, port = host_port(listen, "--listen")
+        http = SchedulerHTTPServer(runner.metrics.registry, host=host, port=port, view_source=runner.view,
+                                   ready=lambda: runner.synced).start()  # fmt: skip
+    webhook = None
+    if webhook_listen:
+        if not webhook_cert_dir:
+            raise typer.BadParameter("the webhook needs --webhook-cert-dir (the API server only calls HTTPS)")
+        host, port = host_port(webhook_listen, "--webhook-listen")
+        allowed = {u.strip() for u in webhook_allowed_users.split(",") if u.strip()}
+        if not allowed and (sa := own_service_account()):
+            allowed.add(sa)
+        admission = AdmissionConfig(
+            scheduler_name=scheduler_name,
+            privileged_users=frozenset(allowed),
+            queue_lookup=informer_queue_lookup(runner.cluster.informers["Queue"]),
+        )
+        certs = Path(webhook_cert_dir)
+        webhook = WebhookServer(admission, certfile=str(certs / "tls.crt"), keyfile=str(certs / "tls.key"),
+                                host=host, port=port).start()  # fmt: skip
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    runner.start()
+    log.info("tessera-scheduler %s running (scheduler name %s)", me, scheduler_name)
+    done.wait()
+    log.info("shutting down: releasing the lease")
+    runner.stop()
+    for server in (webhook, http):
+        if server is not None:
+            server.stop()
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("TESSERA_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    app()
+
+
+if __name__ == "__main__":
+    main()

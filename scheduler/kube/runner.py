@@ -1,0 +1,203 @@
+"""Runs the scheduling loop against a Kubernetes API: informers always (warm standby), cycles only while
+this replica holds the leader Lease, metrics after every cycle."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from kubernetes import client
+from pydantic import ValidationError
+
+from scheduler.api.keys import BIND_LOCK, MILLI_PER_GPU, SCHEDULER_NAME
+from scheduler.api.report import GPUNodeReport
+from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
+from scheduler.kube.backoff import Backoff
+from scheduler.kube.cluster import KubeCluster
+from scheduler.kube.leader import LeaseElector
+from scheduler.metrics import SchedulerMetrics
+from scheduler.model import Taint
+from scheduler.ui.build import build_view
+from scheduler.ui.view import DashboardView
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    identity: str = "tessera-scheduler"
+    scheduler_name: str = SCHEDULER_NAME
+    cycle_interval_s: float = 1.0
+    leader_elect: bool = True
+    lease_name: str = "tessera-scheduler"
+    lease_namespace: str = "tessera-system"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    lock_timeout_s: float = 60.0
+    event_interval_s: float = 30.0
+    watch_timeout_s: int = 300
+    sync_timeout_s: float = 60.0
+    backoff_initial_s: float = 0.2
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+class SchedulerRunner:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        config: RunnerConfig | None = None,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
+        self.config = cfg = config or RunnerConfig()
+        self.metrics = metrics or SchedulerMetrics()
+        self.cluster = KubeCluster(
+            api_client,
+            identity=cfg.identity,
+            scheduler_name=cfg.scheduler_name,
+            lock_timeout_s=cfg.lock_timeout_s,
+            event_interval_s=cfg.event_interval_s,
+            watch_timeout_s=cfg.watch_timeout_s,
+            backoff=Backoff(initial_s=cfg.backoff_initial_s),
+        )
+        self.scheduler = Scheduler(self.cluster, cfg.scheduler)
+        self.cluster.on_node_locked = self._taint_locked_node
+        self.elector = (
+            LeaseElector(
+                client.CoordinationV1Api(api_client),
+                name=cfg.lease_name,
+                namespace=cfg.lease_namespace,
+                identity=cfg.identity,
+                lease_duration_s=cfg.lease_duration_s,
+                renew_deadline_s=cfg.renew_deadline_s,
+                retry_period_s=cfg.retry_period_s,
+            )
+            if cfg.leader_elect
+            else None
+        )
+        self.cycles = 0
+        self.rebuilds = 0
+        self.errors: list[str] = []  # why cycles failed (each one was followed by a rebuild)
+        # Held for a whole cycle: readers of the scheduler's state (the dashboard) see one consistent cycle.
+        self.cycle_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader.is_set()
+
+    def start(self) -> SchedulerRunner:
+        self.cluster.start()
+        if not self.cluster.wait_synced(self.config.sync_timeout_s):
+            log.warning(
+                "watch caches not synced after %.0fs; scheduling starts anyway", self.config.sync_timeout_s
+            )
+        if self.elector is not None:
+            self.elector.start()
+        self._thread = threading.Thread(target=self._loop, name="scheduling-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.elector is not None:
+            self.elector.stop(release=True)
+        self.cluster.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as exc:  # one bad cycle must not end scheduling, nor leave a half-applied state
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                log.exception(
+                    "scheduling cycle failed; rebuilding the scheduler's state from the watch caches"
+                )
+                self.rebuild()
+            self._stop.wait(self.config.cycle_interval_s)
+
+    def rebuild(self) -> None:
+        """A fresh scheduler fed with everything the watch caches hold (a cycle that failed half-way may
+        have left its state inconsistent; the caches are the truth)."""
+        with self.cycle_lock:
+            self.scheduler = Scheduler(self.cluster, self.config.scheduler)
+            self.cluster.replay()
+            self.rebuilds += 1
+
+    def view(self) -> DashboardView:
+        """The dashboard's view of the current scheduler (one consistent cycle)."""
+        with self.cycle_lock:
+            return build_view(self.scheduler, self.reports(), title="Tessera cluster")
+
+    def step(self) -> CycleResult | None:
+        """One cycle when leading; a standby only keeps its cache current."""
+        leading = self.is_leader
+        with self.cycle_lock:
+            self.cluster.writable = leading
+            if not leading:
+                self.scheduler.cache.apply(self.cluster.drain_events())
+                return None
+            result = self.scheduler.run_cycle()
+            self.cycles += 1
+            self.observe(result)
+        return result
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.cluster.informers.values())
+
+    def reports(self) -> list[GPUNodeReport]:
+        """The GPUNodeReports in the watch cache (for the dashboard); malformed ones are skipped."""
+        out = []
+        for obj in self.cluster.informers["GPUNodeReport"].snapshot():
+            try:
+                out.append(GPUNodeReport.model_validate(obj))
+            except ValidationError:
+                continue
+        return out
+
+    def _taint_locked_node(self, name: str) -> None:
+        """Show the node tainted for the rest of this cycle: its bind lock waits for the device plugin, so
+        the next GPU pods go to other nodes now instead of failing their binds here. The adapter sends the
+        node again, untainted, once the lock is free."""
+        state = self.scheduler.cache.state
+        row = state.row_of(name)
+        node = state.nodes[row] if row is not None else None
+        if node is None or any(t.key == BIND_LOCK for t in node.taints):
+            return
+        state.add_node(replace(node, taints=(*node.taints, Taint(key=BIND_LOCK, effect="NoSchedule"))))
+
+    def observe(self, result: CycleResult) -> None:
+        m = self.metrics
+        m.cycle_seconds.observe(result.duration_s)
+        for action, seconds in result.action_s.items():
+            m.action_seconds.labels(action).observe(seconds)
+        for event in result.events:
+            if event.get("type") == "Scheduled":
+                m.scheduled.labels(event.get("action", "")).inc()
+            elif event.get("type") == "Evicted":
+                m.evicted.labels(event.get("action", "")).inc()
+        m.set_pending(Counter(r.reason for r in result.reasons.values()))
+        session = self.scheduler.last_session
+        if session is not None:
+            for name, node in session.tree.nodes.items():
+                for resource in ("gpu", "cpu", "memory"):
+                    m.set_queue(
+                        name,
+                        resource,
+                        fair_share=node.fair_share.get(resource),
+                        allocated=node.allocated.get(resource),
+                        quota=node.resource(resource).quota,
+                    )
+        state = self.scheduler.cache.state
+        for row, node_info in enumerate(state.nodes):
+            if node_info is None:
+                continue
+            for gpu in range(node_info.gpu_count):
+                used = 1 - int(state.free_milli[row, gpu]) / MILLI_PER_GPU
+                m.gpu_allocated.labels(node_info.name, str(gpu)).set(used)
