@@ -296,16 +296,21 @@ class ClusterState:
 
         Kernels that look at each node on its own (filters, binpack/spread scores) give the same answer
         for a row here as on the whole state, so a cache can re-score just the rows a placement touched.
-        Arrays are gathered when a kernel first reads them (most kernels read only a few).
+        Contiguous rows (often a single one) are slices, no copy; others are gathered.
         """
         view = object.__new__(_RowView)
-        view.xp, view.max_gpus = self.xp, self.max_gpus
-        view.models, view.labels, view.taints = self.models, self.labels, self.taints
-        view.version, view.node_epoch, view.capacity = self.version, self.node_epoch, len(rows)
-        view._parent, view._rows = self, rows
+        attrs = view.__dict__
+        attrs.update(
+            xp=self.xp, max_gpus=self.max_gpus, models=self.models, labels=self.labels, taints=self.taints,
+            version=self.version, node_epoch=self.node_epoch, capacity=len(rows), _parent=self, _rows=rows,
+        )  # fmt: skip
         first = rows[0] if rows else 0
-        contiguous = rows == list(range(first, first + len(rows)))
-        view._slice = slice(first, first + len(rows)) if contiguous else None
+        if rows == list(range(first, first + len(rows))):
+            sl = slice(first, first + len(rows))
+            for name in self._ROW_ARRAYS:
+                attrs[name] = getattr(self, name)[sl, ...]
+        else:  # gathered when a kernel first reads them (most kernels read only some)
+            attrs["_idx"] = self.xp.asarray(rows, dtype=self.xp.int64)
         return view
 
     # ------------------------------------------------------------------------------------ bulk updates
@@ -357,27 +362,22 @@ class ClusterState:
             self._touch(row)
 
 
+_ROW_ARRAY_NAMES = frozenset(ClusterState._ROW_ARRAYS)
+
+
 class _RowView(ClusterState):
-    """`ClusterState.take_rows`: row arrays gathered lazily from the parent, on first read."""
+    """`ClusterState.take_rows`: the row arrays of some rows; bookkeeping made on first use."""
 
     _parent: ClusterState
     _rows: list[int]
-    _slice: slice | None
     _idx: Any
 
     def __getattr__(self, name: str) -> Any:  # only for attributes not set yet
         parent = self.__dict__.get("_parent")
         if parent is None:
             raise AttributeError(name)
-        if name in ClusterState._ROW_ARRAYS:
-            arr = getattr(parent, name)
-            if self._slice is not None:
-                value = arr[self._slice, ...]  # contiguous rows (often just one): a view, no copy
-            else:
-                idx = self.__dict__.get("_idx")
-                if idx is None:
-                    idx = self._idx = self.xp.asarray(self._rows, dtype=self.xp.int64)
-                value = self.xp.take(arr, idx, axis=0)
+        if name in _ROW_ARRAY_NAMES:
+            value: Any = self.xp.take(getattr(parent, name), self._idx, axis=0)
         elif name == "node_names":
             value = [parent.node_names[r] for r in self._rows]
         elif name == "nodes":
