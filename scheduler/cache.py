@@ -31,6 +31,17 @@ from scheduler.state.demand import PodDemand
 log = logging.getLogger(__name__)
 
 
+def one_line(exc: Exception) -> str:
+    """A validation error as one readable line: "spec.resources.gpu: Value error, limit 2 is below quota 4"."""
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            parts.append(f"{where}: {err['msg']}" if where else err["msg"])
+        return "; ".join(parts)
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 @dataclass
 class Cache:
     state: ClusterState
@@ -38,6 +49,8 @@ class Cache:
     placements: dict[str, Placement] = field(default_factory=dict)  # uid -> what it holds
     queues: dict[str, Queue] = field(default_factory=dict)
     podgroups: dict[str, PodGroup] = field(default_factory=dict)  # namespace/name
+    # Pods bound to a node the cache has not seen yet, by node name.
+    awaiting_node: dict[str, set[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # objects we could not use, for the user
     # Planned places of pods being moved (charged in `state`, not in `placements`), by pod namespace/name.
     reservations: dict[str, Reservation] = field(default_factory=dict)
@@ -86,7 +99,7 @@ class Cache:
                 handler(ev)
             except (InvalidObject, ValidationError, ValueError) as exc:
                 name = (ev.obj.get("metadata") or {}).get("name", "?")
-                msg = f"{ev.kind} {name}: {str(exc).splitlines()[0]}"
+                msg = f"{ev.kind} {name}: {one_line(exc)}"
                 log.warning("ignoring invalid object: %s", msg)
                 self.errors.append(msg)
         self._flush()
@@ -129,6 +142,16 @@ class Cache:
         if row is not None and self._shrinks_below_allocation(row, node):
             log.warning("node %s shrank below what is allocated on it; keeping old GPU layout", node.name)
         self.state.add_node(node)
+        # Watches arrive in any order: pods bound here before we knew the node are accounted now.
+        for uid in sorted(self.awaiting_node.pop(node.name, set())):
+            pod = self.pods.get(uid)
+            if (
+                pod is not None
+                and pod.holds_resources
+                and pod.node == node.name
+                and uid not in self.placements
+            ):
+                self._account_running(pod)
 
     def _shrinks_below_allocation(self, row: int, node: NodeInfo) -> bool:
         old = self.state.nodes[row]
@@ -180,6 +203,8 @@ class Cache:
         return True
 
     def forget_pod(self, uid: str) -> None:
+        for waiting in self.awaiting_node.values():
+            waiting.discard(uid)
         old = self.pods.pop(uid, None)
         if old is not None:
             self._unindex_pod(old)
@@ -335,7 +360,8 @@ class Cache:
         assert pod.node is not None
         row = self.state.row_of(pod.node)
         if row is None:
-            return  # node not known (yet); it is accounted when the node arrives through a relist
+            self.awaiting_node.setdefault(pod.node, set()).add(pod.uid)  # accounted when the node arrives
+            return
         placement = self._placement_from_assignment(pod, row)
         if placement is not None and defer:
             self._deferred[pod.uid] = (pod, placement)
@@ -354,6 +380,7 @@ class Cache:
             self.errors.append(f"pod {pod.key}: {exc}")
             return
         self.placements[pod.uid] = placement
+        self._dirty[job_key(pod)] = None  # its job's usage changed (the node may have come after the pod)
 
     def _placement_from_assignment(self, pod: PodInfo, row: int) -> Placement | None:
         raw = pod.annotations.get(GPU_ASSIGNMENT)

@@ -205,3 +205,21 @@ def test_placer_drops_cached_scores_when_the_workload_changes():
     assert placer.place(xp, d).node == 1
     pol.workload = ("prefer", "low")
     assert placer.place(xp, d).node == 0 == place_one(xp, s, pol, d).node
+
+
+def test_job_usage_follows_a_pod_whose_node_arrives_later():
+    xp = get_namespace("numpy")
+    cache = Cache.create(xp, max_gpus=8, capacity=2)
+    p = make_pods("late", 1, gang_fraction=0.0, rng=random.Random(0)).pods[0]
+    p["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "2", "memory": "1Gi"},
+        "limits": {"nvidia.com/gpu": "2"},
+    }
+    p["metadata"]["annotations"] = {}
+    p["spec"]["nodeName"], p["status"] = "node-00000", {"phase": "Running"}
+    cache.apply([WatchEvent("Pod", "ADDED", p)])
+    cache.jobs()
+    assert cache.queue_usage() == {}
+    cache.apply([WatchEvent("Node", "ADDED", n) for n in make_nodes(1, 8)])
+    cache.jobs()
+    assert cache.queue_usage() == {"default": (2000, 2000, 1024)}

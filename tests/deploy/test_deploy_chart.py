@@ -181,9 +181,8 @@ def test_daemonset_follows_values(render: Callable[..., list[Manifest]]) -> None
     ds = one(objects, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     assert pod["runtimeClassName"] == "nvidia"
-    assert not any(
-        a.startswith("--whole-gpu-resource") for a in containers(ds)["tessera-device-plugin"]["args"]
-    )
+    # An empty value must reach the plugin: without the flag it would serve its default, nvidia.com/gpu.
+    assert "--whole-gpu-resource=" in containers(ds)["tessera-device-plugin"]["args"]
     assert "--enforcement=kill" in containers(ds)["tessera-agent"]["args"]
     host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert host_paths["device-plugins"] == "/data/kubelet/device-plugins"
