@@ -48,6 +48,13 @@ def backend_name(requested: str | None = None, *, problem_gpus: int = 0) -> str:
 def namespace(name: str) -> ArrayNamespace:
     """The array-API namespace for a resolved backend name."""
     if name == "numpy":
+        import numpy
+
+        # numpy >= 2.1 implements the array API (2023.12) in its main namespace: use it directly; the
+        # compat wrapper adds a Python call to every array op, ~10% of a placement decision (see
+        # docs/performance.md). Older numpy goes through array-api-compat.
+        if getattr(numpy, "__array_api_version__", "") >= "2023.12":
+            return numpy
         import array_api_compat.numpy as xp_numpy
 
         return xp_numpy
