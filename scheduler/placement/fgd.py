@@ -8,8 +8,8 @@ ties to the caller (random in replay); ties between GPUs to the lowest index.
 
 Caching: scores depend only on a node's own state, so they are kept per pod shape (CPU, milli, devices,
 models) and refreshed only on rows whose `row_version` moved since the shape was last scored. A full
-refresh collapses identical nodes first (at start-up most of a cluster is a few node kinds) and scores
-one row per distinct state.
+refresh collapses identical nodes first when they are few (at start-up a cluster is a few node kinds)
+and scores one row per distinct state. The GPU inside the chosen node is re-derived for that row alone.
 """
 
 from __future__ import annotations
@@ -38,11 +38,16 @@ PARTIAL_REFRESH_MAX = 48
 _RELEARN_EVERY = 512
 
 
+# Collapse identical nodes only when they are at most this share of the rows (else scoring every row is
+# cheaper than the bookkeeping).
+COLLAPSE_MAX_SHARE = 0.5
+_HASH_MOD = 1 << 40
+
+
 @dataclass
 class _Entry:
     version: int
     score: Array  # float64[N]
-    gpu: Array  # int64[N] best GPU for a one-device fraction (-1 when none)
 
 
 @dataclass
@@ -133,7 +138,7 @@ class FragmentPolicy:
             per_gpu = self.transform(xp, before[:, None], after, v, d)
             fit = v.free >= v.need[:, None]
             per_gpu = xp.where(fit, per_gpu, xp.full(per_gpu.shape, neg, dtype=xp.float64))
-            return xp.max(per_gpu, axis=1), xp.astype(xp.argmax(per_gpu, axis=1), xp.int64)
+            return xp.max(per_gpu, axis=1)
         if d.uses_gpu:
             fit = v.free >= v.need[:, None]
             sel = best_fit_selection(xp, v.free, fit, d.num_gpus)
@@ -144,11 +149,44 @@ class FragmentPolicy:
             ok = xp.ones(v.cpu.shape, dtype=xp.bool)
         before, after = fragment_after_selection(xp, wa, v.free, v.cpu, v.access, take, d.cpu_milli)
         score = self.transform(xp, before, after, v, d)
-        score = xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64))
-        return score, xp.full(score.shape, -1, dtype=xp.int64)
+        return xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64))
 
-    def _full(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> tuple[Array, Array]:
-        return self.kernel(xp, wa, v, d)
+    def _full(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> Array:
+        """Score every row, once per distinct node state when few are distinct (a node's score depends
+        on its free milli as a multiset, its free CPU, model and the pod's need there)."""
+        n = int(v.cpu.shape[0])
+        if n < 8:
+            return self.kernel(xp, wa, v, d)
+        free_sorted = xp.sort(v.free, axis=1)
+        key = xp.zeros(v.cpu.shape, dtype=xp.int64)
+        columns = [free_sorted[:, g] for g in range(int(free_sorted.shape[1]))]
+        columns += [
+            v.cpu % 1_000_003,
+            v.need,
+            xp.astype(xp.argmax(xp.astype(v.access, xp.int64), axis=1), xp.int64),
+        ]
+        for col in columns:  # polynomial hash, kept below 2^63 by the modulus
+            key = (key * 1_000_033 + col) % _HASH_MOD
+        uniq = xp.unique_inverse(key)
+        u = int(uniq.values.shape[0])
+        if u > COLLAPSE_MAX_SHARE * n:
+            return self.kernel(xp, wa, v, d)
+        inverse = xp.reshape(uniq.inverse_indices, (-1,))
+        order = xp.argsort(inverse, stable=True)
+        sorted_inv = xp.take(inverse, order)
+        first = xp.concat([xp.ones((1,), dtype=xp.bool), sorted_inv[1:] != sorted_inv[:-1]])
+        reps = xp.take(order, xp.nonzero(first)[0])
+        rep_view = self.rows(xp, v, reps)
+        # Exactness: a hash collision would merge different nodes; check and fall back if so.
+        same = (
+            xp.all(xp.take(xp.sort(rep_view.free, axis=1), inverse, axis=0) == free_sorted)
+            and xp.all(xp.take(rep_view.cpu, inverse) == v.cpu)
+            and xp.all(xp.take(rep_view.need, inverse) == v.need)
+            and xp.all(xp.take(rep_view.access, inverse, axis=0) == v.access)
+        )
+        if not bool(same):
+            return self.kernel(xp, wa, v, d)
+        return xp.take(self.kernel(xp, wa, rep_view, d), inverse)
 
     def _key(self, d: PodDemand) -> tuple[Any, ...]:
         return (d.cpu_milli, d.num_gpus, d.gpu_milli, d.gpu_mib, d.models)
@@ -175,15 +213,13 @@ class FragmentPolicy:
         if entry is not None:
             stale = xp.nonzero(state.row_version > entry.version)[0]
             if int(stale.shape[0]) <= PARTIAL_REFRESH_MAX:
-                score, gpu = self.kernel(xp, wa, self.rows(xp, view, stale), d)
+                score = self.kernel(xp, wa, self.rows(xp, view, stale), d)
                 for i in range(int(stale.shape[0])):
-                    r = int(stale[i])
-                    entry.score[r] = score[i]
-                    entry.gpu[r] = gpu[i]
+                    entry.score[int(stale[i])] = score[i]
                 entry.version = state.version
                 return entry.score
-        score, gpu = self._full(xp, wa, view, d)
-        self._cache[key] = _Entry(state.version, score, gpu)
+        score = self._full(xp, wa, view, d)
+        self._cache[key] = _Entry(state.version, score)
         return score
 
     def pick_gpus(
