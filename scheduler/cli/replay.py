@@ -23,7 +23,7 @@ from scheduler.backend import BACKENDS, BackendError, get_namespace
 from scheduler.placement.registry import policy_names
 from scheduler.replay.protocol import DEFAULT_TUNE, arrival_order, capacity_milli
 from scheduler.replay.runner import PolicyResult, run_policy
-from scheduler.replay.trace import Loaded, RowError, TraceError, load_nodes, load_pods
+from scheduler.replay.trace import Loaded, RowError, TraceError, TraceNode, TracePod, load_nodes, load_pods
 
 DEFAULT_NODES = Path("../shared/traces/openb/openb_node_list_gpu_node.csv")
 DEFAULT_PODS = Path("../shared/traces/openb/openb_pod_list_default.csv")
@@ -53,7 +53,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _report_rows(err: Console, loaded: Loaded[object]) -> None:  # type: ignore[type-var]
+def _report_rows(err: Console, loaded: Loaded[TraceNode] | Loaded[TracePod]) -> None:
     errors: list[RowError] = loaded.errors
     for e in errors[:MAX_ROW_ERRORS_SHOWN]:
         err.print(f"[yellow]skipped:[/yellow] {e}", highlight=False, soft_wrap=True)

@@ -105,12 +105,32 @@ class FragmentPolicy:
         return self._arrays
 
     # ---------------------------------------------------------------------------------- node views
-    def view(self, xp: ArrayNamespace, state: ClusterState, wa: WorkloadArrays, d: PodDemand) -> NodeView:
-        usable = state.present & state.healthy
-        free = xp.where(usable, xp.astype(state.free_milli, xp.int64), xp.zeros(usable.shape, dtype=xp.int64))
-        access = xp.take(wa.access, xp.astype(state.model + 1, xp.int64), axis=0)
-        need = xp.max(gpu_need(xp, state, d)[0], axis=1) if d.uses_gpu else xp.zeros_like(state.free_cpu)
-        return NodeView(free, state.free_cpu, access, need)
+    def view(
+        self,
+        xp: ArrayNamespace,
+        state: ClusterState,
+        wa: WorkloadArrays,
+        d: PodDemand,
+        idx: Array | None = None,
+    ) -> NodeView:
+        """The kernels' inputs for all rows, or only rows `idx` (gathered first, so a partial refresh
+        touches only those rows)."""
+
+        def pick(a: Array) -> Array:
+            return a if idx is None else xp.take(a, idx, axis=0)
+
+        usable = pick(state.present) & pick(state.healthy)
+        zero = xp.zeros(usable.shape, dtype=xp.int64)
+        free = xp.where(usable, xp.astype(pick(state.free_milli), xp.int64), zero)
+        cpu = pick(state.free_cpu)
+        access = xp.take(wa.access, xp.astype(pick(state.model) + 1, xp.int64), axis=0)
+        if not d.uses_gpu:
+            need = xp.zeros_like(cpu)
+        elif not d.gpu_mib:  # milli only: the same need on every node
+            need = xp.full(cpu.shape, d.gpu_milli, dtype=xp.int64)
+        else:
+            need = xp.max(pick(gpu_need(xp, state, d)[0]), axis=1)
+        return NodeView(free, cpu, access, need)
 
     @staticmethod
     def rows(xp: ArrayNamespace, v: NodeView, idx: Array) -> NodeView:
@@ -128,10 +148,8 @@ class FragmentPolicy:
         """Score (higher better) from fragment before [R] (broadcast) and after [R] or [R, G]."""
         raise NotImplementedError
 
-    def kernel(
-        self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
-    ) -> tuple[Array, Array]:
-        """(score float64[R], best GPU int64[R]) for rows of `v`; -inf where the pod does not fit."""
+    def kernel(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> Array:
+        """float64[R] scores for the rows of `v`; -inf where the pod does not fit."""
         neg = -float("inf")
         if is_fraction(d):
             before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
@@ -209,16 +227,15 @@ class FragmentPolicy:
         entry = self._cache.get(key)
         if entry is not None and entry.version == state.version:
             return entry.score
-        view = self.view(xp, state, wa, d)
         if entry is not None:
             stale = xp.nonzero(state.row_version > entry.version)[0]
             if int(stale.shape[0]) <= PARTIAL_REFRESH_MAX:
-                score = self.kernel(xp, wa, self.rows(xp, view, stale), d)
+                score = self.kernel(xp, wa, self.view(xp, state, wa, d, stale), d)
                 for i in range(int(stale.shape[0])):
                     entry.score[int(stale[i])] = score[i]
                 entry.version = state.version
                 return entry.score
-        score = self._full(xp, wa, view, d)
+        score = self._full(xp, wa, self.view(xp, state, wa, d), d)
         self._cache[key] = _Entry(state.version, score)
         return score
 
@@ -227,7 +244,7 @@ class FragmentPolicy:
     ) -> list[int]:
         if is_fraction(d):
             wa = self._workload_arrays(xp, state)
-            v = self.rows(xp, self.view(xp, state, wa, d), xp.asarray([row], dtype=xp.int64))
+            v = self.view(xp, state, wa, d, xp.asarray([row], dtype=xp.int64))
             before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
             per_gpu = self.transform(xp, before[:, None], after, v, d)[0, :]
             per_gpu = xp.where(fit[row, :], per_gpu, xp.full(per_gpu.shape, -float("inf"), dtype=xp.float64))
