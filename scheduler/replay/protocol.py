@@ -89,6 +89,9 @@ def replay_seed(
     capacity = capacity_milli(nodes)
     state = build_state(xp, nodes)
     policy: PlacementPolicy = make_policy(policy_name)
+    reseed = getattr(policy, "reseed", None)
+    if callable(reseed):
+        reseed(seed)
     setter = getattr(policy, "set_typical_workload", None)
     if callable(setter):
         setter(typical_workload(pods, getattr(policy, "coverage", DEFAULT_COVERAGE)))
