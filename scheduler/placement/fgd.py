@@ -58,6 +58,7 @@ class NodeView:
     cpu: Array  # int64[R]
     access: Array  # bool[R, M]
     need: Array  # int64[R] milli one device of the pod takes there
+    mem: Array  # int64[R] free host memory (MiB)
 
 
 def is_fraction(d: PodDemand) -> bool:
@@ -130,7 +131,7 @@ class FragmentPolicy:
             need = xp.full(cpu.shape, d.gpu_milli, dtype=xp.int64)
         else:
             need = xp.max(pick(gpu_need(xp, state, d)[0]), axis=1)
-        return NodeView(free, cpu, access, need)
+        return NodeView(free, cpu, access, need, pick(state.free_mem))
 
     @staticmethod
     def rows(xp: ArrayNamespace, v: NodeView, idx: Array) -> NodeView:
@@ -139,6 +140,7 @@ class FragmentPolicy:
             xp.take(v.cpu, idx, axis=0),
             xp.take(v.access, idx, axis=0),
             xp.take(v.need, idx, axis=0),
+            xp.take(v.mem, idx, axis=0),
         )
 
     # ------------------------------------------------------------------------------------- scoring
@@ -171,7 +173,7 @@ class FragmentPolicy:
 
     def _full(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> Array:
         """Score every row, once per distinct node state when few are distinct (a node's score depends
-        on its free milli as a multiset, its free CPU, model and the pod's need there)."""
+        on its free milli as a multiset, its free CPU and memory, model and the pod's need there)."""
         n = int(v.cpu.shape[0])
         if n < 8:
             return self.kernel(xp, wa, v, d)
@@ -180,6 +182,7 @@ class FragmentPolicy:
         columns = [free_sorted[:, g] for g in range(int(free_sorted.shape[1]))]
         columns += [
             v.cpu % 1_000_003,
+            v.mem % 1_000_003,
             v.need,
             xp.astype(xp.argmax(xp.astype(v.access, xp.int64), axis=1), xp.int64),
         ]
@@ -200,6 +203,7 @@ class FragmentPolicy:
             xp.all(xp.take(xp.sort(rep_view.free, axis=1), inverse, axis=0) == free_sorted)
             and xp.all(xp.take(rep_view.cpu, inverse) == v.cpu)
             and xp.all(xp.take(rep_view.need, inverse) == v.need)
+            and xp.all(xp.take(rep_view.mem, inverse) == v.mem)
             and xp.all(xp.take(rep_view.access, inverse, axis=0) == v.access)
         )
         if not bool(same):

@@ -2,11 +2,13 @@
 
 Same expected-fragment kernel and per-node cache as `fgd`, three changes measured on the openb protocol:
 
-* CPU-aware fragment. FGD counts a node's free GPUs as fragment for a task type only once its free CPU
-  is already below that type's need; it cannot see CPU being eaten away pod by pod (CPU-only pods take
-  18% of the openb cluster's CPU) until GPUs are stranded. fragfit adds to the node's fragment
-  `cpu_weight` x the free GPU milli that the node's free CPU cannot serve at the typical workload's
-  CPU-per-GPU ratio (c = sum p_m cpu_m / sum p_m GPUs_m): max(0, free milli - 1000 x free CPU / c).
+* CPU- and memory-aware fragment. FGD counts a node's free GPUs as fragment for a task type only
+  once its free CPU is already below that type's need; it cannot see CPU being eaten away pod by pod
+  (CPU-only pods take 18% of the openb cluster's CPU) until GPUs are stranded. fragfit adds to the
+  node's fragment `cpu_weight` x the free GPU milli that the node's free CPU cannot serve at the typical
+  workload's CPU-per-GPU ratio (c = sum p_m cpu_m / sum p_m GPUs_m): max(0, free milli - 1000 x free
+  CPU / c); likewise `memory_weight` for host memory (MiB per GPU asked by the pod list's GPU pods; the
+  live scheduler, which learns its workload online, has no such figure and leaves this term out).
 * The gain dF (fragment before minus after, milli) stays continuous, 100 * sigmoid(dF / 1000), instead
   of FGD's integer floor: nodes and the GPU inside a node are ranked by the gradient, not 40-milli buckets.
 * Best fit is blended in instead of only ordering exact ties: + `pull` x bestfit / 100 (the fullest node
@@ -49,6 +51,7 @@ class FragFitPolicy(FragmentPolicy):
     name: ClassVar[str] = "fragfit"
     pull: float = 3.0
     cpu_weight: float = CPU_WEIGHT
+    memory_weight: float = CPU_WEIGHT  # the same for host memory (known when built from a pod list)
     tie_break: bool = False  # the blend replaces the tie-only secondary key
     _ratio: tuple[int, float | None] = field(default=(0, None), init=False, repr=False)
 
@@ -68,10 +71,26 @@ class FragFitPolicy(FragmentPolicy):
         short = free_milli - xp.astype(free_cpu, xp.float64) * (MILLI_PER_GPU / ratio)
         return xp.where(short > 0, short, xp.zeros_like(short))
 
+    def memory_shortfall(self, xp: ArrayNamespace, free_milli: Array, free_mem: Array) -> Array:
+        """float64[R]: free GPU milli beyond what the free host memory can serve at the typical ratio."""
+        ratio = self.workload.memory_per_gpu if self.workload is not None else None
+        if not ratio:
+            return xp.zeros(free_milli.shape, dtype=xp.float64)
+        short = free_milli - xp.astype(free_mem, xp.float64) * (MILLI_PER_GPU / ratio)
+        return xp.where(short > 0, short, xp.zeros_like(short))
+
     def transform(
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
     ) -> Array:
         gain = before - after
+        if self.memory_weight:
+            total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
+            taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
+            extra = self.memory_weight * (
+                self.memory_shortfall(xp, total, view.mem)
+                - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib)
+            )
+            gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
         if self.cpu_weight:
             total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
             taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
 from scheduler.state.codebook import Codebook
 from scheduler.state.demand import PodDemand
@@ -36,6 +37,7 @@ class TaskType:
 class TypicalWorkload:
     types: tuple[TaskType, ...]
     popularity: tuple[float, ...]  # sums to 1
+    memory_per_gpu: float | None = None  # MiB of host memory GPU pods ask per whole GPU, when known
 
     @classmethod
     def from_counts(cls, counts: Counter[TaskType], coverage: float = DEFAULT_COVERAGE) -> TypicalWorkload:
@@ -57,7 +59,12 @@ class TypicalWorkload:
     def from_demands(
         cls, demands: Iterable[PodDemand], coverage: float = DEFAULT_COVERAGE
     ) -> TypicalWorkload:
-        return cls.from_counts(Counter(TaskType.of(d) for d in demands), coverage)
+        items = list(demands)
+        base = cls.from_counts(Counter(TaskType.of(d) for d in items), coverage)
+        gpu_pods = [d for d in items if d.uses_gpu and d.gpu_milli]
+        gpus = sum(d.num_gpus * d.gpu_milli for d in gpu_pods) / MILLI_PER_GPU
+        mem = sum(d.memory_mib for d in gpu_pods) / gpus if gpus > 0 else None
+        return cls(base.types, base.popularity, mem)
 
     def __len__(self) -> int:
         return len(self.types)
