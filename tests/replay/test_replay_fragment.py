@@ -82,3 +82,29 @@ def test_popularity_weights_and_incremental_fraction_match_direct(backend: str) 
             access[row : row + 1, :],
         )
         assert float(after[row, g]) == pytest.approx(float(direct[0]))
+
+
+@pytest.mark.parametrize("backend", XP)
+def test_fragfit_cpu_and_memory_shortfall(backend: str) -> None:
+    """Free GPU milli that the node's free CPU (memory) cannot serve at the workload's ratio."""
+    from scheduler.placement.fragfit import FragFitPolicy, cpu_per_gpu
+    from scheduler.state.demand import PodDemand
+
+    xp = namespace(backend)
+    demands = [
+        PodDemand(cpu_milli=8000, memory_mib=32768, num_gpus=1, gpu_milli=1000),
+        PodDemand(cpu_milli=2000, memory_mib=8192, num_gpus=1, gpu_milli=500),
+        PodDemand(cpu_milli=4000, memory_mib=1024),  # CPU-only: not part of the per-GPU ratios
+    ]
+    wl = TypicalWorkload.from_demands(demands, coverage=1.0)
+    assert wl.memory_per_gpu == pytest.approx((32768 + 8192) / 1.5)
+    assert cpu_per_gpu(wl) == pytest.approx((8000 + 2000) / 1.5)  # equal popularity
+    policy = FragFitPolicy()
+    policy.set_typical_workload(wl)
+    ratio = (8000 + 2000) / 1.5
+    free = xp.asarray([3000.0, 3000.0, 0.0], dtype=xp.float64)
+    cpu = xp.asarray([int(3 * ratio), int(ratio), 50_000], dtype=xp.int64)
+    short = policy.cpu_shortfall(xp, free, cpu)
+    assert [round(float(v)) for v in short] == [0, 2000, 0]
+    mem = xp.asarray([0, 10**9, 0], dtype=xp.int64)
+    assert [round(float(v)) for v in policy.memory_shortfall(xp, free, mem)] == [3000, 0, 0]
