@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from scheduler.placement.bestfit import BestFitPolicy
+from scheduler.placement.dotprod import DotProductPolicy
+from scheduler.placement.fgd import FgdPolicy
+from scheduler.placement.fragfit import FragFitPolicy
+from scheduler.placement.gpu_packing import GpuPackingPolicy
 from scheduler.placement.packing import BinpackPolicy, SpreadPolicy
 from scheduler.placement.policy import PlacementPolicy
+from scheduler.placement.random_score import RandomPolicy
 
 PolicyFactory = Callable[[], PlacementPolicy]
 
 _REGISTRY: dict[str, PolicyFactory] = {
     "binpack": BinpackPolicy,
     "spread": SpreadPolicy,
+    "random": RandomPolicy,
+    "dotprod": DotProductPolicy,
+    "packing": GpuPackingPolicy,
+    "bestfit": BestFitPolicy,
+    "fgd": FgdPolicy,
+    "fragfit": FragFitPolicy,
 }
 
 

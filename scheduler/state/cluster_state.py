@@ -66,11 +66,14 @@ class ClusterState:
         self.valid = xp.zeros((rows,), dtype=xp.bool)
         self.label_matrix = xp.zeros((rows, label_cols), dtype=xp.bool)
         self.taint_matrix = xp.zeros((rows, taint_cols), dtype=xp.bool)
+        # version at which each row last changed: a cache compares it with the version it saw last and
+        # re-scores only the rows that moved since (an array op, no per-consumer bookkeeping here)
+        self.row_version = xp.zeros((rows,), dtype=xp.int64)
         self.capacity = rows
 
     _ROW_ARRAYS = (
         "free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy", "free_cpu",
-        "free_mem", "total_cpu", "total_mem", "model", "valid", "label_matrix", "taint_matrix",
+        "free_mem", "total_cpu", "total_mem", "model", "valid", "label_matrix", "taint_matrix", "row_version",
     )  # fmt: skip
 
     def _grow_rows(self, rows: int) -> None:
@@ -109,6 +112,7 @@ class ClusterState:
     def _touch(self, row: int) -> None:
         self.version += 1
         self.touched.add(row)
+        self.row_version[row] = self.version
 
     def take_touched(self) -> set[int]:
         rows, self.touched = self.touched, set()

@@ -1,0 +1,192 @@
+"""`tessera replay`: the FGD paper's trace-replay protocol on openb-format CSVs.
+
+tessera replay --nodes NODES.csv --pods PODS.csv --policy fgd --seeds 42-51 [--tune 1.3]
+               [--output json] [--plot out.png] [--reference CURVES.csv]
+tessera replay --list-policies
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from scheduler.backend import BACKENDS, BackendError, get_namespace
+from scheduler.placement.registry import policy_names
+from scheduler.replay.protocol import DEFAULT_TUNE, arrival_order, capacity_milli
+from scheduler.replay.runner import PolicyResult, run_policy
+from scheduler.replay.trace import Loaded, RowError, TraceError, TraceNode, TracePod, load_nodes, load_pods
+
+DEFAULT_NODES = Path("../shared/traces/openb/openb_node_list_gpu_node.csv")
+DEFAULT_PODS = Path("../shared/traces/openb/openb_pod_list_default.csv")
+MAX_ROW_ERRORS_SHOWN = 20
+_SEED_PART = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """ "42-51", "42,45,50", "42-44,50" -> seeds in the given order, duplicates dropped."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        m = _SEED_PART.fullmatch(part)
+        if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise typer.BadParameter(f"{part!r} is not a seed or a range like 42-51")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        seeds.extend(range(lo, hi + 1))
+    if not seeds:
+        raise typer.BadParameter("no seed given")
+    return list(dict.fromkeys(seeds))
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _report_rows(err: Console, loaded: Loaded[TraceNode] | Loaded[TracePod]) -> None:
+    errors: list[RowError] = loaded.errors
+    for e in errors[:MAX_ROW_ERRORS_SHOWN]:
+        err.print(f"[yellow]skipped:[/yellow] {e}", highlight=False, soft_wrap=True)
+    if len(errors) > MAX_ROW_ERRORS_SHOWN:
+        err.print(
+            f"[yellow]skipped:[/yellow] ... and {len(errors) - MAX_ROW_ERRORS_SHOWN} more rows",
+            highlight=False,
+        )
+    for w in loaded.warnings:
+        err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
+
+
+def _resolve(given: Path | None, default: Path, flag: str) -> Path:
+    if given is not None:
+        return given
+    if default.is_file():
+        return default
+    raise _fail(f"{flag} is required ({default} not found from {Path.cwd()})")
+
+
+def _table(results: list[PolicyResult]) -> Table:
+    t = Table(title="unallocated GPU % at arrived = 100% (mean over seeds)")
+    for col in ("policy", "seeds", "unallocated %", "sd", "failed pods", "pods/s"):
+        t.add_column(col, justify="right" if col != "policy" else "left")
+    for r in results:
+        rate = r.attempted / r.elapsed_s if r.elapsed_s > 0 else 0.0
+        t.add_row(
+            r.policy, str(len(r.seeds)), f"{r.mean_unallocated:.2f}", f"{r.sd_unallocated:.2f}",
+            str(r.failed), f"{rate:,.0f}",
+        )  # fmt: skip
+    return t
+
+
+def _advance(
+    progress: Progress,
+    task: TaskID,
+    name: str,
+    seeds: list[int],
+    per_seed: dict[int, int],
+    seed: int,
+    done: int,
+    _total: int,
+) -> None:
+    base = sum(per_seed[s] for s in seeds[: seeds.index(seed)])
+    progress.update(task, completed=base + done, description=f"{name} seed {seed}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("replay")
+    def replay(
+        nodes: Annotated[
+            Path | None, typer.Option(help="openb node list CSV", show_default=str(DEFAULT_NODES))
+        ] = None,
+        pods: Annotated[
+            Path | None, typer.Option(help="openb pod list CSV", show_default=str(DEFAULT_PODS))
+        ] = None,
+        policy: Annotated[
+            list[str] | None, typer.Option("--policy", "-p", help="placement policy (repeatable)")
+        ] = None,
+        seeds: Annotated[str, typer.Option(help="seeds: 42-51, 42,43 or 42-44,50")] = "42-51",
+        tune: Annotated[
+            float, typer.Option(help="inflate the workload to this x GPU capacity")
+        ] = DEFAULT_TUNE,
+        output: Annotated[str, typer.Option(help="table or json")] = "table",
+        plot: Annotated[Path | None, typer.Option(help="write unallocated-vs-arrived plot (PNG)")] = None,
+        reference: Annotated[
+            Path | None, typer.Option(help="overlay published curves (CSV) on --plot")
+        ] = None,
+        backend: Annotated[str | None, typer.Option(help=f"array backend: {'|'.join(BACKENDS)}")] = None,
+        list_policies: Annotated[
+            bool, typer.Option("--list-policies", help="print policy names and exit")
+        ] = False,
+    ) -> None:
+        """Replay an openb trace under the FGD paper's protocol and report unallocated GPU %."""
+        if list_policies:
+            for name in policy_names():
+                typer.echo(name)
+            return
+        if output not in ("table", "json"):
+            raise _fail(f"--output must be table or json, not {output!r}")
+        if not 0 < tune <= 10:
+            raise _fail(f"--tune must be in (0, 10], not {tune}")
+        policies = policy or ["fgd"]
+        unknown = [p for p in policies if p not in policy_names()]
+        if unknown:
+            raise _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(policy_names())}")
+        seed_list = parse_seeds(seeds)
+        err = Console(stderr=True)
+        try:
+            node_rows = load_nodes(_resolve(nodes, DEFAULT_NODES, "--nodes"))
+            pod_rows = load_pods(_resolve(pods, DEFAULT_PODS, "--pods"))
+            ref_curves = None
+            if reference is not None:
+                from scheduler.replay.reference import load_reference
+
+                ref_curves = load_reference(reference)
+        except TraceError as exc:
+            raise _fail(str(exc)) from None
+        _report_rows(err, node_rows)
+        _report_rows(err, pod_rows)
+        capacity = capacity_milli(node_rows.rows)
+        if capacity <= 0:
+            raise _fail("the node list has no GPU: nothing to replay")
+        try:
+            xp = get_namespace(backend, problem_gpus=capacity // 1000)
+        except BackendError as exc:
+            raise _fail(str(exc)) from None
+
+        # One progress task per policy; its total is known up front (arrival order is cheap to compute).
+        per_seed = {s: len(arrival_order(pod_rows.rows, s, tune, capacity)) for s in seed_list}
+        results: list[PolicyResult] = []
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=err, transient=output == "json" and not err.is_terminal,
+        ) as progress:  # fmt: skip
+            for name in policies:
+                task = progress.add_task(f"{name} seed {seed_list[0]}", total=sum(per_seed.values()))
+                hook = functools.partial(_advance, progress, task, name, seed_list, per_seed)
+                results.append(
+                    run_policy(
+                        xp, node_rows.rows, pod_rows.rows, name, seed_list, tune=tune, on_seed_progress=hook
+                    )
+                )
+        if plot is not None:
+            from scheduler.replay.plot import plot_unallocated
+
+            try:
+                plot_unallocated(plot, {r.policy: r.curve for r in results}, ref_curves)
+            except OSError as exc:
+                raise _fail(f"cannot write plot {plot}: {exc}") from None
+            err.print(f"plot written to {plot}", highlight=False)
+        if output == "json":
+            doc = [r.to_json() for r in results]
+            sys.stdout.write(json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n")
+        else:
+            Console().print(_table(results))

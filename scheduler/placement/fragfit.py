@@ -1,0 +1,109 @@
+"""`fragfit`: fragmentation gradient, CPU-aware, with a best-fit pull (this project's policy).
+
+Same expected-fragment kernel and per-node cache as `fgd`, three changes measured on the openb protocol:
+
+* CPU- and memory-aware fragment. FGD counts a node's free GPUs as fragment for a task type only
+  once its free CPU is already below that type's need; it cannot see CPU being eaten away pod by pod
+  (CPU-only pods take 18% of the openb cluster's CPU) until GPUs are stranded. fragfit adds to the
+  node's fragment `cpu_weight` x the free GPU milli that the node's free CPU cannot serve at the typical
+  workload's CPU-per-GPU ratio (c = sum p_m cpu_m / sum p_m GPUs_m): max(0, free milli - 1000 x free
+  CPU / c); likewise `memory_weight` for host memory (MiB per GPU asked by the pod list's GPU pods; the
+  live scheduler, which learns its workload online, has no such figure and leaves this term out).
+* The gain dF (fragment before minus after, milli) stays continuous, 100 * sigmoid(dF / 1000), instead
+  of FGD's integer floor: nodes and the GPU inside a node are ranked by the gradient, not 40-milli buckets.
+* Best fit is blended in instead of only ordering exact ties: + `pull` x bestfit / 100 (the fullest node
+  earns up to `pull` units, ~40 milli of fragment each), so where the gradient barely differs the pod
+  goes to the fuller node and fresh nodes stay whole for multi-GPU pods.
+
+Measured, seeds 42-51, tune 1.3 (unallocated GPU % at 100% arrived): fgd 4.85; continuous + pull
+alone 4.78; with the CPU term 4.21; with CPU and memory terms 4.18 (sd 0.02, below fgd on every seed).
+Weights 0.5..2 and pull 1.5..3 measured equivalent; see `scheduler/replay/README.md`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.backend import ArrayNamespace
+from scheduler.placement.bestfit import BestFitPolicy
+from scheduler.placement.fgd import FragmentPolicy, NodeView
+from scheduler.placement.policy import Array
+from scheduler.placement.workload import TypicalWorkload
+from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand
+
+_BESTFIT = BestFitPolicy()
+CPU_WEIGHT = 1.0  # 0.5..2 measured equivalent on openb (4.21..4.24); 0 turns the CPU term off
+
+
+def cpu_per_gpu(workload: TypicalWorkload) -> float | None:
+    """Milli-CPU the typical workload asks per whole GPU (None without GPU task types)."""
+    gpu_types = [(p, t) for t, p in zip(workload.types, workload.popularity, strict=True) if t.gpu_milli]
+    gpus = sum(p * t.gpu_milli * t.num_gpus for p, t in gpu_types) / MILLI_PER_GPU
+    if gpus <= 0:
+        return None
+    return sum(p * t.cpu_milli for p, t in gpu_types) / gpus
+
+
+@dataclass
+class FragFitPolicy(FragmentPolicy):
+    name: ClassVar[str] = "fragfit"
+    pull: float = 3.0
+    cpu_weight: float = CPU_WEIGHT
+    memory_weight: float = CPU_WEIGHT  # the same for host memory (known when built from a pod list)
+    tie_break: bool = False  # the blend replaces the tie-only secondary key
+    _ratio: tuple[int, float | None] = field(default=(0, None), init=False, repr=False)
+
+    def _cpu_ratio(self) -> float | None:
+        wl = self.workload
+        if wl is None:
+            return None
+        if self._ratio[0] != id(wl):
+            self._ratio = (id(wl), cpu_per_gpu(wl))
+        return self._ratio[1]
+
+    def cpu_shortfall(self, xp: ArrayNamespace, free_milli: Array, free_cpu: Array) -> Array:
+        """float64[R]: free GPU milli beyond what the free CPU can serve at the typical ratio."""
+        ratio = self._cpu_ratio()
+        if ratio is None:
+            return xp.zeros(free_milli.shape, dtype=xp.float64)
+        short = free_milli - xp.astype(free_cpu, xp.float64) * (MILLI_PER_GPU / ratio)
+        return xp.where(short > 0, short, xp.zeros_like(short))
+
+    def memory_shortfall(self, xp: ArrayNamespace, free_milli: Array, free_mem: Array) -> Array:
+        """float64[R]: free GPU milli beyond what the free host memory can serve at the typical ratio."""
+        ratio = self.workload.memory_per_gpu if self.workload is not None else None
+        if not ratio:
+            return xp.zeros(free_milli.shape, dtype=xp.float64)
+        short = free_milli - xp.astype(free_mem, xp.float64) * (MILLI_PER_GPU / ratio)
+        return xp.where(short > 0, short, xp.zeros_like(short))
+
+    def transform(
+        self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
+    ) -> Array:
+        gain = before - after
+        if self.memory_weight:
+            total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
+            taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
+            extra = self.memory_weight * (
+                self.memory_shortfall(xp, total, view.mem)
+                - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib)
+            )
+            gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
+        if self.cpu_weight:
+            total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
+            taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
+            extra = self.cpu_weight * (
+                self.cpu_shortfall(xp, total, view.cpu)
+                - self.cpu_shortfall(xp, total - taken, view.cpu - d.cpu_milli)
+            )
+            gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
+        return 100.0 / (1.0 + xp.exp(-gain / float(MILLI_PER_GPU)))
+
+    def score_nodes(
+        self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
+    ) -> Array:
+        primary = self.primary_scores(xp, state, d)
+        return primary + self.pull * _BESTFIT.score_nodes(xp, state, d, feasible, fit) / 100.0

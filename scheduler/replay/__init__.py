@@ -1,0 +1,1 @@
+"""Trace replay of the Alibaba openb format under the FGD paper's evaluation protocol."""

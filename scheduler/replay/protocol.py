@@ -1,0 +1,120 @@
+"""The published evaluation protocol of the FGD paper (as its simulator runs it).
+
+Per seed: sort pods by name, shuffle with the seed, then inflate by drawing pods uniformly with
+replacement from the original list until the next draw would push the summed GPU request past `tune` x
+cluster GPU capacity. Pods then arrive one by one, never leave; one that fits nowhere is counted as failed
+and skipped. After every pod, arrived and allocated GPU milli are recorded (see `curve.py`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.backend import ArrayNamespace
+from scheduler.placement.placer import place_one
+from scheduler.placement.policy import PlacementPolicy
+from scheduler.placement.registry import make_policy
+from scheduler.placement.workload import DEFAULT_COVERAGE, TypicalWorkload
+from scheduler.replay.curve import Curve, bin_curve
+from scheduler.replay.trace import TraceNode, TracePod
+from scheduler.state.cluster_state import ClusterState
+
+DEFAULT_TUNE = 1.3
+
+
+def build_state(xp: ArrayNamespace, nodes: Sequence[TraceNode]) -> ClusterState:
+    max_gpus = max((n.gpu for n in nodes), default=1)
+    state = ClusterState(xp, max_gpus=max(max_gpus, 1), capacity=max(len(nodes), 1))
+    for n in nodes:
+        state.add_node(n.node_info())
+    state.commit()
+    return state
+
+
+def capacity_milli(nodes: Sequence[TraceNode]) -> int:
+    return sum(n.gpu for n in nodes) * MILLI_PER_GPU
+
+
+def arrival_order(pods: Sequence[TracePod], seed: int, tune: float, capacity: int) -> list[TracePod]:
+    """Sorted by name, shuffled with `seed`, inflated with replacement up to `tune` x capacity."""
+    rng = random.Random(seed)
+    base = sorted(pods, key=lambda p: p.name)
+    order = list(base)
+    rng.shuffle(order)
+    total = sum(p.gpu_request_milli for p in order)
+    target = tune * capacity
+    if tune > 0 and total < target and any(p.gpu_request_milli > 0 for p in base):
+        while True:
+            pick = base[rng.randrange(len(base))]
+            if total + pick.gpu_request_milli > target:
+                break
+            total += pick.gpu_request_milli
+            order.append(pick)
+    return order
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    attempted: int
+    failed: int
+    elapsed_s: float
+    curve: Curve
+
+    @property
+    def unallocated_at_100(self) -> float:
+        return 100.0 - self.curve.allocated_at(100)
+
+
+def typical_workload(pods: Sequence[TracePod], coverage: float = DEFAULT_COVERAGE) -> TypicalWorkload:
+    """From the original (un-inflated) pod list, as the protocol gives every policy."""
+    return TypicalWorkload.from_demands((p.demand() for p in pods), coverage)
+
+
+def replay_seed(
+    xp: ArrayNamespace,
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    policy_name: str,
+    seed: int,
+    *,
+    tune: float = DEFAULT_TUNE,
+    progress: Callable[[int, int], None] | None = None,
+) -> SeedResult:
+    """One seed of the protocol with a fresh cluster and a fresh policy."""
+    capacity = capacity_milli(nodes)
+    state = build_state(xp, nodes)
+    policy: PlacementPolicy = make_policy(policy_name)
+    reseed = getattr(policy, "reseed", None)
+    if callable(reseed):
+        reseed(seed)
+    setter = getattr(policy, "set_typical_workload", None)
+    if callable(setter):
+        setter(typical_workload(pods, getattr(policy, "coverage", DEFAULT_COVERAGE)))
+    order = arrival_order(pods, seed, tune, capacity)
+    tie_rng = random.Random(seed * 7919 + 1)
+    arrived: list[int] = []
+    used: list[int] = []
+    arrived_milli = used_milli = failed = 0
+    start = time.perf_counter()
+    for i, pod in enumerate(order):
+        d = pod.demand()
+        arrived_milli += pod.gpu_request_milli
+        placement = place_one(xp, state, policy, d, tie_break="random", rng=tie_rng)
+        if placement is None:
+            failed += 1
+        else:
+            state.place(placement)
+            state.commit()
+            policy.observe(state)
+            used_milli += pod.gpu_request_milli
+        arrived.append(arrived_milli)
+        used.append(used_milli)
+        if progress is not None and (i % 256 == 255 or i == len(order) - 1):
+            progress(i + 1, len(order))
+    elapsed = time.perf_counter() - start
+    return SeedResult(seed, len(order), failed, elapsed, bin_curve(arrived, used, capacity))

@@ -1,0 +1,35 @@
+"""The FGD paper's published allocation curves (`fgd_allocation_curves.csv`), averaged per policy."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+from scheduler.replay.curve import Curve, mean_curve
+from scheduler.replay.trace import TraceError
+
+
+def load_reference(path: str | Path) -> dict[str, Curve]:
+    """Policy label (e.g. "FGD", from "06-FGD") -> mean curve over the file's seeds."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"{p}: no such file")
+    per_policy: dict[str, list[Curve]] = defaultdict(list)
+    try:
+        with p.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            bins = sorted(int(c) for c in header if c.isdigit())
+            if "sc_policy" not in header or not bins:
+                raise TraceError(f"{p}: expected columns sc_policy and 0..130")
+            for line, row in enumerate(reader, start=2):
+                label = row["sc_policy"].split("-", 1)[-1]
+                try:
+                    values = tuple(float(row[str(b)]) for b in bins)
+                except (TypeError, ValueError):
+                    raise TraceError(f"{p}:{line}: non-numeric allocation value") from None
+                per_policy[label].append(Curve(values))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(f"{p}: cannot read: {exc}") from exc
+    return {k: mean_curve(v) for k, v in per_policy.items()}
