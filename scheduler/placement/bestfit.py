@@ -7,10 +7,12 @@ division. The integer steps make near-equal nodes tie; ties are broken by the ca
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import ClassVar
 
 from scheduler.backend import ArrayNamespace
-from scheduler.placement.policy import Array, rank_gpus
+from scheduler.placement.policy import Array, rank_gpus, scatter_rows
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
 
@@ -19,13 +21,42 @@ MAX_SPEC_GPU = 8_000.0  # milli-GPU
 NODE_SCORE_MAX = 100
 
 
-def free_gpu_milli(xp: ArrayNamespace, state: ClusterState) -> Array:
-    """int64[N]: free GPU milli summed over a node's usable GPUs."""
+def _free_gpu_milli(xp: ArrayNamespace, state: ClusterState, idx: Array | None = None) -> Array:
     usable = state.present & state.healthy
-    return xp.sum(
-        xp.where(usable, xp.astype(state.free_milli, xp.int64), xp.zeros(usable.shape, dtype=xp.int64)),
-        axis=1,
-    )
+    free = xp.astype(state.free_milli, xp.int64)
+    if idx is not None:
+        usable, free = xp.take(usable, idx, axis=0), xp.take(free, idx, axis=0)
+    return xp.sum(xp.where(usable, free, xp.zeros(usable.shape, dtype=xp.int64)), axis=1)
+
+
+@dataclass
+class _FreeMilli:
+    version: int
+    shape: tuple[int, int]
+    free: Array
+
+
+# Per state: the last result, patched on the rows whose row_version moved since (a placement is one row).
+_FREE_MILLI: weakref.WeakKeyDictionary[ClusterState, _FreeMilli] = weakref.WeakKeyDictionary()
+
+
+def free_gpu_milli(xp: ArrayNamespace, state: ClusterState) -> Array:
+    """int64[N]: free GPU milli summed over a node's usable GPUs (shared: do not modify the result)."""
+    shape = (state.capacity, state.max_gpus)
+    cached = _FREE_MILLI.get(state)
+    if cached is not None and cached.shape == shape and state.capacity >= 64:
+        if cached.version == state.version:
+            return cached.free
+        stale = xp.nonzero(state.row_version > cached.version)[0]
+        if int(stale.shape[0]) <= state.capacity // 8:
+            free = xp.asarray(cached.free, copy=True)  # results handed out before stay as they were
+            scatter_rows(xp, free, stale, _free_gpu_milli(xp, state, stale))
+            _FREE_MILLI[state] = _FreeMilli(state.version, shape, free)
+            return free
+    free = _free_gpu_milli(xp, state)
+    if state.capacity >= 64:  # a few rows (a re-scoring view) are not worth keeping
+        _FREE_MILLI[state] = _FreeMilli(state.version, shape, free)
+    return free
 
 
 def normalize(xp: ArrayNamespace, raw: Array, feasible: Array) -> Array:

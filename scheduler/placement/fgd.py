@@ -26,7 +26,7 @@ from scheduler.placement.fragment import (
     fragment_after_fraction,
     fragment_after_selection,
 )
-from scheduler.placement.policy import Array
+from scheduler.placement.policy import Array, scatter_rows
 from scheduler.placement.tiebreak import with_tiebreak
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload, WorkloadArrays
 from scheduler.state.cluster_state import ClusterState
@@ -34,6 +34,9 @@ from scheduler.state.demand import PodDemand
 
 # Refresh rows one by one below this many stale rows; above, rescore everything (deduplicated).
 PARTIAL_REFRESH_MAX = 48
+# ... or up to this share of all rows: the kernel on a few hundred gathered rows still beats a full pass
+# (a shape asked rarely sees every row touched since its last use; see docs/performance.md).
+PARTIAL_REFRESH_SHARE = 8
 # Without a given workload the policy learns one from the pods it sees, rebuilt at these counts.
 _RELEARN_EVERY = 512
 
@@ -233,10 +236,9 @@ class FragmentPolicy:
             return entry.score
         if entry is not None:
             stale = xp.nonzero(state.row_version > entry.version)[0]
-            if int(stale.shape[0]) <= PARTIAL_REFRESH_MAX:
+            if int(stale.shape[0]) <= max(PARTIAL_REFRESH_MAX, state.capacity // PARTIAL_REFRESH_SHARE):
                 score = self.kernel(xp, wa, self.view(xp, state, wa, d, stale), d)
-                for i in range(int(stale.shape[0])):
-                    entry.score[int(stale[i])] = score[i]
+                scatter_rows(xp, entry.score, stale, score)
                 entry.version = state.version
                 return entry.score
         score = self._full(xp, wa, self.view(xp, state, wa, d), d)

@@ -46,3 +46,13 @@ def rank_gpus(
     key = xp.where(fit_row, key, xp.full(key.shape, big, dtype=xp.int64))
     order = xp.argsort(key, stable=True)
     return [int(order[i]) for i in range(min(count, g))]
+
+
+def scatter_rows(xp: ArrayNamespace, dst: Array, rows: Array, src: Array) -> None:
+    """dst[rows] = src for an int64 index array `rows`. The array API has no integer-array assignment:
+    numpy and CuPy do it in one op, array-api-strict row by row."""
+    if getattr(xp, "__name__", "") != "array_api_strict":
+        dst[rows, ...] = src
+        return
+    for i in range(int(rows.shape[0])):
+        dst[int(rows[i]), ...] = src[i, ...]
