@@ -59,6 +59,46 @@ def free_gpu_milli(xp: ArrayNamespace, state: ClusterState) -> Array:
     return free
 
 
+def _raw(xp: ArrayNamespace, free_cpu: Array, free_gpu: Array, d: PodDemand) -> Array:
+    cpu_left = xp.astype(free_cpu - d.cpu_milli, xp.float64)
+    gpu_left = xp.astype(free_gpu - d.num_gpus * d.gpu_milli, xp.float64)
+    waste = 0.5 * cpu_left / MAX_SPEC_CPU + 0.5 * gpu_left / MAX_SPEC_GPU
+    return xp.astype(xp.trunc((1.0 - waste) * NODE_SCORE_MAX), xp.int64)  # Go's int64() truncates
+
+
+@dataclass
+class _RawScores:
+    version: int
+    shape: tuple[int, int]
+    raw: Array
+
+
+# Per state and pod shape (CPU, GPU milli in all): raw scores, patched on the rows that changed since.
+_RAW: weakref.WeakKeyDictionary[ClusterState, dict[tuple[int, int], _RawScores]] = weakref.WeakKeyDictionary()
+
+
+def raw_scores(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+    """int64[N]: the simulator's raw best-fit score of every node for `d` (before normalisation)."""
+    if state.capacity < 64:  # a few rows: nothing to keep
+        return _raw(xp, state.free_cpu, free_gpu_milli(xp, state), d)
+    shape = (state.capacity, state.max_gpus)
+    per_shape = _RAW.setdefault(state, {})
+    key = (d.cpu_milli, d.num_gpus * d.gpu_milli)
+    cached = per_shape.get(key)
+    if cached is not None and cached.shape == shape:
+        if cached.version == state.version:
+            return cached.raw
+        stale = xp.nonzero(state.row_version > cached.version)[0]
+        if int(stale.shape[0]) <= state.capacity // 8:
+            free = xp.take(free_gpu_milli(xp, state), stale)
+            scatter_rows(xp, cached.raw, stale, _raw(xp, xp.take(state.free_cpu, stale), free, d))
+            cached.version = state.version
+            return cached.raw
+    raw = _raw(xp, state.free_cpu, free_gpu_milli(xp, state), d)
+    per_shape[key] = _RawScores(state.version, shape, raw)
+    return raw
+
+
 def normalize(xp: ArrayNamespace, raw: Array, feasible: Array) -> Array:
     """Integer min-max normalisation to 0..100 over feasible rows (all 0 when every row is equal)."""
     big = 1 << 40
@@ -76,11 +116,7 @@ class BestFitPolicy:
     def score_nodes(
         self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
     ) -> Array:
-        cpu_left = xp.astype(state.free_cpu - d.cpu_milli, xp.float64)
-        gpu_left = xp.astype(free_gpu_milli(xp, state) - d.num_gpus * d.gpu_milli, xp.float64)
-        waste = 0.5 * cpu_left / MAX_SPEC_CPU + 0.5 * gpu_left / MAX_SPEC_GPU
-        raw = xp.astype(xp.trunc((1.0 - waste) * NODE_SCORE_MAX), xp.int64)  # Go's int64() truncates
-        return normalize(xp, raw, feasible)
+        return normalize(xp, raw_scores(xp, state, d), feasible)
 
     def pick_gpus(
         self, xp: ArrayNamespace, state: ClusterState, row: int, d: PodDemand, fit: Array

@@ -7,7 +7,7 @@ import pytest
 
 from scheduler.backend import get_namespace
 from scheduler.model import NodeInfo
-from scheduler.placement.bestfit import _free_gpu_milli, free_gpu_milli
+from scheduler.placement.bestfit import _free_gpu_milli, _raw, free_gpu_milli, raw_scores
 from scheduler.placement.fgd import FgdPolicy
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.placer import place_one
@@ -47,4 +47,7 @@ def test_fgd_incremental_equals_fresh(backend):
         if want is not None:
             ref.place(want)
             inc.place(got)
+        # the caches behind the tie-break (patched rows) equal a computation from scratch
         assert inc.host(free_gpu_milli(xp, inc)).tolist() == inc.host(_free_gpu_milli(xp, inc)).tolist()
+        direct = _raw(xp, inc.free_cpu, _free_gpu_milli(xp, inc), d)
+        assert inc.host(raw_scores(xp, inc, d)).tolist() == inc.host(direct).tolist()
