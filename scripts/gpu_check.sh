@@ -28,12 +28,12 @@ echo "== kernel tests on CuPy (TESSERA_ARRAY_BACKEND=cupy)"
 TESSERA_ARRAY_BACKEND=cupy timeout 300 "$PY" -m pytest -q -p no:cacheprovider \
   tests/bench/test_bench_backends.py tests/scheduler/test_kernels.py tests/bench/test_bench_incremental.py
 
-echo "== bench: numpy vs CuPy ($PODS measured pods, binpack; best of 2 runs)"
+echo "== bench: numpy vs CuPy ($PODS measured pods, binpack)"
 declare -A RESULT
 for nodes in $SIZES; do
   for backend in numpy cupy; do
     out=$(timeout 240 "$PY" -m scheduler.bench bench --nodes "$nodes" --init-pods "$nodes" --pods "$PODS" \
-          --policy binpack --backend "$backend" --repeat 2 --output json) || { echo "$nodes $backend: failed"; continue; }
+          --policy binpack --backend "$backend" --output json) || { echo "$nodes $backend: failed"; continue; }
     RESULT[$nodes,$backend]=$("$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["pods_per_s"], d["cycle_latency_ms"]["p50"], d["time_split_pct"]["scoring"])' <<<"$out")
   done
 done
@@ -43,6 +43,12 @@ for nodes in $SIZES; do
     ${RESULT[$nodes,numpy]:-- - -} ${RESULT[$nodes,cupy]:-- - -}
 done
 echo "auto uses CuPy from TESSERA_CUPY_MIN_GPUS GPU slots (default 20000): set it to the smallest size above where CuPy wins."
+
+echo "== bench: fgd on 5000 nodes, numpy vs CuPy ($PODS measured pods)"
+for backend in numpy cupy; do
+  timeout 240 "$PY" -m scheduler.bench bench --nodes 5000 --pods "$PODS" --policy fgd --backend "$backend" \
+    || echo "fgd $backend: failed"
+done
 
 echo "== events: 150,000 pod events, 5,000 nodes"
 for backend in numpy cupy; do
