@@ -22,10 +22,11 @@ NODE_SCORE_MAX = 100
 
 
 def _free_gpu_milli(xp: ArrayNamespace, state: ClusterState, idx: Array | None = None) -> Array:
-    usable = state.present & state.healthy
-    free = xp.astype(state.free_milli, xp.int64)
-    if idx is not None:
-        usable, free = xp.take(usable, idx, axis=0), xp.take(free, idx, axis=0)
+    present, healthy, milli = state.present, state.healthy, state.free_milli
+    if idx is not None:  # gather the rows first: the ops below then touch only them
+        present, healthy, milli = (xp.take(a, idx, axis=0) for a in (present, healthy, milli))
+    usable = present & healthy
+    free = xp.astype(milli, xp.int64)
     return xp.sum(xp.where(usable, free, xp.zeros(usable.shape, dtype=xp.int64)), axis=1)
 
 
