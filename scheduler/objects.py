@@ -153,6 +153,9 @@ def pod_queue(labels: Mapping[str, str]) -> str:
     return labels.get(QUEUE_LABEL) or labels.get(KAI_QUEUE_LABEL) or DEFAULT_QUEUE
 
 
+_NO_GPU = GPURequest()  # immutable: shared by every pod that asks for no GPU (or whose request is invalid)
+
+
 @functools.lru_cache(maxsize=4096)
 def _gpu_request(
     fraction: str | None, memory: str | None, devices: str | None, whole: Decimal | None, max_mib: int | None
@@ -180,7 +183,7 @@ def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
     namespace = str(meta.get("namespace") or "default")
     name = str(meta["name"])
     error: str | None = None
-    request = GPURequest()
+    request = _NO_GPU
     cpu = mem = 0
     try:
         requests = _sum_containers(spec, "requests")
