@@ -12,7 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -101,6 +101,28 @@ def _advance(
     progress.update(task, completed=base + done, description=f"{name} seed {seed}")
 
 
+def _write_report(
+    path: Path, results: list[PolicyResult], reference: Path | None, seeds: list[int], tune: float
+) -> None:
+    from scheduler.ui.replay_curves import load_reference_curves
+    from scheduler.ui.replay_report import render_replay_report
+
+    ref: list[Any] = []
+    if reference is not None:
+        ref, _problems = load_reference_curves(reference)
+    seed_text = f"seeds {seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
+    html = render_replay_report(
+        [r.to_json() for r in results],
+        title="Tessera trace replay",
+        subtitle=f"mean of {seed_text}, tune {tune}" + (", published curves dashed" if ref else ""),
+        reference=ref,
+    )
+    try:
+        path.write_text(html)
+    except OSError as exc:
+        raise _fail(f"cannot write report {path}: {exc.strerror}") from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("replay")
     def replay(
@@ -123,6 +145,9 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="overlay published curves (CSV) on --plot")
         ] = None,
         backend: Annotated[str | None, typer.Option(help=f"array backend: {'|'.join(BACKENDS)}")] = None,
+        report: Annotated[
+            Path | None, typer.Option(help="write a self-contained HTML report (curves, table, --reference)")
+        ] = None,
         list_policies: Annotated[
             bool, typer.Option("--list-policies", help="print policy names and exit")
         ] = False,
@@ -185,6 +210,9 @@ def register(app: typer.Typer) -> None:
             except OSError as exc:
                 raise _fail(f"cannot write plot {plot}: {exc}") from None
             err.print(f"plot written to {plot}", highlight=False)
+        if report is not None:
+            _write_report(report, results, reference, seed_list, tune)
+            err.print(f"report written to {report}", highlight=False)
         if output == "json":
             doc = [r.to_json() for r in results]
             sys.stdout.write(json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n")

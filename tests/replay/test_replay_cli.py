@@ -109,3 +109,29 @@ def test_bad_rows_are_reported_and_the_rest_runs(trace: tuple[Path, Path], tmp_p
     assert result.exit_code == 0
     assert "skipped:" in result.stderr and "cpu_milli" in result.stderr
     assert json.loads(result.stdout)["pods_attempted"] > 0
+
+
+def test_html_report(trace: tuple[Path, Path], tmp_path: Path) -> None:
+    report = tmp_path / "replay.html"
+    args = [
+        "replay",
+        "--nodes",
+        str(trace[0]),
+        "--pods",
+        str(trace[1]),
+        "-p",
+        "bestfit",
+        "-p",
+        "fgd",
+        "--seeds",
+        "1-2",
+    ]
+    result = CliRunner().invoke(_app(), [*args, "--output", "json", "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    html = report.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<svg" in html and "seeds 1-2" in html
+    for entry in doc:  # every policy's headline figure is in the table
+        assert entry["policy"] in html and f"{entry['unallocated_pct_at_100']:.2f}" in html
+    bad = CliRunner().invoke(_app(), [*args, "--report", str(tmp_path / "missing" / "r.html")])
+    assert bad.exit_code != 0 and "cannot write report" in bad.output
