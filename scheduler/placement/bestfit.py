@@ -102,9 +102,10 @@ def raw_scores(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
 
 def normalize(xp: ArrayNamespace, raw: Array, feasible: Array) -> Array:
     """Integer min-max normalisation to 0..100 over feasible rows (all 0 when every row is equal)."""
-    big = 1 << 40
-    lo = xp.min(xp.where(feasible, raw, xp.full(raw.shape, big, dtype=xp.int64)))
-    hi = xp.max(xp.where(feasible, raw, xp.full(raw.shape, -big, dtype=xp.int64)))
+    candidates = raw[feasible]  # min and max of the feasible rows only (fewer full-size arrays)
+    if int(candidates.shape[0]) == 0:
+        return xp.zeros(raw.shape, dtype=xp.float64)
+    lo, hi = xp.min(candidates), xp.max(candidates)
     span = hi - lo
     if int(span) <= 0:
         return xp.zeros(raw.shape, dtype=xp.float64)
