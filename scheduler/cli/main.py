@@ -7,7 +7,7 @@ import os
 
 import typer
 
-from scheduler.cli import nodes, replay, simulate
+from scheduler.cli import bench, nodes, replay, simulate
 
 app = typer.Typer(
     name="tessera",
@@ -30,7 +30,7 @@ def _root(
         raise typer.Exit()
 
 
-for module in (simulate, replay, nodes):
+for module in (simulate, replay, bench, nodes):
     module.register(app)
 
 
