@@ -63,7 +63,7 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
         console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
-def print_evictions(console: Console, events: list[dict[str, Any]], last: int = 8) -> None:
+def print_evictions(console: Console, events: list[dict[str, Any]], last: int = 6) -> None:
     """How many pods each action evicted, and the latest evictions with whom they made room for."""
     evicted = [e for e in events if e["type"] == "Evicted"]
     if not evicted:
@@ -73,16 +73,11 @@ def print_evictions(console: Console, events: list[dict[str, Any]], last: int = 
         counts[e["action"]] = counts.get(e["action"], 0) + 1
     console.print("Evictions: " + ", ".join(f"{n} by {a}" for a, n in sorted(counts.items())))
     t = Table(title=f"Latest evictions (of {len(evicted)})", title_justify="left")
-    for col in ("time", "action", "pod", "for", "why"):
-        t.add_column(col, justify="right" if col == "time" else "left")
+    # The full message (fair shares, the planned new place of a moved pod) is in -o json and --report.
+    for col in ("time", "action", "evicted", "to make room for"):
+        t.add_column(col, justify="right" if col == "time" else "left", no_wrap=col != "time")
     for e in evicted[-last:]:
-        t.add_row(
-            f"{e['time_s']:g}s",
-            e["action"],
-            escape(e["pod"]),
-            escape(e.get("beneficiary", "")),
-            escape(e["message"]),
-        )
+        t.add_row(f"{e['time_s']:g}s", e["action"], escape(e["pod"]), escape(e.get("beneficiary", "")))
     console.print(t)
 
 
