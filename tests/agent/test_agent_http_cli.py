@@ -9,7 +9,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pynvml
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -17,6 +16,7 @@ from typer.testing import CliRunner
 from node_agent.bench import run_bench
 from node_agent.cli import app
 from node_agent.http import make_server, parse_listen, serve_in_background
+from tests.agent.nvml_driver import driver_present
 
 from .conftest import Scene
 
@@ -95,16 +95,7 @@ def test_bad_arguments_one_line(args: list[str], message: str) -> None:
     assert message in result.stderr
 
 
-def _driver_present() -> bool:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return False
-    pynvml.nvmlShutdown()
-    return True
-
-
-@pytest.mark.skipif(_driver_present(), reason="this machine has an NVIDIA driver")
+@pytest.mark.skipif(driver_present(), reason="this machine has an NVIDIA driver")
 def test_no_driver_exits_nonzero_with_one_line() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "node_agent", "--once", "--node", "n1"],

@@ -10,20 +10,12 @@ import pytest
 
 from node_agent.nvml import NVMLUnavailable
 from node_agent.nvml.real import RealNVML
+from tests.agent.nvml_driver import driver_present
 
 MIB = 1024 * 1024
 
 
-def _driver_present() -> bool:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return False
-    pynvml.nvmlShutdown()
-    return True
-
-
-@pytest.mark.skipif(_driver_present(), reason="this machine has an NVIDIA driver")
+@pytest.mark.skipif(driver_present(), reason="this machine has an NVIDIA driver")
 def test_no_driver_raises_one_clear_line() -> None:
     with pytest.raises(NVMLUnavailable) as info:
         RealNVML()

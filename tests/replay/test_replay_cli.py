@@ -113,19 +113,7 @@ def test_bad_rows_are_reported_and_the_rest_runs(trace: tuple[Path, Path], tmp_p
 
 def test_html_report(trace: tuple[Path, Path], tmp_path: Path) -> None:
     report = tmp_path / "replay.html"
-    args = [
-        "replay",
-        "--nodes",
-        str(trace[0]),
-        "--pods",
-        str(trace[1]),
-        "-p",
-        "bestfit",
-        "-p",
-        "fgd",
-        "--seeds",
-        "1-2",
-    ]
+    args = ["replay", "--nodes", str(trace[0]), "--pods", str(trace[1]), "-p", "bestfit", "-p", "fgd", "--seeds", "1-2"]  # fmt: skip
     result = CliRunner().invoke(_app(), [*args, "--output", "json", "--report", str(report)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
