@@ -23,11 +23,11 @@ The size distribution comes from the un-inflated pod list with every task type (
 usual 95% typical workload), which the protocol gives every policy; the live scheduler, which learns its
 workload, builds the table from what it has learned.
 
-Measured, seeds 42-51, tune 1.3 (unallocated GPU % at 100% arrived, mean over seeds 43-45 while
-tuning): fragfit 4.18; waste term inside the sigmoid, weight 1..16 x the gain: 4.08..3.97, 32: 3.95,
-64: 4.42 (saturates); outside it, 0.2..3.2 score units per milli: 4.01, 3.96, 3.92, 3.93, 3.93; eps
-0.0005..0.002 within 0.03; eps growing as the cluster fills (8 / arrivals left): no gain; pull 0/0.5/1/3/6:
-see the report. Final figures: `scheduler/replay/README.md`.
+Measured on openb, tune 1.3, unallocated GPU % at 100% arrived: seeds 42-51 fragfit 4.18, wastefit 3.90
+(sd 0.04, below fragfit and below 4.0 on every seed). Tuning on seeds 43-45 (fragfit 4.18 there): the
+waste term inside the sigmoid at 1/4/8/16/32/64 x the gain: 4.08/4.03/4.00/3.97/3.95/4.42 (saturates);
+outside it at 0.2/0.4/0.8/1.6/3.2 score units per milli: 4.01/3.96/3.92/3.93/3.93; then pull 0/0.5/1/3/6:
+4.08/3.90/3.90/3.93/3.97; eps 0.0005..0.002 within 0.03; eps growing as the cluster fills: no gain.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class WasteFitPolicy(FragFitPolicy):
     coverage: float = 1.0  # the replay hands over every task type; the fragment keeps the usual 95%
     fragment_coverage: float = DEFAULT_COVERAGE
     _full_workload: TypicalWorkload | None = field(default=None, init=False, repr=False)
-    _table: tuple[int, Array] = field(default=(0, None), init=False, repr=False)
+    _table: tuple[TypicalWorkload | None, Array] = field(default=(None, None), init=False, repr=False)
 
     def set_typical_workload(self, workload: TypicalWorkload) -> None:
         self._full_workload = workload
@@ -136,10 +136,10 @@ class WasteFitPolicy(FragFitPolicy):
     def waste_table(self, xp: ArrayNamespace) -> Array:
         """float64[1001]: W[h], with W[1000] = 0; rebuilt when the workload changes (learned online)."""
         wl = self._full_workload or self.workload
-        if self._table[1] is None or self._table[0] != id(wl):
+        if self._table[1] is None or self._table[0] is not wl:
             table = expected_waste(size_distribution(wl), self.eps) if wl is not None else []
             table = table[:MILLI_PER_GPU] if table else [float(h) for h in range(MILLI_PER_GPU)]
-            self._table = (id(wl), xp.asarray([*table, 0.0], dtype=xp.float64))
+            self._table = (wl, xp.asarray([*table, 0.0], dtype=xp.float64))
         return self._table[1]
 
     def waste_change(self, xp: ArrayNamespace, free: Array, need: Array) -> Array:

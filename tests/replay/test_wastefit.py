@@ -139,3 +139,18 @@ def test_registered_and_replays(trace: tuple[Path, Path]) -> None:
     nodes, pods = load_nodes(trace[0]).rows, load_pods(trace[1]).rows
     result = replay_seed(namespace("numpy"), nodes, pods, "wastefit", 42)
     assert 0 < result.failed < result.attempted
+
+
+def test_learns_workload_when_none_given(trace: tuple[Path, Path]) -> None:
+    """The live scheduler builds the policy without a workload: the table comes from what it learns."""
+    xp = namespace("numpy")
+    nodes, pods = load_nodes(trace[0]).rows, load_pods(trace[1]).rows
+    state = build_state(xp, nodes)
+    policy = make_policy("wastefit")
+    for pod in pods[:20]:
+        p = place_one(xp, state, policy, pod.demand())
+        if p is not None:
+            state.place(p)
+            state.commit()
+    assert isinstance(policy, WasteFitPolicy) and policy.workload is not None
+    assert float(policy.waste_table(xp)[1000]) == 0.0
