@@ -27,7 +27,8 @@ Measured on openb, tune 1.3, unallocated GPU % at 100% arrived: seeds 42-51 frag
 (sd 0.04, below fragfit and below 4.0 on every seed). Tuning on seeds 43-45 (fragfit 4.18 there): the
 waste term inside the sigmoid at 1/4/8/16/32/64 x the gain: 4.08/4.03/4.00/3.97/3.95/4.42 (saturates);
 outside it at 0.2/0.4/0.8/1.6/3.2 score units per milli: 4.01/3.96/3.92/3.93/3.93; then pull 0/0.5/1/3/6:
-4.08/3.90/3.90/3.93/3.97; eps 0.0005..0.002 within 0.03; eps growing as the cluster fills: no gain.
+4.08/3.90/3.90/3.93/3.97; eps 0.0005..0.002 within 0.03; eps growing as the cluster fills: no gain;
+without the scarcity scaling 4.10; the fragment over every task type instead of 95%: 3.91.
 """
 
 from __future__ import annotations
