@@ -12,6 +12,7 @@ from scheduler.placement.gpu_packing import GpuPackingPolicy
 from scheduler.placement.packing import BinpackPolicy, SpreadPolicy
 from scheduler.placement.policy import PlacementPolicy
 from scheduler.placement.random_score import RandomPolicy
+from scheduler.placement.wastefit import WasteFitPolicy
 
 PolicyFactory = Callable[[], PlacementPolicy]
 
@@ -24,6 +25,7 @@ _REGISTRY: dict[str, PolicyFactory] = {
     "bestfit": BestFitPolicy,
     "fgd": FgdPolicy,
     "fragfit": FragFitPolicy,
+    "wastefit": WasteFitPolicy,
 }
 
 
