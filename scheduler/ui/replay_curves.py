@@ -62,9 +62,14 @@ def parse_curves(raw: Iterable[Mapping[str, Any]]) -> tuple[list[ReplayCurve], l
     return curves, errors
 
 
+# The paper's names for policies whose Tessera name differs.
+_PAPER_NAMES = {"gpupacking": "packing"}
+
+
 def policy_key(name: str) -> str:
     """`06-FGD` and `fgd` name the same policy: drop the paper's ordering prefix and the case."""
-    return re.sub(r"^\d+-", "", name.strip()).lower()
+    key = re.sub(r"^\d+-", "", name.strip()).lower()
+    return _PAPER_NAMES.get(key, key)
 
 
 def load_reference_curves(path: str | Path) -> tuple[list[ReplayCurve], list[str]]:
