@@ -236,15 +236,7 @@ class Store:
                     f"the name on the URL ({name})",
                 )
             meta["name"] = name
-            wanted = meta.get("resourceVersion")
-            if wanted and wanted != old["metadata"]["resourceVersion"]:
-                raise conflict(
-                    rt.plural,
-                    name,
-                    "the object has been modified; please apply your changes to the "
-                    "latest version and try again",
-                    rt.group,
-                )
+            _check_version(rt, name, old, meta.get("resourceVersion"))
             return self._store_update(rt, old, new, subresource)
 
     def patch(
@@ -280,15 +272,7 @@ class Store:
                 raise ApiError(422, "the patched object is not a Kubernetes object")
             if new["metadata"].get("name") != name:
                 raise ApiError(422, "metadata.name: Invalid value: the name may not be changed by a patch")
-            wanted = new["metadata"].get("resourceVersion")
-            if wanted and wanted != old["metadata"]["resourceVersion"]:
-                raise conflict(
-                    rt.plural,
-                    name,
-                    "the object has been modified; please apply your changes to the "
-                    "latest version and try again",
-                    rt.group,
-                )
+            _check_version(rt, name, old, new["metadata"].get("resourceVersion"))
             return self._store_update(rt, old, new, subresource)
 
     def _store_update(self, rt: ResourceType, old: Obj, new: Obj, subresource: str | None) -> Obj:
@@ -497,3 +481,14 @@ def _scaled(value: Any, total: int) -> int:
     if isinstance(value, str) and value.endswith("%"):
         return -(-int(value[:-1]) * total // 100)
     return int(value)
+
+
+def _check_version(rt: ResourceType, name: str, old: Obj, wanted: str | None) -> None:
+    """Optimistic concurrency, as the real server: a write naming an older resourceVersion is a 409."""
+    if wanted and wanted != old["metadata"]["resourceVersion"]:
+        raise conflict(
+            rt.plural,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+            rt.group,
+        )
