@@ -32,19 +32,19 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
     the cluster, so an identical demand will not fit later in the same action either. Failures seen while
     this transaction holds placements are not remembered: those placements may yet be rolled back.
     """
-    xp, state = session.xp, session.cache.state
+    state = session.cache.state
     placer = session.cache.placer(session.policy)
     placed = 0
     for i, pod in enumerate(job.pending):
         d = demand_for(pod)
         msg = unplaceable.get(d)
         t0 = time.perf_counter()
-        pl = None if msg is not None else placer.place(xp, d)
+        pl = None if msg is not None else placer.place(d)
         t1 = time.perf_counter()
         session.add_time("scoring", t1 - t0)
         if pl is None:
             if msg is None:
-                msg = explain_unschedulable(xp, state, d)
+                msg = explain_unschedulable(state, d)
                 if not tx.ops:
                     unplaceable[d] = msg
             session.set_reason(pod, "Unschedulable", msg)

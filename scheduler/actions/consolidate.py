@@ -63,7 +63,7 @@ def consolidate(session: Session, cluster: Cluster) -> None:
         for pod in pods:
             if placed == count:
                 break
-            pl = place_one(session.xp, session.cache.state, session.policy, demand_for(pod))
+            pl = place_one(session.cache.state, session.policy, demand_for(pod))
             if pl is not None:
                 tx.place(pod, job.queue, pl)
                 placed += 1
@@ -97,8 +97,8 @@ def fragmented_free(session: Session, d: PodDemand, count: int) -> float | None:
     if not d.uses_gpu:
         return None
     xp, s = session.xp, session.cache.state
-    rows = static_rows(xp, s, d) & (s.free_cpu >= d.cpu_milli) & (s.free_mem >= d.memory_mib)
-    need_milli, _ = gpu_need(xp, s, d)
+    rows = static_rows(s, d) & (s.free_cpu >= d.cpu_milli) & (s.free_mem >= d.memory_mib)
+    need_milli, _ = gpu_need(s, d)
     usable = s.present & s.healthy & rows[:, None]
     free = int(xp.sum(xp.where(usable, xp.astype(s.free_milli, xp.int64), xp.zeros_like(need_milli))))
     each = int(xp.min(xp.where(usable, need_milli, xp.full(need_milli.shape, MILLI_PER_GPU, dtype=xp.int64))))
@@ -136,15 +136,15 @@ def _node_order(session: Session, row: int, victims: list[Victim], need_milli: i
 
 
 def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo) -> bool:
-    xp, s = session.xp, session.cache.state
+    s = session.cache.state
     d = demand_for(pod)
     need_milli = max(d.gpu_milli, 1)
     deadline = time.perf_counter() + PLAN_BUDGET_S
     by_node: dict[int, list[Victim]] = {}
     for v in _movable(session, job):
         by_node.setdefault(session.cache.placements[v.pods[0].uid].node, []).append(v)
-    rows = static_rows(xp, s, d)
-    need_milli_at, _ = gpu_need(xp, s, d)
+    rows = static_rows(s, d)
+    need_milli_at, _ = gpu_need(s, d)
     order = sorted(
         (r for r in by_node if bool(rows[r]) and _could_fit(session, r, by_node[r], d, need_milli_at)),
         key=lambda r: (-sum(s.node_gpu_row(r)), r),
@@ -193,24 +193,24 @@ def _plan_on(
 ) -> Plan | None:
     """Take victims off `row` until `pod` fits there, then re-place every one of them; leaves the
     transaction changed (the caller rolls back)."""
-    xp, s, policy = session.xp, session.cache.state, session.policy
+    s, policy = session.cache.state, session.policy
     d = demand_for(pod)
     taken: list[Victim] = []
     for v in victims[:MAX_MOVES]:
         evict(tx, v, "", label(job))
         taken.append(v)
-        mask, _ = feasible(xp, s, d)
+        mask, _ = feasible(s, d)
         if bool(mask[row]):
             break
     else:
         return None
-    placement = place_one(xp, s, policy, d)
+    placement = place_one(s, policy, d)
     if placement is None:
         return None
     tx.place(pod, job.queue, placement)
     moves: list[tuple[Victim, Placement]] = []
     for v in sorted(taken, key=lambda v: -v.usage.gpu):  # biggest first: they are the hardest to fit
-        new = place_one(xp, s, policy, demand_for(v.pods[0]))
+        new = place_one(s, policy, demand_for(v.pods[0]))
         if new is None:
             return None
         tx.reserve(v.pods[0], v.job.queue, new, label(job))

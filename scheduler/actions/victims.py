@@ -88,8 +88,8 @@ class VictimSearch:
         self.cp = self.tx.checkpoint()
         if self._try([], keep=True):  # room freed earlier in this action may already do
             return []
-        xp, state = self.session.xp, self.session.cache.state
-        rows = static_rows(xp, state, demand_for(self.pods[0]))
+        state = self.session.cache.state
+        rows = static_rows(state, demand_for(self.pods[0]))
         pool = [v for v in pool if any(bool(rows[r]) for r in v.nodes)]
         if not pool:
             return None
@@ -120,7 +120,7 @@ class VictimSearch:
         return ok
 
     def _per_node(self, pool: list[Victim]) -> list[Victim] | None:
-        xp, state = self.session.xp, self.session.cache.state
+        state = self.session.cache.state
         d = demand_for(self.pods[0])
         by_node: dict[int, list[Victim]] = {}
         for v in pool:
@@ -137,7 +137,7 @@ class VictimSearch:
                     continue
                 evict(self.tx, v, "", label(self.job))
                 chosen.append(v)
-                mask, _ = feasible(xp, state, d)
+                mask, _ = feasible(state, d)
                 if bool(mask[row]) and self.room():
                     fits = True
                     break

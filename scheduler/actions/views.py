@@ -7,7 +7,6 @@ The session's job lists are built when it opens; placements made or undone since
 from __future__ import annotations
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
 from scheduler.jobs import Job
 from scheduler.model import PodInfo
 from scheduler.placement.filters import gpu_need, node_checks
@@ -15,8 +14,8 @@ from scheduler.placement.placer import place_one
 from scheduler.placement.policy import Array
 from scheduler.resources import Resources, pod_request
 from scheduler.session import Session
-from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand, demand_for
+from scheduler.state.node_arrays import NodeArrays
 from scheduler.transaction import Transaction
 
 # Reasons that mean "there is no room right now" (as opposed to invalid, over limit, not all members yet).
@@ -56,9 +55,10 @@ def request_of(pods: list[PodInfo]) -> Resources:
     return total
 
 
-def empty_capacity(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+def empty_capacity(state: NodeArrays, d: PodDemand) -> Array:
     """int[N]: how many such pods each node could host if it were empty (selector, taints, model, sizes)."""
-    c = node_checks(xp, state, d)
+    xp = state.xp
+    c = node_checks(state, d)
     ok = c.usable & c.model
     big = 1 << 30
     n = xp.full(state.valid.shape, big, dtype=xp.int64)
@@ -67,7 +67,7 @@ def empty_capacity(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Arr
     if d.memory_mib:
         n = xp.minimum(n, state.total_mem // d.memory_mib)
     if d.uses_gpu:
-        need_milli, need_mib = gpu_need(xp, state, d)
+        need_milli, need_mib = gpu_need(state, d)
         fits = state.present & state.healthy & (need_milli <= MILLI_PER_GPU) & (need_mib <= state.total_mib)
         per_gpu = MILLI_PER_GPU // xp.maximum(need_milli, xp.ones_like(need_milli))
         slots = xp.sum(xp.where(fits, per_gpu, xp.zeros_like(per_gpu)), axis=1)
@@ -77,9 +77,9 @@ def empty_capacity(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Arr
     return xp.where(ok, n, xp.zeros_like(n))
 
 
-def static_rows(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+def static_rows(state: NodeArrays, d: PodDemand) -> Array:
     """bool[N]: nodes that could host the pod if they were empty."""
-    return empty_capacity(xp, state, d) > 0
+    return empty_capacity(state, d) > 0
 
 
 def capacity_blocked(
@@ -98,7 +98,7 @@ def capacity_blocked(
     d = demand_for(pods[0])
     key = ("empty_capacity", d)
     if key not in session.memo:  # nodes do not change during a cycle
-        session.memo[key] = int(xp.sum(empty_capacity(xp, state, d)))
+        session.memo[key] = int(xp.sum(empty_capacity(state, d)))
     fits: int = session.memo[key]
     if fits < need:
         what = f"{need} pods of {d.describe()} at once" if job.is_gang else d.describe()
@@ -125,13 +125,13 @@ def waiting_jobs(session: Session, reasons: tuple[str, ...] = CAPACITY_REASONS) 
 
 def place_members(session: Session, tx: Transaction, job: Job, pods: list[PodInfo], count: int) -> bool:
     """Place `count` of `pods` in the transaction; False (and nothing placed) if they do not all fit."""
-    xp, state = session.xp, session.cache.state
+    state = session.cache.state
     cp = tx.checkpoint()
     placed = 0
     for i, pod in enumerate(pods):
         if placed == count:
             break
-        pl = place_one(xp, state, session.policy, demand_for(pod))
+        pl = place_one(state, session.policy, demand_for(pod))
         if pl is None:
             if placed + len(pods) - i - 1 < count:
                 break

@@ -20,17 +20,19 @@ from typing import Any, ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
+from scheduler.placement.base_policy import BasePolicy
+from scheduler.placement.bestfit import BestFitPolicy
 from scheduler.placement.filters import gpu_need
 from scheduler.placement.fragment import (
     best_fit_selection,
     fragment_after_fraction,
     fragment_after_selection,
 )
-from scheduler.placement.policy import Array, scatter_rows
+from scheduler.placement.policy import Array, Capabilities, scatter_rows
 from scheduler.placement.tiebreak import with_tiebreak
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload, WorkloadArrays
-from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
 # Refresh rows one by one below this many stale rows; above, rescore everything (deduplicated).
 PARTIAL_REFRESH_MAX = 48
@@ -69,7 +71,7 @@ def is_fraction(d: PodDemand) -> bool:
 
 
 @dataclass
-class FragmentPolicy:
+class FragmentPolicy(BasePolicy):
     """Shared machinery of the fragment-driven policies: workload, node views, per-shape score cache.
     Subclasses define `transform` (dF -> score)."""
 
@@ -82,6 +84,11 @@ class FragmentPolicy:
     _seen: Counter[TaskType] = field(default_factory=Counter, init=False, repr=False)
     _learned_at: int = field(default=0, init=False, repr=False)
     _capacity: int = field(default=-1, init=False, repr=False)
+    _bestfit: BestFitPolicy = field(default_factory=BestFitPolicy, init=False, repr=False)
+
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        return Capabilities(typical_workload=True, workload_coverage=self.coverage)
 
     # ------------------------------------------------------------------------------------ workload
     def set_typical_workload(self, workload: TypicalWorkload) -> None:
@@ -101,24 +108,18 @@ class FragmentPolicy:
             self._arrays = None
             self._cache.clear()
 
-    def _workload_arrays(self, xp: ArrayNamespace, state: ClusterState) -> WorkloadArrays:
+    def _workload_arrays(self, state: NodeArrays) -> WorkloadArrays:
         if self._arrays is None or self._arrays.models_seen != len(state.models):
             assert self.workload is not None
-            self._arrays = WorkloadArrays.build(xp, self.workload, state.models)
+            self._arrays = WorkloadArrays.build(state.xp, self.workload, state.models)
             self._cache.clear()
         return self._arrays
 
     # ---------------------------------------------------------------------------------- node views
-    def view(
-        self,
-        xp: ArrayNamespace,
-        state: ClusterState,
-        wa: WorkloadArrays,
-        d: PodDemand,
-        idx: Array | None = None,
-    ) -> NodeView:
+    def view(self, state: NodeArrays, wa: WorkloadArrays, d: PodDemand, idx: Array | None = None) -> NodeView:
         """The kernels' inputs for all rows, or only rows `idx` (gathered first, so a partial refresh
         touches only those rows)."""
+        xp = state.xp
 
         def pick(a: Array) -> Array:
             return a if idx is None else xp.take(a, idx, axis=0)
@@ -133,7 +134,7 @@ class FragmentPolicy:
         elif not d.gpu_mib:  # milli only: the same need on every node
             need = xp.full(cpu.shape, d.gpu_milli, dtype=xp.int64)
         else:
-            need = xp.max(pick(gpu_need(xp, state, d)[0]), axis=1)
+            need = xp.max(pick(gpu_need(state, d)[0]), axis=1)
         return NodeView(free, cpu, access, need, pick(state.free_mem))
 
     @staticmethod
@@ -216,20 +217,19 @@ class FragmentPolicy:
     def _key(self, d: PodDemand) -> tuple[Any, ...]:
         return (d.cpu_milli, d.num_gpus, d.gpu_milli, d.gpu_mib, d.models)
 
-    def score_nodes(
-        self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
-    ) -> Array:
-        primary = self.primary_scores(xp, state, d)
-        return with_tiebreak(xp, state, d, feasible, fit, primary) if self.tie_break else primary
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        primary = self.primary_scores(state, d)
+        return with_tiebreak(self._bestfit, state, d, feasible, fit, primary) if self.tie_break else primary
 
-    def primary_scores(self, xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+    def primary_scores(self, state: NodeArrays, d: PodDemand) -> Array:
         """float64[N] policy scores for every row, from the per-shape cache (-inf: does not fit)."""
+        xp = state.xp
         if self.workload is None or not self.workload.types or self._learned_at:
             self._learn(d)
         if state.capacity != self._capacity:
             self._capacity = state.capacity
             self._cache.clear()
-        wa = self._workload_arrays(xp, state)
+        wa = self._workload_arrays(state)
         key = self._key(d)
         entry = self._cache.get(key)
         if entry is not None and entry.version == state.version:
@@ -237,30 +237,24 @@ class FragmentPolicy:
         if entry is not None:
             stale = xp.nonzero(state.row_version > entry.version)[0]
             if int(stale.shape[0]) <= max(PARTIAL_REFRESH_MAX, state.capacity // PARTIAL_REFRESH_SHARE):
-                score = self.kernel(xp, wa, self.view(xp, state, wa, d, stale), d)
+                score = self.kernel(xp, wa, self.view(state, wa, d, stale), d)
                 scatter_rows(xp, entry.score, stale, score)
                 entry.version = state.version
                 return entry.score
-        score = self._full(xp, wa, self.view(xp, state, wa, d), d)
+        score = self._full(xp, wa, self.view(state, wa, d), d)
         self._cache[key] = _Entry(state.version, score)
         return score
 
-    def pick_gpus(
-        self, xp: ArrayNamespace, state: ClusterState, row: int, d: PodDemand, fit: Array
-    ) -> list[int]:
+    def pick_gpus(self, state: NodeArrays, row: int, d: PodDemand, fit: Array) -> list[int]:
+        xp = state.xp
         if is_fraction(d):
-            wa = self._workload_arrays(xp, state)
-            v = self.view(xp, state, wa, d, xp.asarray([row], dtype=xp.int64))
+            wa = self._workload_arrays(state)
+            v = self.view(state, wa, d, xp.asarray([row], dtype=xp.int64))
             before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
             per_gpu = self.transform(xp, before[:, None], after, v, d)[0, :]
             per_gpu = xp.where(fit[row, :], per_gpu, xp.full(per_gpu.shape, -float("inf"), dtype=xp.float64))
             return [int(xp.argmax(per_gpu))]
-        from scheduler.placement.policy import rank_gpus
-
-        return rank_gpus(xp, state.free_milli[row, :], fit[row, :], d.num_gpus, ascending=True)
-
-    def observe(self, state: ClusterState) -> None:
-        return None  # caches key on row_version; nothing to do eagerly
+        return super().pick_gpus(state, row, d, fit)
 
 
 def sigmoid_score(xp: ArrayNamespace, gain: Array) -> Array:

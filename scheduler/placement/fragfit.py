@@ -27,14 +27,12 @@ from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
-from scheduler.placement.bestfit import BestFitPolicy
 from scheduler.placement.fgd import FragmentPolicy, NodeView
 from scheduler.placement.policy import Array
 from scheduler.placement.workload import TypicalWorkload
-from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
-_BESTFIT = BestFitPolicy()
 CPU_WEIGHT = 1.0  # 0.5..2 measured equivalent on openb (4.21..4.24); 0 turns the CPU term off
 
 
@@ -102,8 +100,6 @@ class FragFitPolicy(FragmentPolicy):
             gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
         return 100.0 / (1.0 + xp.exp(-gain / float(MILLI_PER_GPU)))
 
-    def score_nodes(
-        self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
-    ) -> Array:
-        primary = self.primary_scores(xp, state, d)
-        return primary + self.pull * _BESTFIT.score_nodes(xp, state, d, feasible, fit) / 100.0
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        primary = self.primary_scores(state, d)
+        return primary + self.pull * self._bestfit.score_nodes(state, d, feasible, fit) / 100.0

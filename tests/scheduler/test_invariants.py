@@ -159,14 +159,14 @@ def test_state_place_remove_sequences_never_overcommit(script, backend):
     for op, (n, milli, mib), size in script:
         d = PodDemand(cpu_milli=4000, memory_mib=8192, num_gpus=n, gpu_milli=milli, gpu_mib=mib)
         if op == "place":
-            pl = place_one(state.xp, state, policy, d)
+            pl = place_one(state, policy, d)
             if pl is not None:
                 state.place(pl)
                 held.append(pl)
         elif op == "gang":
             cp, members = state.checkpoint(), []
             for _ in range(size):
-                pl = place_one(state.xp, state, policy, d)
+                pl = place_one(state, policy, d)
                 if pl is None:
                     break
                 state.place(pl)
