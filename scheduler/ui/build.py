@@ -17,8 +17,8 @@ from scheduler.api.report import GPUNodeReport, GPUReport
 from scheduler.cycle import Scheduler
 from scheduler.model import NodeInfo, Placement, PodInfo, PodPhase
 from scheduler.queues import QueueTree
+from scheduler.reasons import PendingReason, Reason
 from scheduler.resources import RESOURCE_NAMES
-from scheduler.session import PendingReason
 from scheduler.sim.cluster import SIM_EPOCH, SimCluster
 from scheduler.ui.colors import OTHER_QUEUE, queue_colors
 from scheduler.ui.view import (
@@ -48,7 +48,7 @@ POOL_LABELS = (
     "node-pool",
     "pool",
 )
-WAITING = PendingReason("Waiting", "arrived after the last scheduling cycle; not considered yet")
+WAITING = PendingReason(Reason.WAITING, "arrived after the last scheduling cycle; not considered yet")
 _RETRIES = 5
 QueueOf = Callable[[PodInfo | None], str]
 

@@ -119,11 +119,11 @@ def test_cache_jobs_equal_build_jobs_and_bind_echo_is_applied():
         return sorted((j.key, j.queue, j.min_member, sorted(p.uid for p in j.pending),
                        sorted(p.uid for p in j.running)) for j in jobs)  # fmt: skip
 
-    assert shape(cache.jobs()) == shape(build_jobs(cache.pods.values(), cache.podgroups))
+    assert shape(cache.index.jobs()) == shape(build_jobs(cache.pods.values(), cache.podgroups))
     running = [p for p in cache.pods.values() if p.holds_resources]
     assert running and all(p.phase.value == "Running" for p in running)  # echoes of our binds
     assert all(p.annotations.get("tessera.dev/gpu-assignment") for p in running)
-    used = {q: u for q, u in cache.queue_usage().items()}
+    used = {q: u for q, u in cache.index.usage.by_queue().items()}
     total = sum(sum(g.milli for g in cache.placements[p.uid].gpus) for p in running)
     assert used["default"][0] == total and not cache.errors
 
@@ -225,8 +225,8 @@ def test_job_usage_follows_a_pod_whose_node_arrives_later():
     p["metadata"]["annotations"] = {}
     p["spec"]["nodeName"], p["status"] = "node-00000", {"phase": "Running"}
     cache.apply([WatchEvent("Pod", "ADDED", p)])
-    cache.jobs()
-    assert cache.queue_usage() == {}
+    cache.index.jobs()
+    assert cache.index.usage.by_queue() == {}
     cache.apply([WatchEvent("Node", "ADDED", n) for n in make_nodes(1, 8)])
-    cache.jobs()
-    assert cache.queue_usage() == {"default": (2000, 2000, 1024)}
+    cache.index.jobs()
+    assert cache.index.usage.by_queue() == {"default": (2000, 2000, 1024)}

@@ -47,7 +47,7 @@ def test_consolidation_raises_allocation_and_moves_land_where_planned():
         )
     halves = [k for k in sim.pods if k.startswith("q/h-") and phase(sim, k) == "Running"]
     assert len(halves) == 8  # nobody lost
-    assert rec.sched.cache.reservations == {}
+    assert rec.sched.cache.ledger.reservations() == {}
 
 
 def test_without_consolidation_the_big_pods_stay_pending():
@@ -95,9 +95,10 @@ def test_a_reservation_nobody_claims_lapses():
             pod_rec.obj["metadata"]["annotations"][SIM_RECREATE] = "false"
     rec.run(61)
     cache = rec.sched.cache
-    assert cache.reservations and all(res.expires_s == 120.0 for res in cache.reservations.values())
-    reserved = sum(g.milli for res in cache.reservations.values() for g in res.placement.gpus)
+    kept = cache.ledger.reservations()
+    assert kept and all(res.expires_s == 120.0 for res in kept.values())
+    reserved = sum(g.milli for res in kept.values() for g in res.placement.gpus)
     assert cache.state.allocated_milli() == 8000  # 2 big pods, the halves left, the places kept for the moved
     rec.run(60)
-    assert cache.reservations == {}
+    assert cache.ledger.reservations() == {}
     assert cache.state.allocated_milli() == 8000 - reserved  # given back
