@@ -26,8 +26,22 @@ class WatchEvent:
     obj: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class BindResult:
+    """What a successful bind tells the cycle besides "bound"."""
+
+    # The node takes no other GPU pod for now (its bind lock waits for the device plugin to serve this
+    # one): the session masks it for the rest of the cycle; later cycles see it in the node's events.
+    node_busy: bool = False
+
+
 class BindError(RuntimeError):
-    """Binding failed (conflict, pod gone, node lock held); the pod stays pending and is retried."""
+    """Binding failed (conflict, pod gone, node lock held); the pod stays pending and is retried.
+    `node_busy`: it failed because the node takes no GPU pod now (the session masks it, as above)."""
+
+    def __init__(self, message: str, *, node_busy: bool = False) -> None:
+        super().__init__(message)
+        self.node_busy = node_busy
 
 
 class EvictError(RuntimeError):
@@ -39,11 +53,15 @@ class Cluster(Protocol):
         """Seconds (wall clock or simulated)."""
         ...
 
+    def epoch_s(self) -> float:
+        """Now as Unix time, the clock creationTimestamps are read against (simulated in a simulation)."""
+        ...
+
     def drain_events(self) -> list[WatchEvent]:
         """Everything that changed since the last call, oldest first."""
         ...
 
-    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         """Write the assignment on the pod and bind it to `assignment.node`. Raises BindError."""
         ...
 

@@ -3,6 +3,10 @@
 While it is open the session listens to the ledger: every holding that comes or goes (a placement, an
 eviction, a reservation, or the undo of one) moves its queue's and its ancestors' `allocated` figures, so
 the queue rules the actions check always see the cycle's changes so far.
+
+A node a bind reported busy (its bind lock waits for the device plugin) is masked for GPU pods for the rest
+of the cycle: the actions place through the session (`place`, `place_one`, `feasible`), which leaves it
+out. The cluster state is not touched; later cycles see the lock in the node's own events.
 """
 
 from __future__ import annotations
@@ -16,14 +20,17 @@ from scheduler.cache import Cache
 from scheduler.jobs import Job
 from scheduler.ledger import Holding, Ledger, same_charge
 from scheduler.memo import Memo
-from scheduler.model import PodInfo
+from scheduler.model import Placement, PodInfo
+from scheduler.placement.filters import feasible
 from scheduler.placement.incremental import IncrementalPlacer
-from scheduler.placement.policy import PlacementPolicy
+from scheduler.placement.placer import place_one
+from scheduler.placement.policy import Array, PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
 from scheduler.reasons import PendingReason, Reason
 from scheduler.reservations import match_reservations
 from scheduler.resources import Resources, placement_usage, pod_request
 from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand
 
 
 class TreeUsage:
@@ -61,6 +68,10 @@ class Session:
     reserved: dict[str, str] = field(default_factory=dict)  # pending pod uid -> reservation it takes
     memo: Memo = field(default_factory=Memo)  # per-cycle results the actions share (typed keys)
     group_reasons: dict[str, PendingReason] = field(default_factory=dict)  # gangs with no pending pod
+    unavailable: set[int] = field(
+        default_factory=set
+    )  # rows whose GPUs take no pod for the rest of the cycle
+    _exclude: Array | None = field(default=None, repr=False)
     _usage: TreeUsage | None = field(default=None, repr=False)
 
     @property
@@ -126,6 +137,40 @@ class Session:
             self.cache.ledger.remove_listener(self._usage)
             self._usage = None
 
+    # ------------------------------------------------------------------------------------ placement
+    def mask_node(self, row: int) -> None:
+        """The node's GPUs are busy for the rest of the cycle (a bind lock): no GPU pod goes there."""
+        if row not in self.unavailable:
+            self.unavailable.add(row)
+            self._exclude = None
+
+    def excluded(self, d: PodDemand) -> Array | None:
+        """bool[C]: rows `d` may not use this cycle (None when there are none)."""
+        if not self.unavailable or not d.uses_gpu:
+            return None
+        if self._exclude is None:
+            xp = self.xp
+            mask = xp.zeros((self.state.capacity,), dtype=xp.bool)
+            for row in sorted(self.unavailable):
+                mask[row] = True
+            self._exclude = mask
+        return self._exclude
+
+    def place(self, d: PodDemand) -> Placement | None:
+        """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`)."""
+        return self.placer.place(d, exclude=self.excluded(d))
+
+    def place_one(self, d: PodDemand) -> Placement | None:
+        """Where `d` goes now, scored afresh (for plans tried and rolled back by the thousand)."""
+        return place_one(self.state, self.policy, d, exclude=self.excluded(d))
+
+    def feasible(self, d: PodDemand) -> tuple[Array, Array]:
+        """(bool[N] nodes `d` fits now, bool[N, G] GPUs it fits), masked nodes left out."""
+        mask, fit = feasible(self.state, d)
+        exclude = self.excluded(d)
+        return (mask if exclude is None else mask & ~exclude), fit
+
+    # -------------------------------------------------------------------------------------- reports
     def add_time(self, phase: str, seconds: float) -> None:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 

@@ -144,8 +144,10 @@ class Transaction:
             try:
                 if first_failure is not None:
                     raise BindError(first_failure)
-                cluster.bind(op.pod, assignment)
+                result = cluster.bind(op.pod, assignment)
             except BindError as exc:
+                if exc.node_busy:
+                    s.mask_node(op.placement.node)
                 why = str(exc)
                 if first_failure is None:
                     first_failure = f"not bound: binding {op.pod.key} failed ({why}); retrying next cycle"
@@ -153,6 +155,8 @@ class Transaction:
                 s.set_reason(op.pod, Reason.BIND_FAILED, why)
                 failed.append((op.pod, why))
                 continue
+            if result.node_busy:
+                s.mask_node(op.placement.node)
             op.pod.node = node.name
             op.pod.phase = PodPhase.BOUND
             bound.append(op.pod)

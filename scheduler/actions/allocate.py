@@ -37,7 +37,7 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
         d = demand_for(pod)
         msg = unplaceable.get(d)
         t0 = time.perf_counter()
-        pl = None if msg is not None else session.placer.place(d)
+        pl = None if msg is not None else session.place(d)
         t1 = time.perf_counter()
         session.add_time("scoring", t1 - t0)
         if pl is None:

@@ -25,8 +25,7 @@ from scheduler.jobs import Job
 from scheduler.ledger import Ledger
 from scheduler.memo import MemoKey
 from scheduler.model import Placement, PodInfo
-from scheduler.placement.filters import feasible, gpu_need
-from scheduler.placement.placer import place_one
+from scheduler.placement.filters import gpu_need
 from scheduler.reasons import Reason
 from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
@@ -87,7 +86,7 @@ class Consolidate:
         for pod in pods:
             if placed == count:
                 break
-            pl = place_one(session.state, session.policy, demand_for(pod))
+            pl = session.place_one(demand_for(pod))
             if pl is not None:
                 tx.place(pod, job, pl)
                 placed += 1
@@ -209,24 +208,23 @@ def _plan_on(
 ) -> Plan | None:
     """Take victims off `row` until `pod` fits there, then re-place every one of them; leaves the
     transaction changed (the caller rolls back)."""
-    s, policy = session.state, session.policy
     d = demand_for(pod)
     taken: list[Victim] = []
     for v in victims[:MAX_MOVES]:
         evict(tx, v, "", label(job))
         taken.append(v)
-        mask, _ = feasible(s, d)
+        mask, _ = session.feasible(d)
         if bool(mask[row]):
             break
     else:
         return None
-    placement = place_one(s, policy, d)
+    placement = session.place_one(d)
     if placement is None:
         return None
     tx.place(pod, job, placement)
     moves: list[tuple[Victim, Placement]] = []
     for v in sorted(taken, key=lambda v: -v.usage.gpu):  # biggest first: they are the hardest to fit
-        new = place_one(s, policy, demand_for(v.pods[0]))
+        new = session.place_one(demand_for(v.pods[0]))
         if new is None:
             return None
         tx.reserve(v.pods[0], v.job, new, label(job))

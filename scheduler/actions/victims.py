@@ -20,7 +20,6 @@ from scheduler.actions.views import label, place_members, running_now, static_ro
 from scheduler.jobs import Job
 from scheduler.memo import MemoKey
 from scheduler.model import PodInfo
-from scheduler.placement.filters import feasible
 from scheduler.resources import Resources, placement_usage
 from scheduler.session import Session
 from scheduler.state.demand import demand_for
@@ -127,7 +126,6 @@ class VictimSearch:
         return ok
 
     def _per_node(self, pool: list[Victim]) -> list[Victim] | None:
-        state = self.session.state
         d = demand_for(self.pods[0])
         by_node: dict[int, list[Victim]] = {}
         for v in pool:
@@ -144,7 +142,7 @@ class VictimSearch:
                     continue
                 evict(self.tx, v, "", label(self.job))
                 chosen.append(v)
-                mask, _ = feasible(state, d)
+                mask, _ = self.session.feasible(d)
                 if bool(mask[row]) and self.room():
                     fits = True
                     break

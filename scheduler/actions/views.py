@@ -11,7 +11,6 @@ from scheduler.jobs import Job
 from scheduler.memo import MemoKey
 from scheduler.model import PodInfo
 from scheduler.placement.filters import gpu_need, node_checks
-from scheduler.placement.placer import place_one
 from scheduler.placement.policy import Array
 from scheduler.reasons import MAKING_ROOM_HELPS, Reason, Wait
 from scheduler.resources import Resources, pod_request
@@ -125,7 +124,7 @@ def place_members(session: Session, tx: Transaction, job: Job, pods: list[PodInf
     for i, pod in enumerate(pods):
         if placed == count:
             break
-        pl = place_one(session.state, session.policy, demand_for(pod))
+        pl = session.place_one(demand_for(pod))
         if pl is None:
             if placed + len(pods) - i - 1 < count:
                 break

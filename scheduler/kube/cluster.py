@@ -17,7 +17,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from kubernetes import client
@@ -26,9 +26,10 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GROUP, KAI_POD_GROUP, POD_GROUP, SCHEDULER_NAME, VERSION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, EvictError, Kind, WatchEvent
+from scheduler.cluster import BindError, BindResult, EvictError, Kind, WatchEvent
 from scheduler.kube.backoff import Backoff
-from scheduler.kube.binder import Binder, BindResult
+from scheduler.kube.binder import Binder
+from scheduler.kube.binder import BindResult as ApiBindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
@@ -97,9 +98,6 @@ class KubeCluster:
         # leads (`writable`), then they are created and announced ahead of everything else.
         self.writable = True
         self._deferred: dict[str, GroupSpec] = {}
-        # Called with a node's name right after we took its bind lock, so the running cycle can stop placing
-        # GPU pods there at once (the runner taints the node in the cycle's state).
-        self.on_node_locked: Callable[[str], None] | None = None
         self._known_nodes: set[str] = set()  # nodes the cycle has been given
         self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
         self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
@@ -135,6 +133,9 @@ class KubeCluster:
 
     # ---- the Cluster interface ---------------------------------------------------------------------------
     def now(self) -> float:
+        return time.time()
+
+    def epoch_s(self) -> float:
         return time.time()
 
     def drain_events(self) -> list[WatchEvent]:
@@ -190,10 +191,10 @@ class KubeCluster:
             return
         out.append(event)
 
-    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         waiting = self.locks.waiting(assignment.node, pod.uid) if assignment.gpus else None
         result = (
-            BindResult(False, waiting, busy=True)
+            ApiBindResult(False, waiting, busy=True)
             if waiting
             else self.binder.bind(
                 pod.namespace,
@@ -208,15 +209,16 @@ class KubeCluster:
             with self._lock:
                 # Waiting for a node's lock is a turn in a queue, not a scheduling failure: not reported.
                 (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(pod.uid)
-            raise BindError(result.reason)
+            raise BindError(result.reason, node_busy=result.busy)
         with self._lock:
             self._bound[pod.uid] = assignment.node
             self._lock_waiters.discard(pod.uid)
-        if assignment.gpus:
-            hook = self.on_node_locked
-            self.locks.taken(assignment.node, pod.uid, pod.key, shown=hook is not None)
-            if hook is not None:
-                hook(assignment.node)
+        if not assignment.gpus:
+            return BindResult()
+        # The node's bind lock is ours until the device plugin serves this pod: the running cycle masks the
+        # node at once; the next ones see it locked in its node events (`NodeLockView.decorate`).
+        self.locks.taken(assignment.node, pod.uid, pod.key)
+        return BindResult(node_busy=True)
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)

@@ -424,4 +424,4 @@ def test_a_failed_cycle_rebuilds_the_state_from_the_watch_caches(
     cycles = runner.cycles
     wait_for(lambda: runner.cycles >= cycles + 5)
     assert dict(gpu_use(kube_api)) == {("gpu-1", 0): 1000}  # the corrupt free share was not given away
-    assert runner.errors == ["RuntimeError: boom"]
+    assert list(runner.errors) == ["RuntimeError: boom"]

@@ -47,7 +47,10 @@ def check_invariants(sched, sim, gangs: dict[str, int]) -> None:
     state = sched.cache.state
     used_milli: dict[tuple[int, int], int] = {}
     used_mib: dict[tuple[int, int], int] = {}
-    for pl in sched.cache.placements.values():
+    ledger = sched.cache.ledger
+    for pl in [
+        h.placement for h in (*ledger.pods.values(), *ledger.reserved.values())
+    ]:  # pods and reserved places
         for g in pl.gpus:
             used_milli[(pl.node, g.slot)] = used_milli.get((pl.node, g.slot), 0) + g.milli
             used_mib[(pl.node, g.slot)] = used_mib.get((pl.node, g.slot), 0) + g.mib
