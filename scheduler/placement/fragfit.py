@@ -27,7 +27,7 @@ from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
-from scheduler.placement.fgd import FragmentPolicy, NodeView
+from scheduler.placement.fragment_policy import FragmentPolicy, NodeView
 from scheduler.placement.policy import Array
 from scheduler.placement.workload import TypicalWorkload
 from scheduler.state.demand import PodDemand

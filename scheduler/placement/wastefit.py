@@ -38,8 +38,8 @@ from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
-from scheduler.placement.fgd import NodeView
 from scheduler.placement.fragfit import FragFitPolicy
+from scheduler.placement.fragment_policy import NodeView
 from scheduler.placement.policy import Array
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload
 from scheduler.state.demand import PodDemand
