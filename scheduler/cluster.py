@@ -14,6 +14,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.model import PodInfo
+from scheduler.reasons import Reason
 
 Kind = Literal["Node", "Pod", "Queue", "PodGroup", "GPUNodeReport"]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -69,7 +70,7 @@ class Cluster(Protocol):
         """Evict a running pod; `message` names the action and the beneficiary. Raises EvictError."""
         ...
 
-    def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
+    def report_pending(self, pod: PodInfo, reason: Reason, message: str) -> None:
         """Tell the user why the pod is not running (pod condition + event, rate-limited by the adapter)."""
         ...
 

@@ -40,6 +40,7 @@ from scheduler.kube.podgroups import PodGroupEnsurer
 from scheduler.kube.recorder import EventRecorder
 from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
 from scheduler.model import PodInfo
+from scheduler.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ class KubeCluster:
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
         with self._lock:
             if pod.uid in self._lock_waiters:
-                if reason == "BindFailed":
+                if reason == Reason.BIND_FAILED:
                     return
                 self._lock_waiters.discard(pod.uid)
         self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
