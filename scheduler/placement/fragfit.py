@@ -78,25 +78,30 @@ class FragFitPolicy(FragmentPolicy):
         short = free_milli - xp.astype(free_mem, xp.float64) * (MILLI_PER_GPU / ratio)
         return xp.where(short > 0, short, xp.zeros_like(short))
 
+    def shortfall_changes(self, xp: ArrayNamespace, view: NodeView, d: PodDemand) -> list[Array]:
+        """float64[R] each, for host memory then CPU (those weighted): weight x how much the pod shrinks
+        the node's shortfall (free GPU milli its free memory or CPU cannot serve)."""
+        total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
+        taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
+        out = []
+        if self.memory_weight:
+            before = self.memory_shortfall(xp, total, view.mem)
+            out.append(
+                self.memory_weight
+                * (before - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib))
+            )
+        if self.cpu_weight:
+            before = self.cpu_shortfall(xp, total, view.cpu)
+            out.append(
+                self.cpu_weight * (before - self.cpu_shortfall(xp, total - taken, view.cpu - d.cpu_milli))
+            )
+        return out
+
     def transform(
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
     ) -> Array:
         gain = before - after
-        if self.memory_weight:
-            total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
-            taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
-            extra = self.memory_weight * (
-                self.memory_shortfall(xp, total, view.mem)
-                - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib)
-            )
-            gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
-        if self.cpu_weight:
-            total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
-            taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
-            extra = self.cpu_weight * (
-                self.cpu_shortfall(xp, total, view.cpu)
-                - self.cpu_shortfall(xp, total - taken, view.cpu - d.cpu_milli)
-            )
+        for extra in self.shortfall_changes(xp, view, d):
             gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
         return 100.0 / (1.0 + xp.exp(-gain / float(MILLI_PER_GPU)))
 
