@@ -107,12 +107,11 @@ def capacity_blocked(session: Session, job: Job, helps: frozenset[Wait] = MAKING
 
 
 def waiting_jobs(session: Session, helps: frozenset[Wait] = MAKING_ROOM_HELPS) -> list[Job]:
-    """Jobs allocate tried this cycle and could not place (it left a reason on their pending pods),
-    waiting for something the caller can do (`helps`), in a valid leaf queue."""
+    """Jobs of valid leaf queues with members still pending (not placed this cycle) whose wait the
+    caller can end (`helps`, see `capacity_blocked`), in `session.jobs` order."""
     return [
-        job for job in session.pending_jobs  # the jobs with pending pods, in session.jobs order
-        if any(p.uid in session.reasons for p in job.pending)
-        and job.queue in session.tree.nodes and session.tree.leaf_error(job.queue) is None
+        job for job in session.pending_jobs
+        if job.queue in session.tree.nodes and session.tree.leaf_error(job.queue) is None
         and capacity_blocked(session, job, helps)
     ]  # fmt: skip
 
