@@ -94,7 +94,7 @@ class Scheduler:
 
 def queue_statuses(session: Session) -> dict[str, QueueStatus]:
     return {
-        name: QueueStatus(
+        name: QueueStatus.from_internal(
             allocated=node.allocated.as_dict(),
             requested=node.requested.as_dict(),
             fair_share=node.fair_share.as_dict(),

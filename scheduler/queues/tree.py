@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from scheduler.api.keys import DEFAULT_QUEUE
 from scheduler.api.meta import ObjectMeta
-from scheduler.api.queue import Queue, QueueResource, QueueResources, QueueSpec
+from scheduler.api.queue import Queue, QueueResource, QueueSpec
 from scheduler.resources import RESOURCE_NAMES, Resources
 
 
@@ -37,11 +37,8 @@ class QueueNode:
 
 
 def _default_queue() -> Queue:
-    unlimited = QueueResource(quota=0, over_quota_weight=1, limit=-1)
-    return Queue(
-        metadata=ObjectMeta(name=DEFAULT_QUEUE),
-        spec=QueueSpec(resources=QueueResources(gpu=unlimited, cpu=unlimited, memory=unlimited)),
-    )
+    # Unset resources are unlimited (quota -1), as in a Queue object without them (docs/queues.md).
+    return Queue(metadata=ObjectMeta(name=DEFAULT_QUEUE), spec=QueueSpec())
 
 
 class QueueTree:
