@@ -44,7 +44,9 @@ def test_unset_resources_and_fields_are_unlimited() -> None:
 
 @pytest.mark.parametrize("unlimited", [-1, "-1"])
 def test_minus_one_means_unlimited_in_every_resource(unlimited: Any) -> None:
-    r = queue({"cpu": {"quota": unlimited, "limit": unlimited}, "memory": {"limit": unlimited}}).spec.resources
+    r = queue(
+        {"cpu": {"quota": unlimited, "limit": unlimited}, "memory": {"limit": unlimited}}
+    ).spec.resources
     assert (r.cpu.quota, r.cpu.limit, r.memory.limit) == (-1, -1, -1)
 
 

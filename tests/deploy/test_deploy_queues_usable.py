@@ -51,7 +51,11 @@ def inference_pod(name: str, **annotations: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "annotations": {"gpu-fraction": "0.5", **annotations}},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "annotations": {"gpu-fraction": "0.5", **annotations},
+        },
         "spec": {
             "schedulerName": "tessera",
             "priorityClassName": "inference",  # non-preemptible: only in-quota resources
@@ -86,6 +90,9 @@ def test_the_values_schema_is_generated(script: str) -> None:
     import sys
 
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / script), "--check"], capture_output=True, text=True, check=False
+        [sys.executable, str(ROOT / "scripts" / script), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
