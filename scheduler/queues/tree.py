@@ -47,6 +47,7 @@ class QueueTree:
     def __init__(self, queues: Iterable[Queue]) -> None:
         self.nodes: dict[str, QueueNode] = {}
         self.errors: list[str] = []
+        self.problems: dict[str, str] = {}  # queue name -> what is wrong with it (also in `errors`)
         queues = list(queues)
         if not any(q.name == DEFAULT_QUEUE for q in queues):
             queues.append(_default_queue())  # pods without a queue label always have somewhere to go
@@ -57,7 +58,7 @@ class QueueTree:
                 continue
             parent = self.nodes.get(node.parent)
             if parent is None:
-                self.errors.append(f"queue {node.name}: parent queue {node.parent} does not exist")
+                self._problem(node.name, f"parent queue {node.parent} does not exist")
                 node.parent = None
                 continue
             parent.children.append(node.name)
@@ -71,7 +72,7 @@ class QueueTree:
             cur = node.parent
             while cur is not None:
                 if cur in seen:
-                    self.errors.append(f"queue {node.name}: parent chain loops through {cur}")
+                    self._problem(node.name, f"parent chain loops through {cur}")
                     parent = self.nodes[node.parent] if node.parent else None
                     if parent and node.name in parent.children:
                         parent.children.remove(node.name)
@@ -79,6 +80,10 @@ class QueueTree:
                     break
                 seen.add(cur)
                 cur = self.nodes[cur].parent
+
+    def _problem(self, name: str, what: str) -> None:
+        self.problems[name] = f"queue {name}: {what}"
+        self.errors.append(self.problems[name])
 
     @property
     def roots(self) -> list[str]:
