@@ -162,8 +162,9 @@ class KubeReader:
                 _request_timeout=self.timeout_s,
             )
         except ApiException as exc:
-            if exc.status in (400, 403, 422):
-                return _refusal(exc)
+            message = _refusal(exc)
+            if exc.status in (400, 403, 422) or "webhook" in message:  # an unreachable webhook is a 500
+                return message
             raise ReadError(f"dry-run pod create failed: {exc.status} {_refusal(exc)}") from None
         except Exception as exc:
             raise ReadError(f"dry-run pod create failed: {_short(exc)}") from None
