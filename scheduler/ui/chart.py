@@ -7,6 +7,7 @@ for numbers, whole seconds, minutes or hours for durations."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ def line_chart(
         if not shown:
             continue
         if s.step:  # hold each value until the next sample, then jump; the last holds to the axis end
-            held = [p for a, b in zip(shown, shown[1:], strict=False) for p in (a, (b[0], a[1]))]
+            held = [p for a, b in itertools.pairwise(shown) for p in (a, (b[0], a[1]))]
             shown = [*held, shown[-1], (x_hi, shown[-1][1])]
         pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in shown)
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""

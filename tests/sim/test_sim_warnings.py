@@ -67,7 +67,7 @@ def test_a_node_without_the_memory_label_takes_it_from_a_known_product() -> None
 def test_a_node_whose_gpu_memory_cannot_be_told_says_which_label_to_set() -> None:
     n = node("odd", ("Mystery-Accelerator", 1), 2, 16, 64)
     del n["metadata"]["labels"]["nvidia.com/gpu.memory"]
-    with pytest.raises(InvalidObject, match="label it nvidia.com/gpu.memory=<MiB>"):
+    with pytest.raises(InvalidObject, match=r"label it nvidia\.com/gpu\.memory=<MiB>"):
         parse_node(n)
 
 
