@@ -86,6 +86,7 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
 
 def register(app: typer.Typer) -> None:
     bench_app = new_app("Benchmark the scheduler (modelled on Kubernetes' scheduler_perf).")
+    short = "Benchmark the scheduler (like scheduler_perf)."
 
     @bench_app.callback(invoke_without_command=True)
     def bench(
@@ -179,4 +180,4 @@ def register(app: typer.Typer) -> None:
         if r["errors"]:
             console.print(f"[yellow]{r['errors']} events could not be applied[/]")
 
-    app.add_typer(bench_app, name="bench")
+    app.add_typer(bench_app, name="bench", short_help=short)

@@ -59,4 +59,4 @@ def doctor(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("doctor")(doctor)
+    app.command("doctor", short_help="Check Tessera on a cluster; say what to fix.")(doctor)

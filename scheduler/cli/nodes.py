@@ -224,4 +224,4 @@ def nodes(
 
 def register(app: typer.Typer) -> None:
     """Add `tessera nodes` to the main command line."""
-    app.command("nodes")(nodes)
+    app.command("nodes", short_help="Every GPU, from the node agents' reports.")(nodes)

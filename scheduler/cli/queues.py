@@ -34,6 +34,7 @@ class QueueRow:
     priority: int
     spec: dict[str, dict[str, float]]  # resource -> quota/limit/overQuotaWeight, internal units
     status: dict[str, dict[str, float]]  # allocated/fairShare/requested -> resource -> internal units
+    implicit: bool = False  # the scheduler's own `default`, when no Queue object has that name
 
     def to_json(self) -> Obj:
         return {
@@ -41,6 +42,7 @@ class QueueRow:
             "parent": self.parent,
             "leaf": self.leaf,
             "priority": self.priority,
+            "implicit": self.implicit,
             "gpu": {"quota": self.spec["gpu"]["quota"], "limit": self.spec["gpu"]["limit"]}
             | {k: v.get("gpu") for k, v in self.status.items()},
             "cpuCores": {
@@ -95,7 +97,10 @@ def queue_rows(objects: Iterable[Obj]) -> tuple[list[QueueRow], list[str]]:
             "fairShare": status.fair_share,
             "requested": status.requested,
         }
-        rows.append(QueueRow(name, node.parent, depth, node.is_leaf, node.spec.priority, spec, figures))
+        implicit = name not in statuses
+        rows.append(
+            QueueRow(name, node.parent, depth, node.is_leaf, node.spec.priority, spec, figures, implicit)
+        )
         for child in node.children:
             visit(child, depth + 1)
 
@@ -117,7 +122,7 @@ def queue_table(rows: list[QueueRow]) -> Table:
     for col in ("QUEUE", "PRIO", "GPU ALLOC", "FAIR SHARE", "QUOTA", "LIMIT", "CPU QUOTA", "MEM QUOTA"):
         t.add_column(col, justify="left" if col == "QUEUE" else "right", no_wrap=True)
     for r in rows:
-        label = "  " * r.depth + r.name + ("" if r.leaf else "/")
+        label = "  " * r.depth + r.name + ("" if r.leaf else "/") + (" (implicit)" if r.implicit else "")
         t.add_row(
             escape(label),
             str(r.priority),
@@ -179,4 +184,4 @@ def queues(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("queues")(queues)
+    app.command("queues", short_help="The queue tree: quota, fair share, use.")(queues)

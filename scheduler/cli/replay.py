@@ -124,7 +124,7 @@ def _write_report(
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("replay")
+    @app.command("replay", short_help="Replay an openb trace under the FGD protocol.")
     def replay(
         nodes: Annotated[
             Path | None, typer.Option(help="openb node list CSV", show_default=str(DEFAULT_NODES))

@@ -99,7 +99,7 @@ def write_report(
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(short_help="Run the real scheduler on a simulated cluster.")
     def simulate(
         files: Annotated[
             list[Path] | None,

@@ -214,4 +214,4 @@ def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("why")(why)
+    app.command("why", short_help="Where a pod runs, or why it waits.")(why)
