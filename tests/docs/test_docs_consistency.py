@@ -47,3 +47,14 @@ def test_the_queue_page_documents_every_field() -> None:
     in_code = {t for span in re.findall(r"`([^`]+)`", page) for t in re.split(r"[.{},\s]+", span) if t}
     missing = sorted(fields - in_code)
     assert not missing, f"docs/queues.md does not document {missing}"
+
+
+def test_every_example_is_run_by_a_documented_command() -> None:
+    """Each file of examples/ is loaded by a command the docs test runs (directly or by its folder)."""
+    from tests.docs.doc_commands import documented_commands
+
+    runs = [c.text for c in documented_commands() if c.kind in ("run", "setup")]
+    for path in sorted((ROOT / "examples").rglob("*.yaml")):
+        rel = str(path.relative_to(ROOT))
+        folder = str(path.parent.relative_to(ROOT)) + "/"
+        assert any(rel in r or f" {folder}" in r + " " for r in runs), f"no documented command runs {rel}"

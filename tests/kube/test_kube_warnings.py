@@ -45,6 +45,11 @@ def test_warnings_are_events_on_their_objects(
         annotations={"tessera.dev/pod-group": "ghost"}, limits={"nvidia.com/gpu": "1"},
     )  # fmt: skip
     client.CoreV1Api(kube_admin).create_namespaced_pod(namespace, pod)
+    node = f"warn-l4-{uuid.uuid4().hex[:6]}"  # GPUs, a known product, no nvidia.com/gpu.memory label
+    core = client.CoreV1Api(kube_admin)
+    core.create_node({"metadata": {"name": node, "labels": {"nvidia.com/gpu.product": "NVIDIA-L4"}}})
+    core.patch_node_status(node, {"status": {"capacity": {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi"},
+                                             "allocatable": {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi"}}})  # fmt: skip
     cluster = KubeCluster(kube_admin, podgrouper=False).start()
     try:
         assert cluster.wait_synced(10)
@@ -54,8 +59,11 @@ def test_warnings_are_events_on_their_objects(
             scheduler.run_cycle()
             queue = events_about(kube_admin, "default", "Queue", orphan)
             pods = events_about(kube_admin, namespace, "Pod", "lonely")
-            return any(e.reason == "QueueMisconfigured" for e in queue) and any(
-                e.reason == "PodGroupNotFound" for e in pods
+            nodes = events_about(kube_admin, "default", "Node", node)
+            return (
+                any(e.reason == "QueueMisconfigured" for e in queue)
+                and any(e.reason == "PodGroupNotFound" for e in pods)
+                and any(e.reason == "GPUMemoryAssumed" for e in nodes)
             )
 
         wait_for(warned, timeout=20, interval=0.2)
@@ -82,6 +90,11 @@ def test_warnings_are_events_on_their_objects(
             )
             == 1
         )
+        (node_event,) = [
+            e for e in events_about(kube_admin, "default", "Node", node) if e.reason == "GPUMemoryAssumed"
+        ]
+        assert "assuming 23034 MiB per GPU" in node_event.message
     finally:
         cluster.stop()
         custom.delete_cluster_custom_object(G, "v1alpha1", "queues", orphan)
+        core.delete_node(node)
