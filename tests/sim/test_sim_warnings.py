@@ -45,6 +45,9 @@ def test_pods_naming_a_missing_podgroup_are_warned_once_per_group() -> None:
     assert len(lines) == 1 and "PodGroup team/ghost does not exist" in lines[0]
     # The three wait (a gang of 3 GPUs on a 1-GPU node): each carries the warning while it waits.
     assert {k[2] for k in sched.warnings if k[3] == "PodGroupNotFound"} == {"w0", "w1", "w2"}
+    from scheduler.ui import build_view
+
+    assert lines[0] in build_view(sched).warnings  # and the dashboard lists it once
 
 
 def test_a_node_without_the_memory_label_takes_it_from_a_known_product() -> None:
