@@ -102,3 +102,14 @@ def test_an_unknown_action_is_an_error() -> None:
     sim, _ = cluster([node("n0", A100, 1, 8, 64)])
     with pytest.raises(ValueError, match=r"unknown action.*'bogus'"):
         Scheduler(sim, SchedulerConfig(actions=("allocate", "bogus")))
+
+
+def test_every_reason_has_a_kind_a_meaning_and_a_row_in_the_queue_guide() -> None:
+    from pathlib import Path
+
+    from scheduler.reasons import Reason
+
+    guide = (Path(__file__).parents[2] / "docs" / "queues.md").read_text()
+    for reason in Reason:
+        assert reason.wait and reason.meaning
+        assert f"| `{reason.value}` |" in guide, f"docs/queues.md does not explain {reason.value}"

@@ -63,6 +63,9 @@ class StubCluster:
     def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
         return None
 
+    def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
+        return None
+
 
 @dataclass
 class Scene:
