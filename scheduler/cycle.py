@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from scheduler.placement.registry import make_policy
 from scheduler.reasons import PendingReason
 from scheduler.session import Session
 
+log = logging.getLogger(__name__)
 WarningKey = tuple[str, str | None, str, str]
 
 
@@ -74,6 +76,8 @@ class Scheduler:
                 action.execute(session, self.cluster)
                 timings[action.name] = time.perf_counter() - ta
         finally:
+            if self.cache.ledger.abort():  # an action failed inside a transaction: leave no half of it
+                log.error("a transaction was left open by a failing action; rolled back")
             session.close()
         self._report(session)
         self.last_session = session

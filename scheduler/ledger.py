@@ -192,6 +192,14 @@ class Ledger:
         """Close the journal: what was done stays done."""
         self._journal = None
 
+    def abort(self) -> bool:
+        """Undo a transaction left open (an action failed half-way); whether there was one."""
+        if self._journal is None:
+            return False
+        self.rollback(0)
+        self.commit()
+        return True
+
     # --------------------------------------------------------------------------------------- reading
     def add_listener(self, listener: UsageListener) -> None:
         self._listeners.append(listener)

@@ -11,8 +11,9 @@ from scheduler.job_index import QueueUsage
 from scheduler.ledger import Holding, Ledger, Owner
 from scheduler.model import GPUShare, NodeInfo, Placement
 from scheduler.reservations import Reservation
-from scheduler.state import ClusterState, OvercommitError, PodDemand
-from tests.scheduler.helpers import A100, cluster, node
+from scheduler.session import Session
+from scheduler.state import ClusterState, OvercommitError, PodDemand, demand_for
+from tests.scheduler.helpers import A100, cluster, node, pod
 
 
 class Recorder:
@@ -113,3 +114,29 @@ def test_every_reason_has_a_kind_a_meaning_and_a_row_in_the_queue_guide() -> Non
     for reason in Reason:
         assert reason.wait and reason.meaning
         assert f"| `{reason.value}` |" in guide, f"docs/queues.md does not explain {reason.value}"
+
+
+def pod_obj(name: str) -> dict:
+    return pod(name, "default", arrival_s=0, duration_s=100, gpus=1, cpu="1")
+
+
+def test_a_failing_action_leaves_no_half_transaction() -> None:
+    from scheduler.transaction import Transaction
+
+    objs = [node("n0", A100, 2, 8, 64), pod_obj("p0"), pod_obj("p1")]
+    sim, sched = cluster(objs)
+
+    class Breaks:
+        name = "breaks"
+
+        def execute(self, session: Session, cluster: object) -> None:
+            tx = Transaction(session, "breaks")
+            job = session.pending_jobs[0]
+            tx.place(job.pending[0], job, session.place(demand_for(job.pending[0])))
+            raise RuntimeError("boom")
+
+    sched.actions = [Breaks()]
+    sim.advance(1.0)
+    with pytest.raises(RuntimeError, match="boom"):
+        sched.run_cycle()
+    assert sched.cache.ledger.pods == {} and sched.cache.state.allocated_milli() == 0
