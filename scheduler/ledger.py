@@ -122,7 +122,7 @@ class Ledger:
         nothing: raises OvercommitError, changing nothing, when one of them does not fit."""
         items = list(items)
         fresh = [(uid, pl) for uid, pl in items if uid not in self.pods]
-        if len(fresh) != len(items):  # a pod listed twice, or held already: the careful way
+        if len(fresh) != len(items):  # some are held already: one by one, each replacing what it held
             for uid, pl in items:
                 self.hold(uid, pl)
             return
