@@ -6,6 +6,7 @@ from scheduler.api.gpu_request import GPURequest
 from scheduler.api.keys import GPU_FRACTION
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.model import GPUShare, Placement, PodInfo
+from scheduler.reasons import Reason
 from scheduler.reservations import Reservation, match_reservations
 from scheduler.sim.cluster import SIM_RECREATE
 from tests.queues.util import Recorder, gpus_by_queue
@@ -70,7 +71,9 @@ def test_never_evicts_a_pod_it_could_not_replace():
     assert assignment(sim, "q/mover").node == "a-0" and assignment(sim, "q/server").node == "b-0"
     assert rec.evictions() == []
     reason = sim.pods["q/whole"].reason
-    assert reason[0] == "Fragmented" and "1 GPUs are free on nodes that match, but in pieces" in reason[1]
+    assert (
+        reason[0] == Reason.FRAGMENTED and "1 GPUs are free on nodes that match, but in pieces" in reason[1]
+    )
 
 
 def _pod(name: str, ns: str = "team", queue_name: str = "q", milli: int = 500) -> PodInfo:
