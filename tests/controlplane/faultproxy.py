@@ -204,6 +204,10 @@ class FaultProxy:
             self._loop.call_soon_threadsafe(w.cut.set)
         return len(open_now)
 
+    def watching(self, path_regex: str = ".*") -> int:
+        """How many watches matching the path are open now."""
+        return len(self._open_watches(path_regex))
+
     def clear(self) -> None:
         with self._lock:
             self._rules.clear()

@@ -220,10 +220,13 @@ def test_lost_watch_and_410_recover(scene: Scene, fault_proxy: FaultProxy) -> No
     wait_until(lambda: "before" in scene.bound())
     pods = runner.cluster.informers["Pod"]
     lists = pods.lists
-    fault_proxy.fail("GET", r"^/api/v1/pods$", 503, watch=True)  # the re-watch fails once...
-    fault_proxy.expire_watches(r"^/api/v1/pods$")  # ...and the next says the history is gone: 410, relist
+    wait_until(lambda: fault_proxy.watching(r"^/api/v1/pods$"))
+    fault_proxy.fail("GET", r"^/api/v1/pods$", 503, watch=True, times=1000)  # the re-watches fail...
     assert fault_proxy.drop_watches(r"^/api/v1/pods$") == 1
     scene.create_pod(fraction_pod("during"))
+    wait_until(lambda: [r for r in fault_proxy.requests_matching("GET", "^/api/v1/pods$") if r.injected])
+    fault_proxy.clear()
+    fault_proxy.expire_watches(r"^/api/v1/pods$")  # ...then the history is gone: 410, relist
     wait_until(lambda: pods.lists > lists)
     wait_until(lambda: "during" in scene.bound())
     scene.create_pod(fraction_pod("after"))
