@@ -98,3 +98,24 @@ def test_only_the_scheduler_may_write_the_assignment(hooked: Scene) -> None:
     assert hooked.pod("p")["metadata"]["annotations"][GPU_ASSIGNMENT] == value
     # Other annotation changes by anyone else do not even reach the webhook.
     hooked.core.patch_namespaced_pod("p", hooked.ns, {"metadata": {"annotations": {"note": "x"}}})
+
+
+def test_server_side_dry_runs_reach_the_webhook_and_store_nothing(hooked: Scene) -> None:
+    """The chart declares `sideEffects: None`, so `--dry-run=server` is answered by our webhook too; the
+    dry runs of a create, a patch and a delete leave the cluster as it was."""
+    bad = yaml.safe_dump(pod_body("bad", annotations={"gpu-fraction": "0"}, namespace=hooked.ns))
+    refused = hooked.cp.kubectl(
+        "apply", "-n", hooked.ns, "--dry-run=server", "-f", "-", input=bad, check=False
+    )
+    assert refused.returncode == 1 and 'gpu-fraction="0"' in refused.stderr
+    good = yaml.safe_dump(pod_body("good", annotations={"gpu-fraction": "0.5"}, namespace=hooked.ns))
+    shown = hooked.cp.kubectl(
+        "apply", "-n", hooked.ns, "--dry-run=server", "-o", "yaml", "-f", "-", input=good
+    )
+    assert f'{GPU_SLICE_RESOURCE}: "1"' in shown.stdout  # what would be stored, mutated by the webhook
+    assert hooked.find_pod("good") is None
+    hooked.podgroup("g", {"minMember": 2})
+    hooked.cp.kubectl("patch", "podgroup", "g", "-n", hooked.ns, "--type=merge", "--dry-run=server",
+                      "-p", '{"spec": {"minMember": 5}}')  # fmt: skip
+    hooked.cp.kubectl("delete", "podgroup", "g", "-n", hooked.ns, "--dry-run=server")
+    assert hooked.get("podgroups", "g")["spec"]["minMember"] == 2
