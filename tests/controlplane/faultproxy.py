@@ -134,9 +134,9 @@ class FaultProxy:
         )
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_tls, shutdown_timeout=1)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._server_tls)
         await site.start()
         server = site._server  # the bound port of port 0
         assert server is not None and server.sockets
