@@ -3,7 +3,23 @@ tests/controlplane/)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> Any:
+    """Poll until `predicate()` is truthy; return its value or fail the test with a clear message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"condition not met within {timeout}s: {getattr(predicate, '__name__', predicate)}"
+            )
+        time.sleep(interval)
 
 
 def pod_body(
