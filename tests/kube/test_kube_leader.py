@@ -3,6 +3,7 @@ leader-election Role (create, and get/update of the one Lease it names): one lea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -98,3 +99,24 @@ def test_another_lease_is_forbidden_by_the_chart(
     scene.on_cleanup(lambda: admin.delete_namespaced_lease("other", RELEASE_NAMESPACE))
     elector = LeaseElector(coordination, name="other", namespace=RELEASE_NAMESPACE, identity="x")
     assert not elector.try_acquire_or_renew()
+
+
+def test_a_leader_whose_renewals_are_slow_steps_down_before_its_lease_expires(
+    scene: Scene, coordination: client.CoordinationV1Api, fault_proxy: FaultProxy
+) -> None:
+    """Never two leaders: renewals answered later than the renew deadline must not keep a leader leading
+    while a standby, seeing the lease expire, takes over."""
+    log: list[str] = []
+    proxied = client.CoordinationV1Api(fault_proxy.client(scene.tessera.scheduler_token))
+    a = _elector(proxied, "a", log, scene).start()
+    wait_until(a.is_leader.is_set)
+    b = _elector(coordination, "b", log, scene).start()
+    fault_proxy.slow("*", rf"/leases/{LEASE_NAME}$", 1.5, times=1000)  # the API answers a, but slowly
+    both = 0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (b.is_leader.is_set() and not a.is_leader.is_set()):
+        both += a.is_leader.is_set() and b.is_leader.is_set()
+        time.sleep(0.01)
+    assert b.is_leader.is_set() and not a.is_leader.is_set()
+    assert both == 0, "a and b led at the same time"
+    assert log[:2] == ["start a", "stop a"]
