@@ -203,3 +203,19 @@ def test_recorder_aggregates_and_rate_limits(scene: Scene, core: client.CoreV1Ap
     assert sorted((e["message"], e["count"]) for e in events) == [("no GPU", 2), ("queue over limit", 1)]
     assert all(e["source"]["component"] == "tessera" for e in events)
     assert {e["involvedObject"]["uid"] for e in events} == {"uid-1"}
+
+
+def test_a_throttled_eviction_is_refused_and_retried_later(
+    scene: Scene, proxied: client.CoreV1Api, fault_proxy: FaultProxy
+) -> None:
+    """429 without a budget behind it (the API server's priority and fairness throttling): the eviction is
+    not done, says why, and the next try goes through."""
+    scene.node("n1")
+    uid = _running(scene, "victim", {})
+    evictor = Evictor(proxied, EventRecorder(proxied))
+    fault_proxy.fail("POST", "/eviction$", 429, "Too many requests, please try again later.")
+    refused = evictor.evict(scene.ns, "victim", uid, "preempt", "")
+    assert not refused.ok and "Too many requests" in refused.reason
+    assert not scene.pod("victim")["metadata"].get("deletionTimestamp")
+    assert evictor.evict(scene.ns, "victim", uid, "preempt", "").ok
+    assert scene.pod("victim")["metadata"]["deletionTimestamp"]
