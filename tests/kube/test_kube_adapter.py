@@ -30,7 +30,7 @@ def test_standby_derives_groups_but_creates_them_only_when_leading(kube_api: Fak
         cluster.writable = True
         first = cluster.drain_events()
         assert [(e.kind, e.type) for e in first[:1]] == [("PodGroup", "ADDED")]
-        assert first[0].obj["spec"] == {"minMember": 2, "queue": "default"}
+        assert first[0].obj["spec"] == {"minMember": 2, "queue": "default", "priorityClassName": "train"}
         assert kube_api.get("podgroups", group, "default")["spec"]["minMember"] == 2
     finally:
         cluster.stop()

@@ -1,0 +1,202 @@
+"""The podgrouper's memory: which pods are in which group, and what each group should be now.
+
+A group is decided (`grouper.py`) every time one of its pods changes, and again when an owner in its chain
+changes (`owner_changed`: an HPA scaling an elastic PyTorchJob, a replica count edited, a JobSet step
+completing) or a member leaves (an MPI launcher, an LWS leader). A pod's group name never changes once
+decided. Members are all the pods seen in a group, finished ones included: a rule may count them (a JobSet
+step whose pods all succeeded), and the adapter keeps the group on a finished pod so that stale-gang
+eviction counts a member that succeeded. A pod whose group says nothing the pod does not say itself (its
+own group, minMember 1, same queue and priority) gets no group: it is its own job.
+
+No API calls here beyond the owner reads of the lookup given; `reconciler.py` writes the PodGroups.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from scheduler.api.priority import DEFAULT_PRIORITY_CLASS
+from scheduler.kube.podgrouper.grouper import group_for_pod
+from scheduler.kube.podgrouper.model import (
+    GroupSpec,
+    Obj,
+    Reader,
+    Workload,
+    is_finished,
+    is_terminating,
+    meta,
+    spec,
+    uid_of,
+)
+from scheduler.kube.podgrouper.names import group_name
+from scheduler.kube.podgrouper.policy import queue_of
+from scheduler.kube.podgrouper.walk import OwnerLookup, owner_chain
+
+
+@dataclass(frozen=True)
+class Decision:
+    group: str | None  # the pod's group name (None: the pod is its own job)
+    warnings: tuple[str, ...] = ()  # to report on the pod (only when they changed)
+
+
+@dataclass
+class Group:
+    spec: GroupSpec
+    members: dict[str, Obj] = field(default_factory=dict)  # pod uid -> latest pod
+
+    @property
+    def live(self) -> bool:
+        """Some member may still be scheduled (neither finished nor being deleted)."""
+        return any(not is_finished(p) and not is_terminating(p) for p in self.members.values())
+
+
+def standalone(pod: Obj, g: GroupSpec) -> bool:
+    """The group says nothing the pod does not say itself."""
+    own_priority = spec(pod).get("priorityClassName") or DEFAULT_PRIORITY_CLASS
+    return (
+        g.min_member == 1
+        and g.owner is not None
+        and g.owner.uid == uid_of(pod)
+        and g.name == group_name(str(meta(pod).get("name") or ""), uid_of(pod))
+        and g.queue == queue_of(Workload(pod), {})
+        and (g.priority_class or DEFAULT_PRIORITY_CLASS) == own_priority
+        and g.preemptibility is None
+        and g.stale_grace_s is None
+    )
+
+
+class GroupBook:
+    def __init__(
+        self,
+        lookup: OwnerLookup,
+        *,
+        reader: Reader = lambda _ns, _av, _kind, _name: None,
+        priority_class_exists: Callable[[str], bool] = lambda _name: True,
+    ) -> None:
+        self.lookup = lookup
+        self.reader = reader
+        self.priority_class_exists = priority_class_exists
+        self._groups: dict[str, Group] = {}  # "namespace/name" -> group
+        self._pod_group: dict[str, str | None] = {}  # pod uid -> group key (None: its own job)
+        self._warned: dict[str, tuple[str, ...]] = {}
+        self._by_owner: dict[str, set[str]] = {}  # owner uid -> group keys whose chain holds it
+        self._stale: set[str] = set()  # groups to decide again
+        self._pending: set[str] = set()  # groups decided since the last `take_pending`
+        self._lock = threading.Lock()
+
+    # ---- changes -----------------------------------------------------------------------------------------
+    def observe(self, pod: Obj) -> Decision:
+        """A pod of ours was added or changed: its group (deciding it again) and new warnings."""
+        uid = uid_of(pod)
+        g = self._decide(pod)
+        with self._lock:
+            warnings = self._new_warnings(uid, g)
+            key = self._pod_group.get(uid)
+            if key is None:  # first seen, or its own job so far: may join a group now
+                if g is None or g.explicit or standalone(pod, g):
+                    self._pod_group[uid] = None
+                    return Decision(None, warnings)
+                key = self._pod_group[uid] = g.key
+            group = self._groups.get(key)
+            if group is None:
+                assert g is not None
+                group = self._groups[key] = Group(g)
+            elif g is not None and g.key == key:
+                group.spec = g
+            group.members[uid] = pod
+            self._pending.add(key)
+            return Decision(group.spec.name, warnings)
+
+    def forget(self, pod: Obj) -> None:
+        """A pod was deleted."""
+        uid = uid_of(pod)
+        with self._lock:
+            self._warned.pop(uid, None)
+            key = self._pod_group.pop(uid, None)
+            group = self._groups.get(key) if key else None
+            if group is None or key is None:
+                return
+            group.members.pop(uid, None)
+            if group.members:
+                self._stale.add(key)  # a rule may count who is left (an MPI launcher, an LWS leader)
+                return
+            del self._groups[key]
+            for owner_uid in [o for o, keys in self._by_owner.items() if key in keys]:
+                self._by_owner[owner_uid].discard(key)
+                if not self._by_owner[owner_uid]:
+                    del self._by_owner[owner_uid]
+
+    def owner_changed(self, obj: Obj) -> None:
+        """An object in some groups' owner chains changed (called from informer threads)."""
+        with self._lock:
+            self._stale |= self._by_owner.get(uid_of(obj), set())
+
+    def touch(self, key: str) -> None:
+        """Hand `key` to the next `take_pending` (its PodGroup must be checked again)."""
+        with self._lock:
+            if key in self._groups:
+                self._pending.add(key)
+
+    # ---- reading -----------------------------------------------------------------------------------------
+    def take_pending(self) -> list[Group]:
+        """Groups to compare with the cluster: decided again where stale, and every one changed since."""
+        with self._lock:
+            stale, self._stale = self._stale, set()
+        for key in stale:
+            self._redecide(key)
+        with self._lock:
+            pending, self._pending = self._pending, set()
+            return [self._groups[k] for k in sorted(pending) if k in self._groups]
+
+    def group(self, key: str) -> Group | None:
+        with self._lock:
+            return self._groups.get(key)
+
+    def group_of(self, pod_uid: str) -> str | None:
+        with self._lock:
+            key = self._pod_group.get(pod_uid)
+            group = self._groups.get(key) if key else None
+            return group.spec.name if group else None
+
+    # ---- deciding ----------------------------------------------------------------------------------------
+    def _decide(self, pod: Obj) -> GroupSpec | None:
+        chain = owner_chain(pod, self.lookup)
+        namespace = str(meta(pod).get("namespace") or "default")
+
+        def members(name: str) -> list[Obj]:
+            with self._lock:
+                group = self._groups.get(f"{namespace}/{name}")
+                return list(group.members.values()) if group else []
+
+        g = group_for_pod(
+            pod, chain, members=members, priority_class_exists=self.priority_class_exists, reader=self.reader
+        )
+        if g is not None and not g.explicit:
+            with self._lock:
+                for owner in chain.owners:
+                    if uid_of(owner):
+                        self._by_owner.setdefault(uid_of(owner), set()).add(g.key)
+        return g
+
+    def _redecide(self, key: str) -> None:
+        with self._lock:
+            group = self._groups.get(key)
+            live = [p for p in (group.members.values() if group else ()) if not is_terminating(p)]
+        if not live:
+            return
+        running = [p for p in live if not is_finished(p)]
+        g = self._decide((running or live)[-1])
+        with self._lock:
+            group = self._groups.get(key)
+            if group is not None and g is not None and g.key == key:
+                group.spec = g
+                self._pending.add(key)
+
+    def _new_warnings(self, uid: str, g: GroupSpec | None) -> tuple[str, ...]:
+        warnings = g.warnings if g is not None else ()
+        if self._warned.get(uid, ()) == warnings:
+            return ()
+        self._warned[uid] = warnings
+        return warnings
