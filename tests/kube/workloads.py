@@ -87,6 +87,17 @@ def pod(
     )  # fmt: skip
 
 
+def pod_template(labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+                 restart: str = "Always") -> dict[str, Any]:  # fmt: skip
+    """A pod template as the API server requires it, for the Tessera scheduler."""
+    meta: dict[str, Any] = {"labels": dict(labels or {})}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    spec = {"schedulerName": SCHEDULER, "restartPolicy": restart,
+            "containers": [{"name": "main", "image": "busybox"}]}  # fmt: skip
+    return {"metadata": meta, "spec": spec}
+
+
 def template_meta(parent_template: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, str]]:
     meta = (parent_template or {}).get("metadata") or {}
     return dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
@@ -94,17 +105,24 @@ def template_meta(parent_template: Mapping[str, Any] | None) -> tuple[dict[str, 
 
 # ---- core: Deployment, StatefulSet, Job, CronJob ------------------------------------------------------------
 def deployment(name: str, replicas: int = 2, labels: Mapping[str, str] | None = None, **kw: Any) -> Obj:
-    template = {"metadata": {"labels": {"app": name, **(kw.pop("pod_labels", None) or {})}}}
-    return obj(
-        "apps/v1", "Deployment", name, labels=labels, spec={"replicas": replicas, "template": template}, **kw
-    )
+    pod_labels = {"app": name, **(kw.pop("pod_labels", None) or {})}
+    spec = {
+        "replicas": replicas,
+        "selector": {"matchLabels": {"app": name}},
+        "template": pod_template(pod_labels),
+    }
+    return obj("apps/v1", "Deployment", name, labels=labels, spec=spec, **kw)
 
 
 def replicaset(dep: Obj, hash_: str = "5d9f7c") -> Obj:
     """The Deployment controller: `<deployment>-<hash>`, the template's labels plus pod-template-hash."""
     labels, _ = template_meta(dep["spec"]["template"])
     labels["pod-template-hash"] = hash_
-    spec = {"replicas": dep["spec"]["replicas"], "template": {"metadata": {"labels": labels}}}
+    spec = {
+        "replicas": dep["spec"]["replicas"],
+        "selector": {"matchLabels": labels},
+        "template": pod_template(labels),
+    }
     return obj(
         "apps/v1", "ReplicaSet", f"{dep['metadata']['name']}-{hash_}", labels=labels, spec=spec, owner=dep
     )
@@ -116,8 +134,8 @@ def replicaset_pod(rs: Obj, suffix: str, **kw: Any) -> Obj:
 
 
 def statefulset(name: str, replicas: int, parallel: bool = False, **kw: Any) -> Obj:
-    spec: dict[str, Any] = {"replicas": replicas, "serviceName": name,
-                            "template": {"metadata": {"labels": {"app": name}}}}  # fmt: skip
+    spec: dict[str, Any] = {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                            "template": pod_template({"app": name})}  # fmt: skip
     if parallel:
         spec["podManagementPolicy"] = "Parallel"
     return obj("apps/v1", "StatefulSet", name, spec=spec, **kw)
@@ -142,8 +160,10 @@ def job(
     template_labels: Mapping[str, str] | None = None,
     **kw: Any,
 ) -> Obj:
-    spec: dict[str, Any] = {"parallelism": parallelism,
-                            "template": {"metadata": {"labels": dict(template_labels or {})}}}  # fmt: skip
+    spec: dict[str, Any] = {
+        "parallelism": parallelism,
+        "template": pod_template(template_labels, restart="Never"),
+    }
     if completions is not None:
         spec["completions"] = completions
     if indexed:
@@ -170,7 +190,7 @@ def cronjob(name: str, *, labels: Mapping[str, str] | None = None,
             job_labels: Mapping[str, str] | None = None, job_annotations: Mapping[str, str] | None = None,
             **kw: Any) -> Obj:  # fmt: skip
     job_template = {"metadata": {"labels": dict(job_labels or {}), "annotations": dict(job_annotations or {})},
-                    "spec": {"template": {"metadata": {"labels": {}}}}}  # fmt: skip
+                    "spec": {"template": pod_template(restart="Never")}}  # fmt: skip
     return obj("batch/v1", "CronJob", name, labels=labels,
                spec={"schedule": "*/5 * * * *", "jobTemplate": job_template}, **kw)  # fmt: skip
 
@@ -180,7 +200,7 @@ def cronjob_run(cron: Obj, stamp: int) -> Obj:
     template = cron["spec"]["jobTemplate"]
     return obj("batch/v1", "Job", f"{cron['metadata']['name']}-{stamp}", owner=cron,
                labels=template["metadata"].get("labels"), annotations=template["metadata"].get("annotations"),
-               spec={"parallelism": 1, "template": {"metadata": {"labels": {}}}})  # fmt: skip
+               spec=copy.deepcopy(template["spec"]))  # fmt: skip
 
 
 # ---- Kubeflow: training-operator, MPI operator, Notebook, Trainer -------------------------------------------
@@ -231,9 +251,9 @@ def mpi_worker(mj: Obj, index: int, **kw: Any) -> Obj:
 def mpi_launcher_job(mj: Obj) -> Obj:
     """MPI operator v2 `newLauncherJob`: batch Job `<job>-launcher` owned by the MPIJob."""
     name = mj["metadata"]["name"]
-    template = {"metadata": {"labels": _mpi_labels(name, "launcher")}}
+    template = pod_template(_mpi_labels(name, "launcher"), restart="Never")
     return obj("batch/v1", "Job", f"{name}-launcher", owner=mj, labels={"app": name},
-               spec={"template": template, "parallelism": 1})  # fmt: skip
+               spec={"template": template, "parallelism": 1, "podReplacementPolicy": "Failed"})  # fmt: skip
 
 
 def notebook(name: str, **kw: Any) -> Obj:
@@ -243,8 +263,9 @@ def notebook(name: str, **kw: Any) -> Obj:
 def notebook_statefulset(nb: Obj) -> Obj:
     """The notebook controller: a StatefulSet of one, same name, owned by the Notebook."""
     name = nb["metadata"]["name"]
-    template = {"metadata": {"labels": {"statefulset": name, "notebook-name": name}}}
-    return obj("apps/v1", "StatefulSet", name, owner=nb, spec={"replicas": 1, "template": template})
+    labels = {"statefulset": name, "notebook-name": name}
+    return obj("apps/v1", "StatefulSet", name, owner=nb, spec={"replicas": 1, "serviceName": name,
+               "selector": {"matchLabels": {"statefulset": name}}, "template": pod_template(labels)})  # fmt: skip
 
 
 def trainjob(name: str, **kw: Any) -> Obj:
@@ -258,7 +279,8 @@ def replicated_job(name: str, replicas: int = 1, parallelism: int = 1, *, depend
     rj: dict[str, Any] = {"name": name, "replicas": replicas,
                           "template": {"metadata": {"annotations": dict(annotations or {})},
                                        "spec": {"parallelism": parallelism, "completions": parallelism,
-                                                "template": {"spec": {}}}}}  # fmt: skip
+                                                "backoffLimit": 0,
+                                                "template": pod_template(restart="Never")}}}  # fmt: skip
     if depends_on:
         rj["dependsOn"] = [{"name": n, "status": s} for n, s in depends_on]
     return rj
@@ -281,7 +303,7 @@ def jobset_job(js: Obj, rj_name: str, index: int, restarts: int = 0) -> Obj:
               "jobset.sigs.k8s.io/replicatedjob-replicas": str(rj["replicas"]),
               "jobset.sigs.k8s.io/job-index": str(index)}  # fmt: skip
     spec = copy.deepcopy(rj["template"]["spec"])
-    spec["template"].setdefault("metadata", {})["labels"] = dict(labels)
+    spec["template"].setdefault("metadata", {}).setdefault("labels", {}).update(labels)
     spec["completionMode"] = "Indexed"
     annotations = dict(rj["template"].get("metadata", {}).get("annotations") or {})
     return obj("batch/v1", "Job", f"{name}-{rj_name}-{index}", owner=js, labels=labels, annotations=annotations,
@@ -306,12 +328,11 @@ def lws(name: str, size: int, replicas: int = 1, *, leader_ready: bool = False, 
 def lws_leader_statefulset(lw: Obj) -> Obj:
     """LWS controller: leader StatefulSet named as the LWS, owned by it, Parallel, one pod per replica."""
     name, size = lw["metadata"]["name"], lw["spec"]["leaderWorkerTemplate"]["size"]
-    template = {
-        "metadata": {"labels": {WORKER_INDEX: "0", LWS_NAME: name}, "annotations": {LWS_SIZE: str(size)}}
-    }
+    template = pod_template({WORKER_INDEX: "0", LWS_NAME: name}, {LWS_SIZE: str(size)})
+    selector = {"matchLabels": {LWS_NAME: name, WORKER_INDEX: "0"}}
     return obj("apps/v1", "StatefulSet", name, owner=lw, labels=lw["metadata"].get("labels"),
                spec={"replicas": lw["spec"]["replicas"], "podManagementPolicy": "Parallel",
-                     "serviceName": name, "template": template})  # fmt: skip
+                     "serviceName": name, "selector": selector, "template": template})  # fmt: skip
 
 
 def lws_leader_pod(sts: Obj, index: int) -> Obj:
@@ -326,11 +347,14 @@ def lws_worker_statefulset(lw: Obj, leader: Obj) -> Obj:
     """LWS pod controller: worker StatefulSet named as the leader pod, *owned by the leader pod*."""
     size = int(leader["metadata"]["annotations"][LWS_SIZE])
     labels = {GROUP_INDEX: leader["metadata"]["labels"][GROUP_INDEX], LWS_NAME: lw["metadata"]["name"],
-              "leaderworkerset.sigs.k8s.io/group-key": leader["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-key"]}  # fmt: skip
-    template = {"metadata": {"labels": labels, "annotations": {LWS_SIZE: str(size),
-                "leaderworkerset.sigs.k8s.io/leader-name": leader["metadata"]["name"]}}}  # fmt: skip
+              "leaderworkerset.sigs.k8s.io/group-key": leader["metadata"]["labels"].get(
+                  "leaderworkerset.sigs.k8s.io/group-key", f"key{leader['metadata']['labels'][GROUP_INDEX]}")}  # fmt: skip
+    template = pod_template(
+        labels, {LWS_SIZE: str(size), "leaderworkerset.sigs.k8s.io/leader-name": leader["metadata"]["name"]}
+    )
     return obj("apps/v1", "StatefulSet", leader["metadata"]["name"], owner=leader, labels=labels,
                spec={"replicas": size - 1, "podManagementPolicy": "Parallel", "template": template,
+                     "serviceName": lw["metadata"]["name"], "selector": {"matchLabels": labels},
                      "ordinals": {"start": 1}})  # fmt: skip
 
 
@@ -402,7 +426,10 @@ def krevision_deployment(rev: Obj) -> Obj:
     labels = {**rev["metadata"]["labels"], "serving.knative.dev/revision": name,
               "serving.knative.dev/revisionUID": rev["metadata"]["uid"], "app": name}  # fmt: skip
     return obj("apps/v1", "Deployment", f"{name}-deployment", owner=rev, labels=labels,
-               spec={"replicas": 1, "template": {"metadata": {"labels": labels}}})  # fmt: skip
+               spec={"replicas": int(((rev["metadata"].get("annotations") or {}).get(
+                         "autoscaling.knative.dev/min-scale")) or 1),
+                     "selector": {"matchLabels": {"serving.knative.dev/revisionUID": rev["metadata"]["uid"]}},
+                     "template": pod_template(labels)})  # fmt: skip
 
 
 # ---- Argo Workflows --------------------------------------------------------------------------------------------

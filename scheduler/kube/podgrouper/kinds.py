@@ -114,12 +114,16 @@ def lookup(group: str, kind: str) -> Kind | None:
 
 
 def rbac_rules() -> list[dict[str, object]]:
-    """One read-only rule per API group, over the resources of the kinds listed (sorted, stable)."""
-    groups: dict[str, set[str]] = {}
+    """Per API group, the resources of the kinds listed (sorted, stable): what the scheduler may read."""
+    groups: dict[str, list[Kind]] = {}
     for k in KINDS:
-        groups.setdefault(k.group, set()).add(k.plural)
+        groups.setdefault(k.group, []).append(k)
     return [
-        {"apiGroups": [g], "resources": sorted(groups[g]), "verbs": ["get", "list", "watch"]}
+        {
+            "apiGroup": g,
+            "resources": sorted({k.plural for k in groups[g]}),
+            "kinds": sorted({k.kind for k in groups[g]}),
+        }
         for g in sorted(groups)
     ]
 
