@@ -152,7 +152,7 @@ class KubeCluster:
         return time.time()
 
     def drain_events(self) -> list[WatchEvent]:
-        out: list[WatchEvent] = self._write_groups() if self.writable else []
+        out: list[WatchEvent] = []
         for ev in self.events.drain():
             try:
                 self._translate(ev, out)
@@ -161,6 +161,10 @@ class KubeCluster:
                 if ev.kind in _FORWARDED:
                     out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
         out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
+        if self.podgrouper and self.writable:
+            # Every group that changed in this drain is decided once and written, and handed to the cycle
+            # ahead of everything else, so no gang is seen without its minMember.
+            out[:0] = self._write_groups()
         return out
 
     def _translate(self, ev: ResourceEvent, out: list[WatchEvent]) -> None:
@@ -307,25 +311,24 @@ class KubeCluster:
             enriched = enriched or _copy_pod(obj)
             enriched["spec"]["priority"] = self._priorities[spec["priorityClassName"]]
         if ours and self.podgrouper:
-            group, written = self._group_of(obj)
-            out.extend(written)
+            group = self._group_of(obj)
             if group is not None:
                 enriched = enriched or _copy_pod(obj)
                 enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = group
         out.append(WatchEvent("Pod", ev.type, enriched or obj))
         return out
 
-    def _group_of(self, pod: Obj) -> tuple[str | None, list[WatchEvent]]:
-        """The pod's derived group name (None: its own job) and the PodGroups written meanwhile."""
+    def _group_of(self, pod: Obj) -> str | None:
+        """The pod's derived group name (None: its own job)."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP):
-            return None, []  # named by the user: the cycle reads it from the pod
+            return None  # named by the user: the cycle reads it from the pod
         decision = self.podgroups.observe(pod)
         for warning in decision.warnings:
             self.recorder.record(
                 ObjectRef.of(pod), "PodGrouperWarning", warning, type_="Warning", rate_limited=True
             )
-        return decision.group, self._write_groups() if self.writable else []
+        return decision.group
 
     def _write_groups(self) -> list[WatchEvent]:
         return [WatchEvent("PodGroup", t, obj) for t, obj in self.podgroups.flush()]

@@ -41,9 +41,9 @@ class Store:
         return stored
 
     def update(self, o: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
-        stored = self.objects[self.key(o)]
-        for name, value in fields.items():
-            stored[name] = copy.deepcopy(value)
+        """A new version of the object, as the API server returns one (the old one is left untouched)."""
+        stored = {**self.objects[self.key(o)], **copy.deepcopy(fields)}
+        self.objects[self.key(o)] = stored
         return stored
 
     def delete(self, o: Mapping[str, Any]) -> None:

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
+from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.podgrouper.names import group_name
+from scheduler.kube.podgrouper.owners import matters
+from scheduler.kube.podgrouper.reconciler import patch_for
 from tests.kube import workloads as wl
 from tests.kube.podgrouper_store import Store
 
@@ -400,3 +403,57 @@ def test_explicit_groups_and_skip_annotation_are_left_alone(k: Store) -> None:
     j = k.add(wl.job("skip", 2, 2, True, annotations={"kai.scheduler/skip-podgrouper": "true"}))
     (q,) = pods(k, wl.job_pod(j))
     assert k.observe(q).group is None
+
+
+# ---- following owners and writing groups ---------------------------------------------------------------------------
+def test_owner_events_that_cannot_change_a_group_are_ignored() -> None:
+    def ev(
+        kind: str, old: dict[str, Any] | None, new: dict[str, Any], type_: str = "MODIFIED"
+    ) -> ResourceEvent:
+        return ResourceEvent(kind, type_, new, old)
+
+    rs = {
+        "kind": "ReplicaSet",
+        "metadata": {"generation": 1, "labels": {"a": "1"}},
+        "status": {"readyReplicas": 1},
+    }
+    moved = {**rs, "status": {"readyReplicas": 2}}
+    assert not matters(ev("rs", rs, moved), reads_status=False)  # a pod became ready: nothing to decide
+    assert matters(
+        ev("rs", rs, {**moved, "metadata": {"generation": 2, "labels": {"a": "1"}}}), reads_status=False
+    )
+    assert matters(
+        ev("rs", rs, {**rs, "metadata": {"generation": 1, "labels": {"a": "2"}}}), reads_status=False
+    )
+    assert matters(ev("job", rs, moved), reads_status=True)  # a Job's succeeded count shrinks an Indexed gang
+    assert not matters(ev("rs", rs, rs, "DELETED"), reads_status=True)  # its pods go with it
+    assert matters(ev("rs", None, rs, "ADDED"), reads_status=False)
+
+
+def test_only_what_differs_is_patched() -> None:
+    desired = {"minMember": 3, "queue": "q", "priorityClassName": "train", "preemptibility": None,
+               "staleGraceSeconds": None}  # fmt: skip
+    current = {"minMember": 2, "queue": "q", "priorityClassName": "train", "preemptibility": "preemptible",
+               "staleGraceSeconds": 5}  # fmt: skip
+    # minMember follows; the preemptibility label was removed; a grace period set by hand is kept.
+    assert patch_for(desired, current) == {"minMember": 3, "preemptibility": None}
+    assert patch_for(desired, {**current, "minMember": 3, "preemptibility": None}) == {}
+
+
+def test_a_burst_of_pods_decides_a_group_once(k: Store) -> None:
+    js = k.add(wl.jobset("big", [wl.replicated_job("w", 50, 4)], in_order=True))
+    decisions = 0
+    decide = k.book._decide
+
+    def counting(pod: Any, *, with_members: bool) -> Any:
+        nonlocal decisions
+        decisions += with_members
+        return decide(pod, with_members=with_members)
+
+    k.book._decide = counting  # type: ignore[method-assign]
+    for i in range(50):
+        j = k.add(wl.jobset_job(js, "w", i))
+        for n in range(4):
+            k.observe(k.add(wl.job_pod(j, n)))
+    (group,) = k.book.take_pending()
+    assert group.spec.min_member == 200 and decisions == 1

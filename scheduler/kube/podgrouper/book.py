@@ -1,9 +1,9 @@
 """The podgrouper's memory: which pods are in which group, and what each group should be now.
 
-A group is decided (`grouper.py`) every time one of its pods changes, and again when an owner in its chain
-changes (`owner_changed`: an HPA scaling an elastic PyTorchJob, a replica count edited, a JobSet step
-completing) or a member leaves (an MPI launcher, an LWS leader). A pod's group name never changes once
-decided. Members are all the pods seen in a group, finished ones included: a rule may count them (a JobSet
+A group is decided (`grouper.py`) again when one of its pods changes what a rule may read (joins, leaves,
+runs, becomes Ready, finishes), when an owner in its chain changes (`owner_changed`: an HPA scaling an
+elastic PyTorchJob, a replica count edited, a JobSet step completing) or when its PodGroup changes; once
+per `take_pending`, however many events came. A pod's group name never changes once decided. Members are all the pods seen in a group, finished ones included: a rule may count them (a JobSet
 step whose pods all succeeded), and the adapter keeps the group on a finished pod so that stale-gang
 eviction counts a member that succeeded. A pod whose group says nothing the pod does not say itself (its
 own group, minMember 1, same queue and priority) gets no group: it is its own job.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.api.priority import DEFAULT_PRIORITY_CLASS
 from scheduler.kube.podgrouper.grouper import group_for_pod
@@ -25,6 +26,7 @@ from scheduler.kube.podgrouper.model import (
     Reader,
     Workload,
     is_finished,
+    is_ready,
     is_terminating,
     meta,
     spec,
@@ -67,6 +69,23 @@ def standalone(pod: Obj, g: GroupSpec) -> bool:
     )
 
 
+def _state(pod: Obj | None) -> tuple[Any, ...]:
+    """What of a pod a rule may read: a change of anything else (a new resourceVersion, a condition's
+    timestamp) decides nothing again."""
+    if pod is None:
+        return ()
+    m = meta(pod)
+    return (
+        m.get("labels"),
+        m.get("annotations"),
+        m.get("ownerReferences"),
+        bool(m.get("deletionTimestamp")),
+        (pod.get("status") or {}).get("phase"),
+        is_ready(pod),
+        spec(pod).get("priorityClassName"),
+    )
+
+
 class GroupBook:
     def __init__(
         self,
@@ -80,47 +99,60 @@ class GroupBook:
         self.priority_class_exists = priority_class_exists
         self._groups: dict[str, Group] = {}  # "namespace/name" -> group
         self._pod_group: dict[str, str | None] = {}  # pod uid -> group key (None: its own job)
+        self._alone: dict[str, Obj] = {}  # pod uid -> last pod seen, for pods that are their own job
         self._warned: dict[str, tuple[str, ...]] = {}
         self._by_owner: dict[str, set[str]] = {}  # owner uid -> group keys whose chain holds it
-        self._stale: set[str] = set()  # groups to decide again
-        self._pending: set[str] = set()  # groups decided since the last `take_pending`
+        self._pending: set[str] = set()  # groups to decide again and compare with the cluster
         self._lock = threading.Lock()
 
     # ---- changes -----------------------------------------------------------------------------------------
     def observe(self, pod: Obj) -> Decision:
-        """A pod of ours was added or changed: its group (deciding it again) and new warnings."""
+        """A pod of ours was added or changed: its group, and warnings not reported yet.
+
+        A pod's first event finds its group (the walk and the rule, without the members); later events only
+        update the membership. The group itself is decided once per `take_pending`, over all its members,
+        so a burst of pods joining a large group costs one decision, not one per pod."""
         uid = uid_of(pod)
-        g = self._decide(pod)
+        with self._lock:
+            key = self._pod_group.get(uid)
+            group = self._groups.get(key) if key else None
+            if group is not None:
+                if _state(group.members.get(uid)) != _state(pod):
+                    self._pending.add(group.spec.key)
+                group.members[uid] = pod
+                return Decision(group.spec.name)
+            if uid in self._alone and _state(self._alone[uid]) == _state(pod):
+                self._alone[uid] = pod
+                return Decision(None)
+        g = self._decide(pod, with_members=False)
         with self._lock:
             warnings = self._new_warnings(uid, g)
-            key = self._pod_group.get(uid)
-            if key is None:  # first seen, or its own job so far: may join a group now
-                if g is None or g.explicit or standalone(pod, g):
-                    self._pod_group[uid] = None
-                    return Decision(None, warnings)
-                key = self._pod_group[uid] = g.key
-            group = self._groups.get(key)
+            if g is None or g.explicit or standalone(pod, g):
+                self._pod_group[uid] = None
+                self._alone[uid] = pod
+                return Decision(None, warnings)
+            self._alone.pop(uid, None)
+            self._pod_group[uid] = g.key
+            group = self._groups.get(g.key)
             if group is None:
-                assert g is not None
-                group = self._groups[key] = Group(g)
-            elif g is not None and g.key == key:
-                group.spec = g
+                group = self._groups[g.key] = Group(g)
             group.members[uid] = pod
-            self._pending.add(key)
-            return Decision(group.spec.name, warnings)
+            self._pending.add(g.key)
+            return Decision(g.name, warnings)
 
     def forget(self, pod: Obj) -> None:
         """A pod was deleted."""
         uid = uid_of(pod)
         with self._lock:
             self._warned.pop(uid, None)
+            self._alone.pop(uid, None)
             key = self._pod_group.pop(uid, None)
             group = self._groups.get(key) if key else None
             if group is None or key is None:
                 return
             group.members.pop(uid, None)
             if group.members:
-                self._stale.add(key)  # a rule may count who is left (an MPI launcher, an LWS leader)
+                self._pending.add(key)  # a rule may count who is left (an MPI launcher, an LWS leader)
                 return
             del self._groups[key]
             for owner_uid in [o for o, keys in self._by_owner.items() if key in keys]:
@@ -131,7 +163,7 @@ class GroupBook:
     def owner_changed(self, obj: Obj) -> None:
         """An object in some groups' owner chains changed (called from informer threads)."""
         with self._lock:
-            self._stale |= self._by_owner.get(uid_of(obj), set())
+            self._pending |= self._by_owner.get(uid_of(obj), set())
 
     def touch(self, key: str) -> None:
         """Hand `key` to the next `take_pending` (its PodGroup must be checked again)."""
@@ -141,14 +173,15 @@ class GroupBook:
 
     # ---- reading -----------------------------------------------------------------------------------------
     def take_pending(self) -> list[Group]:
-        """Groups to compare with the cluster: decided again where stale, and every one changed since."""
-        with self._lock:
-            stale, self._stale = self._stale, set()
-        for key in stale:
-            self._redecide(key)
+        """Every group changed since the last call (a member, an owner, its PodGroup), decided again."""
         with self._lock:
             pending, self._pending = self._pending, set()
-            return [self._groups[k] for k in sorted(pending) if k in self._groups]
+        out = []
+        for key in sorted(pending):
+            group = self._redecide(key)
+            if group is not None:
+                out.append(group)
+        return out
 
     def group(self, key: str) -> Group | None:
         with self._lock:
@@ -161,11 +194,13 @@ class GroupBook:
             return group.spec.name if group else None
 
     # ---- deciding ----------------------------------------------------------------------------------------
-    def _decide(self, pod: Obj) -> GroupSpec | None:
+    def _decide(self, pod: Obj, *, with_members: bool) -> GroupSpec | None:
         chain = owner_chain(pod, self.lookup)
         namespace = str(meta(pod).get("namespace") or "default")
 
         def members(name: str) -> list[Obj]:
+            if not with_members:
+                return []  # finding the group's name: the members only count for its minMember
             with self._lock:
                 group = self._groups.get(f"{namespace}/{name}")
                 return list(group.members.values()) if group else []
@@ -180,19 +215,19 @@ class GroupBook:
                         self._by_owner.setdefault(uid_of(owner), set()).add(g.key)
         return g
 
-    def _redecide(self, key: str) -> None:
+    def _redecide(self, key: str) -> Group | None:
         with self._lock:
             group = self._groups.get(key)
             live = [p for p in (group.members.values() if group else ()) if not is_terminating(p)]
-        if not live:
-            return
-        running = [p for p in live if not is_finished(p)]
-        g = self._decide((running or live)[-1])
-        with self._lock:
-            group = self._groups.get(key)
-            if group is not None and g is not None and g.key == key:
-                group.spec = g
-                self._pending.add(key)
+        if group is None:
+            return None
+        if live:
+            running = [p for p in live if not is_finished(p)]
+            g = self._decide((running or live)[-1], with_members=True)
+            if g is not None and g.key == key:
+                with self._lock:
+                    group.spec = g
+        return group
 
     def _new_warnings(self, uid: str, g: GroupSpec | None) -> tuple[str, ...]:
         warnings = g.warnings if g is not None else ()

@@ -23,15 +23,10 @@ class Kind:
     group: str  # API group ("" for the core group)
     kind: str
     plural: str
-    rule: (
-        Rule | None
-    )  # None: the kind is skipped, its pods grouped by the owner below it (KAI's skip-top-owner)
+    # None: the kind is skipped, its pods grouped by the owner below it (KAI's skip-top-owner).
+    rule: Rule | None
     ours: str
     kai: str
-
-    @property
-    def family(self) -> str:
-        return self.group or "core"
 
 
 _SAME = "same"
@@ -107,6 +102,9 @@ KINDS: tuple[Kind, ...] = (
 )  # fmt: skip
 
 _BY_GROUP_KIND = {(k.group, k.kind): k for k in KINDS}
+# Kinds whose rule reads the object's status (a Job's succeeded count, a JobSet's steps, a RayJob's cluster):
+# for the others a change of status alone cannot change a group.
+READS_STATUS = frozenset({("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("ray.io", "RayJob")})
 
 
 def lookup(group: str, kind: str) -> Kind | None:

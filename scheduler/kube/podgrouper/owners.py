@@ -24,7 +24,7 @@ from scheduler.kube.backoff import Backoff
 from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.informer import Informer, WatchTarget
 from scheduler.kube.podgrouper import kinds
-from scheduler.kube.podgrouper.model import Obj, uid_of
+from scheduler.kube.podgrouper.model import Obj, meta, spec, status, uid_of
 from scheduler.kube.podgrouper.walk import Found
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class OwnerReader:
             return self.pods(key) if self.pods is not None else None
         if not (known and group and self.watch):
             return None
-        informer = self._informer((group, version, plural))
+        informer = self._informer((group, version, plural), kind)
         if not informer.synced.is_set():
             return None
         obj = informer.get(key)
@@ -142,7 +142,7 @@ class OwnerReader:
             return None
         return {**obj, "apiVersion": f"{group}/{version}", "kind": kind}
 
-    def _informer(self, gvr: GVR) -> Informer:
+    def _informer(self, gvr: GVR, kind: str) -> Informer:
         with self._lock:
             informer = self._informers.get(gvr)
             if informer is None:
@@ -151,13 +151,34 @@ class OwnerReader:
                     f"{plural}.{group}", self.custom.list_cluster_custom_object, (group, version, plural)
                 )
                 informer = Informer(
-                    target, self._changed, backoff=self.backoff(), watch_timeout_s=self.watch_timeout_s
+                    target,
+                    lambda event: self._changed(event, group, kind),
+                    backoff=self.backoff(),
+                    watch_timeout_s=self.watch_timeout_s,
                 )
                 self._informers[gvr] = informer
                 informer.start()
                 log.info("podgrouper: watching %s.%s/%s", plural, group, version)
         return informer
 
-    def _changed(self, event: ResourceEvent) -> None:
-        if self.on_change is not None:
+    def _changed(self, event: ResourceEvent, group: str, kind: str) -> None:
+        if self.on_change is not None and matters(event, (group, kind) in kinds.READS_STATUS):
             self.on_change(event.obj)
+
+
+def matters(event: ResourceEvent, reads_status: bool) -> bool:
+    """Whether an owner's watch event can change a group. Not a deletion (its pods go with it) nor a change
+    of status alone where the rule does not read status: a ReplicaSet's status moves with every pod's
+    readiness, and would decide again every per-pod group of its Deployment each time."""
+    if event.type == "DELETED":
+        return False
+    if event.type == "ADDED" or event.old is None:
+        return True
+    old, new = meta(event.old), meta(event.obj)
+    if old.get("generation") != new.get("generation") or any(
+        old.get(k) != new.get(k) for k in ("labels", "annotations", "ownerReferences", "uid")
+    ):
+        return True
+    if old.get("generation") is None and spec(event.old) != spec(event.obj):
+        return True  # a kind that does not count generations
+    return reads_status and status(event.old) != status(event.obj)
