@@ -1,5 +1,6 @@
 """An in-memory object store for the podgrouper's rule tests: objects get UIDs as the API server gives them,
-and owners are read by reference, checked against the reference's UID, as `OwnerReader` does."""
+and owners are read by reference, checked against the reference's UID, as `OwnerReader` does; kinds the
+podgrouper has no rule for are forbidden, as the chart's RBAC makes them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from scheduler.kube.podgrouper import kinds
 from scheduler.kube.podgrouper.book import Decision, GroupBook
 from scheduler.kube.podgrouper.model import GroupSpec, Obj
 from scheduler.kube.podgrouper.walk import Found
@@ -50,6 +52,11 @@ class Store:
         self.objects.pop(self.key(o), None)
 
     def lookup(self, namespace: str, ref: Mapping[str, Any]) -> Found:
+        group = _group(ref["apiVersion"])
+        if kinds.lookup(group, ref["kind"]) is None:  # the chart's RBAC: only the kinds with a rule
+            return Found(
+                None, f"forbidden: the scheduler may not read {ref['kind'].lower()}s.{group or 'core'}"
+            )
         o = self.objects.get((namespace, _group(ref["apiVersion"]), ref["kind"], ref["name"]))
         if o is None:
             return Found(None, f"{ref['kind']} {ref['name']} not found (deleted)")

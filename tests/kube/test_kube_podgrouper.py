@@ -396,6 +396,14 @@ def test_an_owner_that_cannot_be_read_is_reported(k: Store) -> None:
     assert "could not read PyTorchJob gone" in g.warnings[0]
 
 
+def test_unknown_kinds_group_by_owner_without_complaint(k: Store) -> None:
+    thing = k.add(wl.obj("example.com/v1", "Thing", "t", spec={}))
+    a, b = pods(k, wl.pod("t-1", owner=thing), wl.pod("t-2", owner=thing))
+    g = k.spec(a)
+    assert g.name == k.spec(b).name and g.min_member == 1 and g.warnings == ()
+    assert g.owner is not None and (g.owner.kind, g.owner.uid) == ("Thing", thing["metadata"]["uid"])
+
+
 def test_explicit_groups_and_skip_annotation_are_left_alone(k: Store) -> None:
     for key in ("tessera.dev/pod-group", "pod-group-name"):
         (p,) = pods(k, wl.pod(f"named-{len(key)}", annotations={key: "gang"}))

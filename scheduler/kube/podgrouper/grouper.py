@@ -68,8 +68,13 @@ def group_for_pod(
     w = Workload(pod, chain.owners, members, priority_class_exists, reader)
     if not chain.complete:
         top = w.top
-        notes = (f"could not read {kind_of(top)} {meta(top).get('name')}: {chain.problem}; grouped by its "
-                 "reference alone (minMember 1, its labels unread)",)  # fmt: skip
+        known = kinds.lookup(api_group(top), kind_of(top)) is not None
+        # A kind the podgrouper has no rule for is not readable by design (KAI stops there too): no warning.
+        expected = not known and chain.problem.startswith("forbidden")
+        notes = () if expected else (
+            f"could not read {kind_of(top)} {meta(top).get('name')}: {chain.problem}; grouped by its "
+            "reference alone (minMember 1, its labels unread)",
+        )  # fmt: skip
         return replace(core.per_owner(w, top), warnings=notes, rule=kind_of(top))
     return dispatch(w)
 
