@@ -244,3 +244,40 @@ def test_a_recreated_jobset_gets_a_new_group_and_a_deleted_group_comes_back(k: W
     k.custom.delete_namespaced_custom_object("scheduling.tessera.dev", "v1alpha1", k.ns, "podgroups",
                                              new["metadata"]["name"])  # fmt: skip
     wait_until(lambda: (g := k.group_of(second)) and g["metadata"]["uid"] != new["metadata"]["uid"])
+
+
+def test_every_other_kind_groups_its_pods_under_its_queue(k: Workloads) -> None:
+    """The kinds not covered above, each with the queue label on the workload (which the scheduler may read
+    only through the chart's RBAC) and one pod its controller would make."""
+    ray_spec = wl.ray_cluster_spec([{"groupName": "g", "replicas": 2}])
+    cases: list[tuple[dict[str, Any], int]] = [
+        *((wl.training_job(kind, kind.lower(), {"Worker": 2}), 2) for kind in ("TFJob", "XGBoostJob", "JAXJob", "PaddleJob")),
+        (wl.rayjob("rj", ray_spec), 3),
+        *((wl.obj(api_version_of(g, kind), kind, kind.lower(), spec={}), 1) for g, kind in (
+            ("machinelearning.seldon.io", "SeldonDeployment"), ("kubevirt.io", "VirtualMachineInstance"),
+            ("workspace.devfile.io", "DevWorkspace"), ("tekton.dev", "PipelineRun"), ("tekton.dev", "TaskRun"),
+            ("kubeflow.org", "ScheduledWorkflow"))),
+    ]  # fmt: skip
+    for body, min_member in cases:
+        queue = f"q-{body['kind'].lower()}"
+        owner = k.create({**body, "metadata": {**body["metadata"], "labels": {"tessera.dev/queue": queue}}})
+        k.create(wl.pod(f"{owner['metadata']['name']}-pod-0", owner=owner))
+        assert (spec_of(k, owner)["minMember"], spec_of(k, owner)["queue"]) == (min_member, queue), body[
+            "kind"
+        ]
+    # Kinds skipped to the run they made: a CronWorkflow's Workflow, a ScheduledSparkApplication's application.
+    cron_wf = k.create(wl.obj(api_version_of("argoproj.io", "CronWorkflow"), "CronWorkflow", "nightly", spec={},
+                              labels={"tessera.dev/queue": "ci"}))  # fmt: skip
+    run = k.create(wl.workflow("nightly-1", owner=cron_wf))
+    step = k.create(wl.workflow_pod(run, "step"))
+    assert spec_of(k, step)["queue"] == "ci"
+    scheduled = k.create(wl.obj(api_version_of("sparkoperator.k8s.io", "ScheduledSparkApplication"),
+                                "ScheduledSparkApplication", "daily", spec={}))  # fmt: skip
+    app = k.create(wl.sparkapp("daily-1", owner=scheduled, labels={"tessera.dev/queue": "data"}))
+    k.create(wl.spark_driver("spark-daily-1", app))
+    assert spec_of(k, app)["queue"] == "data"
+    # A ReplicaSet of its own (the real ReplicaSet controller makes its pods): one group, minMember 1.
+    rs = k.create(wl.obj("apps/v1", "ReplicaSet", "plain", labels={"tessera.dev/queue": "rs"},
+                         spec={"replicas": 2, "selector": {"matchLabels": {"app": "plain"}},
+                               "template": wl.pod_template({"app": "plain"})}))  # fmt: skip
+    assert (spec_of(k, rs)["minMember"], spec_of(k, rs)["queue"]) == (1, "rs")
