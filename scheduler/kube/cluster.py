@@ -25,7 +25,7 @@ from typing import Any, cast
 from kubernetes import client
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GROUP, KAI_POD_GROUP, POD_GROUP, SCHEDULER_NAME, VERSION
+from scheduler.api.keys import GROUP, KAI_POD_GROUP, POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME, VERSION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
@@ -36,7 +36,7 @@ from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
 from scheduler.kube.lock_view import NodeLockView
-from scheduler.kube.podgrouper.book import GroupBook
+from scheduler.kube.podgrouper.book import Decision, GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder, ObjectRef
@@ -310,25 +310,38 @@ class KubeCluster:
         if "priority" not in spec and spec.get("priorityClassName") in self._priorities:
             enriched = enriched or _copy_pod(obj)
             enriched["spec"]["priority"] = self._priorities[spec["priorityClassName"]]
-        if ours and self.podgrouper:
-            group = self._group_of(obj)
-            if group is not None:
-                enriched = enriched or _copy_pod(obj)
-                enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = group
+        decision = self._group_of(obj) if ours and self.podgrouper else None
+        if decision is not None and decision.group is not None:
+            enriched = enriched or _copy_pod(obj)
+            enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = decision.group
+        elif decision is not None and (decision.queue or decision.priority_class):
+            # Its own job, whose group gives it another queue or priority class (a Deployment's replica
+            # is `inference`): the cycle sees them on the pod, no PodGroup object is needed.
+            enriched = enriched or _copy_pod(obj)
+            if decision.queue:
+                enriched["metadata"]["labels"] = {**(enriched["metadata"].get("labels") or {}),
+                                                  QUEUE_LABEL: decision.queue}  # fmt: skip
+            if decision.priority_class:
+                enriched["spec"]["priorityClassName"] = cls = decision.priority_class
+                value = self._priorities.get(cls)
+                if value is None and cls in PRIORITY_CLASSES:
+                    value = PRIORITY_CLASSES[cls].value
+                if value is not None:
+                    enriched["spec"]["priority"] = value
         out.append(WatchEvent("Pod", ev.type, enriched or obj))
         return out
 
-    def _group_of(self, pod: Obj) -> str | None:
-        """The pod's derived group name (None: its own job)."""
+    def _group_of(self, pod: Obj) -> Decision | None:
+        """The podgrouper's decision for the pod (None: named by the user, the cycle reads it from the pod)."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP):
-            return None  # named by the user: the cycle reads it from the pod
+            return None
         decision = self.podgroups.observe(pod)
         for warning in decision.warnings:
             self.recorder.record(
                 ObjectRef.of(pod), "PodGrouperWarning", warning, type_="Warning", rate_limited=True
             )
-        return decision.group
+        return decision
 
     def _write_groups(self) -> list[WatchEvent]:
         return [WatchEvent("PodGroup", t, obj) for t, obj in self.podgroups.flush()]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.kube.event_queue import ResourceEvent
+from scheduler.kube.podgrouper.book import Decision
 from scheduler.kube.podgrouper.names import group_name
 from scheduler.kube.podgrouper.owners import matters
 from scheduler.kube.podgrouper.reconciler import patch_for
@@ -43,26 +44,37 @@ def test_bare_pod_is_its_own_job_unless_it_says_more(k: Store) -> None:
     assert g.owner is not None and g.owner.kind == "Pod" and g.name == group_name("marked", g.owner.uid)
 
 
-def test_deployment_pods_one_group_each_with_inference_priority_and_the_deployments_queue(k: Store) -> None:
+def test_deployment_pods_are_their_own_jobs_with_inference_priority_and_the_deployments_queue(
+    k: Store,
+) -> None:
+    """KAI makes one group per replica, owned by the pod; here a replica is its own job and the group's
+    queue and priority class are put on the pod the cycle sees (no PodGroup object per replica)."""
     dep = k.add(wl.deployment("web", labels={"kai.scheduler/queue": "svc"}))
     rs = k.add(wl.replicaset(dep))
-    a, b = pods(k, wl.replicaset_pod(rs, "a1"), wl.replicaset_pod(rs, "b2", priority_class="build"))
-    ga, gb = k.spec(a), k.spec(b)
-    assert ga.name != gb.name and ga.min_member == gb.min_member == 1
-    assert (ga.queue, ga.priority_class, gb.priority_class) == ("svc", "inference", "build")
-    assert ga.owner is not None and ga.owner.uid == a["metadata"]["uid"]  # deleted with its pod
+    a, b = k.add(wl.replicaset_pod(rs, "a1")), k.add(wl.replicaset_pod(rs, "b2", priority_class="build"))
+    da, db = k.observe(a), k.observe(b)
+    assert (da.group, da.queue, da.priority_class) == (None, "svc", "inference")
+    assert (db.group, db.queue, db.priority_class) == (None, "svc", None)  # its own class: nothing to change
+    preempt = k.add(wl.deployment("batchy", labels={"kai.scheduler/preemptibility": "preemptible"}))
+    (c,) = pods(k, wl.replicaset_pod(k.add(wl.replicaset(preempt)), "c3"))
+    g = k.spec(c)  # a pod cannot say preemptible on its own: the group object carries it
+    assert (g.min_member, g.preemptibility, g.owner and g.owner.uid) == (
+        1,
+        "preemptible",
+        c["metadata"]["uid"],
+    )
 
 
 def test_priority_class_label_on_an_owner_wins_and_an_unknown_class_is_reported(k: Store) -> None:
     dep = k.add(wl.deployment("web", labels={"priorityClassName": "build-preemptible"}))
     rs = k.add(wl.replicaset(dep))
-    (p,) = pods(k, wl.replicaset_pod(rs, "a1", priority_class="inference"))
-    assert k.spec(p).priority_class == "build-preemptible"
+    p = k.add(wl.replicaset_pod(rs, "a1", priority_class="inference"))
+    assert k.observe(p).priority_class == "build-preemptible"
     dep2 = k.add(wl.deployment("api", labels={"priorityClassName": "no-such-class"}))
-    (q,) = pods(k, wl.replicaset_pod(k.add(wl.replicaset(dep2)), "c3"))
+    q = k.add(wl.replicaset_pod(k.add(wl.replicaset(dep2)), "c3"))
     decision = k.observe(q)
-    assert k.spec(q).priority_class == "inference"
-    assert decision.warnings == () and "no-such-class" in k.book._warned[q["metadata"]["uid"]][0]
+    assert decision.priority_class == "inference" and "no-such-class" in decision.warnings[0]
+    assert k.observe(q).warnings == ()  # reported once
 
 
 def test_statefulset_is_a_gang_only_when_its_pods_start_together(k: Store) -> None:
@@ -350,8 +362,8 @@ def test_knative_revision_is_a_gang_of_min_scale(k: Store) -> None:
 
 def test_argo_steps_are_separate_with_the_workflows_queue(k: Store) -> None:
     wf = k.add(wl.workflow("wf", labels={"tessera.dev/queue": "ci"}))
-    a, b = pods(k, wl.workflow_pod(wf, "step-1"), wl.workflow_pod(wf, "step-2"))
-    assert k.spec(a).name != k.spec(b).name and k.spec(a).queue == "ci" and k.spec(a).min_member == 1
+    a, b = k.add(wl.workflow_pod(wf, "step-1")), k.add(wl.workflow_pod(wf, "step-2"))
+    assert k.observe(a) == k.observe(b) == Decision(None, queue="ci")  # each step its own job, in `ci`
 
 
 def test_spark_submit_driver_and_executors_meet_by_app_selector(k: Store) -> None:

@@ -5,8 +5,9 @@ runs, becomes Ready, finishes), when an owner in its chain changes (`owner_chang
 elastic PyTorchJob, a replica count edited, a JobSet step completing) or when its PodGroup changes; once
 per `take_pending`, however many events came. A pod's group name never changes once decided. Members are all the pods seen in a group, finished ones included: a rule may count them (a JobSet
 step whose pods all succeeded), and the adapter keeps the group on a finished pod so that stale-gang
-eviction counts a member that succeeded. A pod whose group says nothing the pod does not say itself (its
-own group, minMember 1, same queue and priority) gets no group: it is its own job.
+eviction counts a member that succeeded. A pod whose group is of itself alone (minMember 1) is its own job
+and gets no group object, unless it must carry what a pod cannot (a preemptibility, a grace period): the
+group's queue and priority class are handed back to be put on the pod the cycle sees.
 
 No API calls here beyond the owner reads of the lookup given; `reconciler.py` writes the PodGroups.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.api.priority import DEFAULT_PRIORITY_CLASS
@@ -41,6 +42,10 @@ from scheduler.kube.podgrouper.walk import OwnerLookup, owner_chain
 class Decision:
     group: str | None  # the pod's group name (None: the pod is its own job)
     warnings: tuple[str, ...] = ()  # to report on the pod (only when they changed)
+    # A pod that is its own job but whose group says more than the pod: the queue and priority class to
+    # give it (the adapter writes them on the pod the cycle sees), so no PodGroup object is needed.
+    queue: str | None = None
+    priority_class: str | None = None
 
 
 @dataclass
@@ -54,18 +59,26 @@ class Group:
         return any(not is_finished(p) and not is_terminating(p) for p in self.members.values())
 
 
-def standalone(pod: Obj, g: GroupSpec) -> bool:
-    """The group says nothing the pod does not say itself."""
-    own_priority = spec(pod).get("priorityClassName") or DEFAULT_PRIORITY_CLASS
-    return (
+def own_job(pod: Obj, g: GroupSpec) -> Decision | None:
+    """For a group of this pod alone (its own PodGroup, minMember 1: a bare pod, a Deployment's replica, an
+    Argo step) that needs no PodGroup object, what the cycle must see on the pod: the group's queue and
+    priority class where they differ from the pod's own. None: the group needs its object (a gang, or a
+    preemptibility or grace period, which a pod cannot carry)."""
+    if not (
         g.min_member == 1
         and g.owner is not None
         and g.owner.uid == uid_of(pod)
         and g.name == group_name(str(meta(pod).get("name") or ""), uid_of(pod))
-        and g.queue == queue_of(Workload(pod), {})
-        and (g.priority_class or DEFAULT_PRIORITY_CLASS) == own_priority
         and g.preemptibility is None
         and g.stale_grace_s is None
+    ):
+        return None
+    own_priority = spec(pod).get("priorityClassName") or DEFAULT_PRIORITY_CLASS
+    priority = g.priority_class or DEFAULT_PRIORITY_CLASS
+    return Decision(
+        None,
+        queue=g.queue if g.queue != queue_of(Workload(pod), {}) else None,
+        priority_class=priority if priority != own_priority else None,
     )
 
 
@@ -99,7 +112,8 @@ class GroupBook:
         self.priority_class_exists = priority_class_exists
         self._groups: dict[str, Group] = {}  # "namespace/name" -> group
         self._pod_group: dict[str, str | None] = {}  # pod uid -> group key (None: its own job)
-        self._alone: dict[str, Obj] = {}  # pod uid -> last pod seen, for pods that are their own job
+        # pod uid -> (last pod seen, its decision) for pods that are their own job
+        self._alone: dict[str, tuple[Obj, Decision]] = {}
         self._warned: dict[str, tuple[str, ...]] = {}
         self._by_owner: dict[str, set[str]] = {}  # owner uid -> group keys whose chain holds it
         self._pending: set[str] = set()  # groups to decide again and compare with the cluster
@@ -121,16 +135,18 @@ class GroupBook:
                     self._pending.add(group.spec.key)
                 group.members[uid] = pod
                 return Decision(group.spec.name)
-            if uid in self._alone and _state(self._alone[uid]) == _state(pod):
-                self._alone[uid] = pod
-                return Decision(None)
+            alone = self._alone.get(uid)
+            if alone is not None and _state(alone[0]) == _state(pod):
+                self._alone[uid] = (pod, alone[1])
+                return alone[1]
         g = self._decide(pod, with_members=False)
         with self._lock:
             warnings = self._new_warnings(uid, g)
-            if g is None or g.explicit or standalone(pod, g):
+            own = Decision(None) if g is None or g.explicit else own_job(pod, g)
+            if own is not None or g is None:
                 self._pod_group[uid] = None
-                self._alone[uid] = pod
-                return Decision(None, warnings)
+                self._alone[uid] = (pod, own or Decision(None))
+                return replace(own or Decision(None), warnings=warnings)
             self._alone.pop(uid, None)
             self._pod_group[uid] = g.key
             group = self._groups.get(g.key)
