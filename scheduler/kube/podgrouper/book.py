@@ -3,9 +3,11 @@
 A group is decided (`grouper.py`) again when one of its pods changes what a rule may read (joins, leaves,
 runs, becomes Ready, finishes), when an owner in its chain changes (`owner_changed`: an HPA scaling an
 elastic PyTorchJob, a replica count edited, a JobSet step completing) or when its PodGroup changes; once
-per `take_pending`, however many events came. A pod's group name never changes once decided. Members are all the pods seen in a group, finished ones included: a rule may count them (a JobSet
-step whose pods all succeeded), and the adapter keeps the group on a finished pod so that stale-gang
-eviction counts a member that succeeded. A pod whose group is of itself alone (minMember 1) is its own job
+per `take_pending`, however many events came. A pod's group name never changes once decided.
+
+Members are all the pods seen in a group, finished ones included: a rule may count them (a JobSet step
+whose pods all succeeded), and the adapter keeps the group on a finished pod so that stale-gang eviction
+counts a member that succeeded. A pod whose group is of itself alone (minMember 1) is its own job
 and gets no group object, unless it must carry what a pod cannot (a preemptibility, a grace period): the
 group's queue and priority class are handed back to be put on the pod the cycle sees.
 
