@@ -1,22 +1,32 @@
-"""The scheduling loop: apply watch events, open a session, run the actions, report what is pending."""
+"""The scheduling loop: apply watch events, open a session, run the actions, report what is pending.
+
+Every step is contained per object (`scheduler/containment.py` says where the boundaries are and why):
+a failure while the session opens or an action runs quarantines the job it was handling and the step goes
+on without it; reporting one pod, queue or pod group never keeps the others from being reported.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.actions import DEFAULT_ACTIONS, make_actions
+from scheduler.actions import DEFAULT_ACTIONS, Action, make_actions
 from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.backend import get_namespace
 from scheduler.cache import Cache
 from scheduler.cluster import Cluster
+from scheduler.containment import MAX_CULPRITS, culprit, failure
+from scheduler.jobs import Job
+from scheduler.memo import Memo
+from scheduler.model import PodInfo
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.registry import make_policy
-from scheduler.reasons import PendingReason
+from scheduler.reasons import PendingReason, Reason
 from scheduler.session import Session
 
 log = logging.getLogger(__name__)
@@ -67,13 +77,13 @@ class Scheduler:
         t0 = time.perf_counter()
         now = self.cluster.now()
         self.cache.apply(self.cluster.drain_events())
-        session = Session.open(self.cache, self.placer, now)
+        session = self._open(now)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
         try:
             for action in self.actions:
                 ta = time.perf_counter()
-                action.execute(session, self.cluster)
+                self._execute(action, session)
                 timings[action.name] = time.perf_counter() - ta
         finally:
             if self.cache.ledger.abort():  # an action failed inside a transaction: leave no half of it
@@ -91,15 +101,73 @@ class Scheduler:
             pending=len(session.reasons), reasons=dict(session.reasons), events=session.events, phase_s=phases,
         )  # fmt: skip
 
+    # ------------------------------------------------------------------------------------ containment
+    def _open(self, now: float) -> Session:
+        """Open the session; a job that makes it fail is quarantined and the session opened without it."""
+        index = self.cache.index
+        for _ in range(MAX_CULPRITS):
+            try:
+                session = Session.open(self.cache, self.placer, now)
+                break
+            except Exception as exc:
+                key = culprit(exc)
+                if key is None or not index.quarantine(key, self._failed_on(exc, key, "opening the session")):
+                    raise
+        else:
+            session = Session.open(self.cache, self.placer, now)
+        for pod, message in index.quarantined_pods():
+            session.set_reason(pod, Reason.INVALID_REQUEST, message)
+        return session
+
+    def _execute(self, action: Action, session: Session) -> None:
+        """Run one action; when it fails on a job, that job is rolled back, quarantined, and the action run
+        again for the others (at most MAX_CULPRITS times a cycle, then it is skipped until the next)."""
+        for attempt in range(MAX_CULPRITS + 1):
+            try:
+                action.execute(session, self.cluster)
+                return
+            except Exception as exc:
+                self.cache.ledger.abort()  # what the failing job's transaction had done, undone
+                key = culprit(exc)
+                message = self._failed_on(exc, key, action.name)
+                if key is None or attempt == MAX_CULPRITS or not self.cache.index.quarantine(key, message):
+                    self.cache.error_log.add(f"action {action.name} skipped this cycle: {failure(exc)}")
+                    return
+                _leave_out(session, key, message)
+
+    def _failed_on(self, exc: Exception, key: str | None, step: str) -> str:
+        log.exception("%s failed on job %s", step, key)
+        message = f"the scheduler failed on this pod's job in {step} ({failure(exc)}); it waits until changed"
+        self.cache.error_log.add(f"job {key}: {message}")
+        return message
+
     def _report(self, session: Session) -> None:
+        """Tell people why pods wait, and every queue's and pod group's status: each object on its own."""
         pods = self.cache.pods
         for uid, why in session.reasons.items():
             pod = pods.get(uid)
             if pod is not None and not pod.holds_resources:
-                self.cluster.report_pending(pod, why.reason, why.message)
+                self._contained(self.cluster.report_pending, pod, why.reason, self._why(pod, why))
         self.last_reasons = session.reasons
-        self.cluster.publish_status(queue_statuses(session), podgroup_statuses(session))
-        self._warn(session)
+        self._contained(self.cluster.publish_status, queue_statuses(session), podgroup_statuses(session))
+        self._contained(self._warn, session)
+
+    def _why(self, pod: PodInfo, why: PendingReason) -> str:
+        """An invalid queue says what is wrong with it (it is not merely missing)."""
+        if why.reason is Reason.INVALID_QUEUE:
+            problem = self.cache.mirror.problems.queues.get(pod.queue)
+            if problem is not None:
+                return f"{problem}; fix the queue or label the pod with another leaf queue"
+        return why.message
+
+    def _contained(self, report: Callable[..., Any], *args: Any) -> Any:
+        """One report: a failure is logged and recorded, and the others are still made."""
+        try:
+            return report(*args)
+        except Exception as exc:
+            log.exception("reporting with %s failed", getattr(report, "__name__", report))
+            self.cache.error_log.add(f"reporting: {failure(exc)}")
+            return None
 
     def _warn(self, session: Session) -> None:
         """Warn about objects that are used, but not as their author meant; each warning once."""
@@ -120,21 +188,47 @@ class Scheduler:
         for node in self.cache.state.nodes:
             if node is not None and node.warning:
                 now[("Node", None, node.name, "GPUMemoryAssumed")] = node.warning
+        problems = self.cache.mirror.problems
+        for name, message in problems.nodes.items():
+            now[("Node", None, name, "NodeUnusable")] = message
+        for name, message in problems.queues.items():
+            now[("Queue", None, name, "QueueInvalid")] = message
+        for group, message in problems.podgroups.items():
+            namespace, _, name = group.partition("/")
+            now[("PodGroup", namespace, name, "PodGroupInvalid")] = message
         for key, message in now.items():
             if self.warnings.get(key) != message:
-                self.cluster.warn(*key, message)
+                self._contained(self.cluster.warn, *key, message)
         self.warnings = now
 
 
+def _leave_out(session: Session, key: str, message: str) -> None:
+    """Take quarantined job `key` out of the session and tell its pending pods why; pods bound before the
+    failure are running now (so the action, run again, does not place them twice)."""
+    for job in session.jobs:
+        if job.key == key:
+            for p in job.pending:
+                session.set_reason(p, Reason.INVALID_REQUEST, message)
+        elif any(p.holds_resources for p in job.pending):
+            job.running += [p for p in job.pending if p.holds_resources]
+            job.pending = [p for p in job.pending if not p.holds_resources]
+    session.jobs = [job for job in session.jobs if job.key != key]
+    session.pending_jobs = [job for job in session.pending_jobs if job.key != key and job.pending]
+    session.memo = Memo()  # victims and capacities computed with the job in
+
+
 def queue_statuses(session: Session) -> dict[str, QueueStatus]:
-    return {
-        name: QueueStatus.from_internal(
-            allocated=node.allocated.as_dict(),
-            requested=node.requested.as_dict(),
-            fair_share=node.fair_share.as_dict(),
-        )
-        for name, node in session.tree.nodes.items()
-    }
+    out: dict[str, QueueStatus] = {}
+    for name, node in session.tree.nodes.items():
+        try:
+            out[name] = QueueStatus.from_internal(
+                allocated=node.allocated.as_dict(),
+                requested=node.requested.as_dict(),
+                fair_share=node.fair_share.as_dict(),
+            )
+        except Exception:  # one queue: the others are still written
+            log.exception("status of queue %s failed", name)
+    return out
 
 
 def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
@@ -142,17 +236,21 @@ def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
     for job in session.jobs:
         if not job.is_gang:
             continue
-        running = sum(1 for p in (*job.running, *job.pending) if p.holds_resources)
-        if running >= job.min_member:
-            out[job.key] = PodGroupStatus(phase="Running", running=running)
-            continue
-        why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)
-        why = why or session.group_reasons.get(job.key)
-        conditions = (
-            [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)]
-            if why
-            else []
-        )
-        phase = "Unschedulable" if why else "Pending"
-        out[job.key] = PodGroupStatus(phase=phase, running=running, conditions=conditions)
+        try:
+            out[job.key] = _podgroup_status(session, job)
+        except Exception:  # one pod group: the others are still written
+            log.exception("status of pod group %s failed", job.key)
     return out
+
+
+def _podgroup_status(session: Session, job: Job) -> PodGroupStatus:
+    running = sum(1 for p in (*job.running, *job.pending) if p.holds_resources)
+    if running >= job.min_member:
+        return PodGroupStatus(phase="Running", running=running)
+    why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)
+    why = why or session.group_reasons.get(job.key)
+    conditions = (
+        [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)] if why else []
+    )
+    phase = "Unschedulable" if why else "Pending"
+    return PodGroupStatus(phase=phase, running=running, conditions=conditions)

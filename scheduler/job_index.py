@@ -5,14 +5,31 @@ actions work on those); settled jobs are reused as they are. Rebuilding a job na
 its pods' holdings in the ledger (queue, job, non-preemptible or not); `QueueUsage`, a ledger listener,
 keeps per-queue sums of what the pods hold from those owners as holdings come and go, so no copy of the
 usage is kept by hand anywhere.
+
+A running job is charged where its pods really are, whatever their labels say now: to the queue its
+running pods were admitted to (the owner of their holdings), or to `default` when that queue is gone. A
+relabelled pod (to a queue that does not exist, or to another one) neither escapes its queue's limit nor
+stops being reclaimable.
+
+Building a job is a containment boundary (see `scheduler/containment.py`): a job that cannot be built, or
+whose PodGroup is invalid, or that made a step of the cycle fail, is quarantined: left out of the jobs
+until one of its pods or its PodGroup changes, its pending pods told why.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+
+from scheduler.api.keys import DEFAULT_QUEUE
 from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import Queue
+from scheduler.containment import Quarantined, failure
 from scheduler.jobs import Job, build_job, is_job_member, job_key
 from scheduler.ledger import Holding, HoldKind, Ledger, Owner, same_charge
 from scheduler.model import PodInfo
+
+log = logging.getLogger(__name__)
 
 Usage = tuple[int, int, int]  # GPU milli, CPU milli, memory MiB
 
@@ -48,9 +65,19 @@ class QueueUsage:
 
 
 class JobIndex:
-    def __init__(self, ledger: Ledger, podgroups: dict[str, PodGroup]) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        podgroups: dict[str, PodGroup],
+        queues: Mapping[str, Queue] | None = None,
+        invalid_podgroups: Mapping[str, str] | None = None,
+    ) -> None:
         self.ledger = ledger
         self.podgroups = podgroups  # the mirror's, by namespace/name
+        self.queues: Mapping[str, Queue] = queues if queues is not None else {}  # the mirror's, by name
+        # PodGroups that failed validation (the mirror's problems): their pods wait, told why
+        self.invalid_podgroups: Mapping[str, str] = invalid_podgroups if invalid_podgroups is not None else {}
+        self.quarantined: dict[str, Quarantined] = {}
         self.usage = QueueUsage()
         ledger.add_listener(self.usage)
         # Keys in first-seen order, as build_jobs gives them.
@@ -60,15 +87,24 @@ class JobIndex:
         self._active: dict[str, None] = {}  # jobs with pending pods: rebuilt every cycle
 
     def touch(self, key: str) -> None:
-        """Job `key` changed (a pod, its PodGroup, what a pod holds): rebuild it next time."""
+        """Job `key` changed (a pod, its PodGroup, what a pod holds): rebuild it next time (and try it
+        again if it was quarantined)."""
         self._dirty[key] = None
+        self.quarantined.pop(key, None)
+
+    def touch_queue(self, name: str) -> None:
+        """Queue `name` came, changed or went: its jobs are charged again (`default` takes a gone
+        queue's running pods)."""
+        for key, job in self._jobs.items():
+            if job.queue == name:
+                self.touch(key)
 
     def index(self, pod: PodInfo, old: PodInfo | None) -> None:
         """`pod` was added or changed (`old`: its previous version)."""
         if old is not None:
             self.unindex(old)
         key = job_key(pod)
-        self._dirty[key] = None
+        self.touch(key)
         if is_job_member(pod):
             self._members.setdefault(key, {})[pod.uid] = pod
         else:  # a finished pod, or not ours: whatever it still holds is nobody's usage
@@ -76,14 +112,15 @@ class JobIndex:
 
     def unindex(self, pod: PodInfo) -> None:
         key = job_key(pod)
-        self._dirty[key] = None
+        self.touch(key)
         members = self._members.get(key)
         if members is not None:
             members.pop(pod.uid, None)
 
     def jobs(self) -> list[Job]:
         """All jobs, as `build_jobs(pods, podgroups)` gives them, rebuilding only the jobs whose pods
-        changed or that have pending pods; the owners of their pods' holdings follow along."""
+        changed or that have pending pods; the owners of their pods' holdings follow along. Quarantined
+        jobs are left out."""
         for key in list({**self._dirty, **self._active}):
             members = self._members.get(key)
             if not members:
@@ -91,7 +128,19 @@ class JobIndex:
                 self._jobs.pop(key, None)
                 self._active.pop(key, None)
                 continue
-            job = self._jobs[key] = build_job(key, list(members.values()), self.podgroups)
+            if key in self.quarantined:
+                continue
+            if (problem := self.invalid_podgroups.get(key)) is not None and key not in self.podgroups:
+                self.quarantine(key, problem)
+                continue
+            try:
+                job = build_job(key, list(members.values()), self.podgroups)
+                job.queue = self._charged_queue(job)
+            except Exception as exc:  # one job: see scheduler/containment.py
+                log.exception("building job %s failed", key)
+                self.quarantine(key, f"the scheduler failed on this pod's job ({failure(exc)})")
+                continue
+            self._jobs[key] = job
             owner = Owner(job.queue, job.key, not job.preemptible)
             for p in (*job.running, *job.pending):
                 self.ledger.reown(p.uid, owner)
@@ -100,8 +149,33 @@ class JobIndex:
             else:
                 self._active.pop(key, None)
         self._dirty.clear()
-        return list(self._jobs.values())
+        return [job for key, job in self._jobs.items() if key not in self.quarantined]
+
+    def _charged_queue(self, job: Job) -> str:
+        """The queue a job is charged to. Pending only: the one its labels (or PodGroup) name, checked by
+        the actions. Running: the one its pods were admitted to (the owner of their holdings; the label for
+        pods found running after a restart), or `default` when that queue does not exist (any more)."""
+        if not job.running:
+            return job.queue
+        admitted = next(
+            (h.owner.queue for p in job.running if (h := self.ledger.pods.get(p.uid)) and h.owner), job.queue
+        )
+        return admitted if admitted in self.queues or admitted == DEFAULT_QUEUE else DEFAULT_QUEUE
 
     def pending_jobs(self) -> list[Job]:
         """The jobs with pending pods, as of the last `jobs()`, in the same order as it returned them."""
-        return [job for job in self._jobs.values() if job.pending]
+        return [job for key, job in self._jobs.items() if job.pending and key not in self.quarantined]
+
+    # ------------------------------------------------------------------------------------ quarantine
+    def quarantine(self, key: str, message: str) -> bool:
+        """Leave job `key` out of scheduling until one of its pods or its PodGroup changes; its pending
+        pods are told `message`. False when no such job exists (nothing to leave out)."""
+        members = self._members.get(key)
+        if not members:
+            return False
+        self.quarantined[key] = Quarantined(message, tuple(members.values()))
+        return True
+
+    def quarantined_pods(self) -> list[tuple[PodInfo, str]]:
+        """Pending pods of quarantined jobs, with why they wait."""
+        return [(p, q.message) for q in self.quarantined.values() for p in q.members if not p.holds_resources]

@@ -4,11 +4,20 @@ Nodes live in the `ClusterState` arrays; pods, queues and pod groups in dicts. A
 accounted in the ledger exactly once: from its `tessera.dev/gpu-assignment` when it has one (ours, so a
 restarted scheduler rebuilds the same picture), else whole GPUs taken on its node's free slots (pods of
 other schedulers, NVIDIA's device plugin). Every pod change is told to the job index.
+
+Each watch event is handled on its own (containment boundary 1, see `scheduler/containment.py`): an
+object that cannot be used is marked and reported, never allowed to stop the events after it. Nodes change
+under running pods: a Node deleted while its pods run (kubectl delete node, the kubelet registers it again)
+keeps its row, unschedulable, until it is back or its pods are gone; a GPU that leaves a node's count while
+pods hold it is kept, draining (`ClusterState.draining`). The arrays always equal what the pods hold.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -18,26 +27,27 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.api.report import GPUNodeReport
 from scheduler.cluster import WatchEvent
-from scheduler.error_log import ErrorLog
+from scheduler.containment import failure, invalid_pod, one_line
+from scheduler.error_log import ErrorLog, Problems
 from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
-from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo, PodPhase
+from scheduler.model import GPUShare, Placement, PodInfo, PodPhase
 from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue
 from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
 
 
-def one_line(exc: Exception) -> str:
-    """A validation error as one readable line: "spec.resources.gpu: Value error, limit 2 is below quota 4"."""
-    if isinstance(exc, ValidationError):
-        parts = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"])
-            parts.append(f"{where}: {err['msg']}" if where else err["msg"])
-        return "; ".join(parts)
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+# The largest GPU index a pod's assignment may name on a node that no longer counts it (see `keep_slot`).
+_MAX_SLOT = 64
+_EXPECTED = (InvalidObject, ValidationError, ValueError)  # bad input; anything else is a bug of ours
+
+
+def _name(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return str(name)[:253] if name else "?"
 
 
 class ClusterMirror:
@@ -48,7 +58,10 @@ class ClusterMirror:
         self.pods: dict[str, PodInfo] = {}  # by uid
         self.queues: dict[str, Queue] = {}
         self.podgroups: dict[str, PodGroup] = {}  # namespace/name
-        self.index = JobIndex(ledger, self.podgroups)
+        self.problems = Problems()
+        self.index = JobIndex(ledger, self.podgroups, self.queues, self.problems.podgroups)
+        # Nodes deleted while pods still hold resources there: kept, unschedulable, until back or empty.
+        self.gone: set[str] = set()
         # Pods bound to a node the mirror has not seen yet, by node name.
         self.awaiting_node: dict[str, set[str]] = {}
         # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
@@ -71,12 +84,43 @@ class ClusterMirror:
                     self._on_podgroup(ev)
                 elif ev.kind == "GPUNodeReport":
                     self._on_gpunodereport(ev)
-            except (InvalidObject, ValidationError, ValueError) as exc:
-                name = (ev.obj.get("metadata") or {}).get("name", "?")
-                msg = f"{ev.kind} {name}: {one_line(exc)}"
-                log.warning("ignoring invalid object: %s", msg)
-                self.errors.add(msg)
-        self._flush()
+            except Exception as exc:  # one object, whatever went wrong with it: see scheduler/containment.py
+                self._unusable(ev, exc)
+        try:
+            self._flush()
+            if self.gone:
+                self._drop_empty_gone()
+        except Exception as exc:
+            log.exception("accounting the last watch events failed")
+            self.errors.add(f"accounting watch events: {failure(exc)}")
+
+    def _unusable(self, ev: WatchEvent, exc: Exception) -> None:
+        """Mark the object of `ev`, which could not be handled: an invalid pod, a node that takes no pod,
+        an invalid queue or pod group; a report is only logged."""
+        name = _name(ev.obj)
+        if isinstance(exc, _EXPECTED):
+            reason = one_line(exc)
+            log.warning("%s %s cannot be used: %s", ev.kind, name, reason)
+        else:
+            reason = f"the scheduler failed on it ({failure(exc)})"
+            log.exception("handling %s %s %s failed", ev.type, ev.kind, name)
+        self.errors.add(f"{ev.kind} {name}: {reason}")
+        try:
+            if ev.kind == "Pod":
+                self._invalid_pod(ev, reason)
+            elif ev.kind == "Node" and ev.type != "DELETED":
+                self._unusable_node(name, reason)
+            elif ev.kind == "Queue" and ev.type != "DELETED":
+                self.problems.queues[name] = f"queue {name} is invalid: {reason}"
+                self.index.touch_queue(name)  # its pods are told why (or keep their last valid spec)
+            elif ev.kind == "PodGroup" and ev.type != "DELETED":
+                meta = ev.obj.get("metadata") if isinstance(ev.obj, Mapping) else None
+                ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+                key = f"{ns if isinstance(ns, str) and ns else 'default'}/{name}"
+                self.problems.podgroups[key] = f"PodGroup {key} is invalid: {reason}"
+                self.index.touch(key)
+        except Exception:
+            log.exception("marking %s %s as unusable failed", ev.kind, name)
 
     def _flush(self) -> None:
         """Hold the deferred placements: in bulk, or one by one (with per-pod errors) if the bulk
@@ -95,34 +139,63 @@ class ClusterMirror:
 
     # ----------------------------------------------------------------------------------------- nodes
     def _on_node(self, ev: WatchEvent) -> None:
-        name = str((ev.obj.get("metadata") or {}).get("name", ""))
+        name = _name(ev.obj)
         if ev.type == "DELETED":
-            row = self.state.row_of(name)
-            if row is not None:
-                for uid in self.ledger.forget_row(row):
-                    if (gone := self.pods.get(uid)) is not None:
-                        self.index.touch(job_key(gone))
-            self.state.remove_node(name)
+            self._node_deleted(name)
             return
         node = parse_node(ev.obj)
+        self.problems.nodes.pop(node.name, None)
+        self.gone.discard(node.name)  # registered again: its rows and what its pods hold are kept
         row = self.state.row_of(node.name)
-        if row is not None and self._shrinks_below_allocation(row, node):
-            log.warning("node %s shrank below what is allocated on it; keeping old GPU layout", node.name)
-        self.state.add_node(node)
+        draining = set(self.state.draining.get(row, ())) if row is not None else set()
+        row = self.state.add_node(node)
+        for slot in sorted(self.state.draining.get(row, set()) - draining):
+            self.errors.add(
+                f"node {node.name}: GPU {slot} left its allocatable while pods hold it; it takes no new pod "
+                "and is retired once they are gone"
+            )
         # Watches arrive in any order: pods bound here before we knew the node are accounted now.
         for uid in sorted(self.awaiting_node.pop(node.name, set())):
             pod = self.pods.get(uid)
             if pod is not None and pod.holds_resources and pod.node == node.name and uid not in self.ledger:
                 self._account_running(pod)
 
-    def _shrinks_below_allocation(self, row: int, node: NodeInfo) -> bool:
-        old = self.state.nodes[row]
-        if old is not None and node.gpu_count >= old.gpu_count:
-            return False  # the common update (labels, taints, a report): no need to scan placements
-        return any(
-            h.placement.node == row and any(s.slot >= node.gpu_count for s in h.placement.gpus)
-            for h in self.ledger.pods.values()
+    def _node_deleted(self, name: str) -> None:
+        """The Node object is gone. Its pods may still run (kubectl delete node; the kubelet registers it
+        again, or the pod garbage collector deletes them): while any holds resources there the row stays,
+        unschedulable, with what they hold, so a node that comes back is not taken for an empty one."""
+        self.problems.nodes.pop(name, None)
+        row = self.state.row_of(name)
+        if row is None:
+            return
+        for key in [k for k, h in self.ledger.reserved.items() if h.placement.node == row]:
+            self.ledger.unreserve(key)  # a moved pod cannot go there any more
+        node = self.state.nodes[row]
+        if node is not None and any(h.placement.node == row for h in self.ledger.pods.values()):
+            self.gone.add(name)
+            if not node.unschedulable:
+                self.state.update_node(replace(node, unschedulable=True))
+            return
+        self.gone.discard(name)
+        self.state.remove_node(name)
+
+    def _drop_empty_gone(self) -> None:
+        rows = {h.placement.node for h in self.ledger.pods.values()}
+        for name in sorted(self.gone):
+            row = self.state.row_of(name)
+            if row is None or row not in rows:
+                self.gone.discard(name)
+                self.state.remove_node(name)
+
+    def _unusable_node(self, name: str, reason: str) -> None:
+        """A node Tessera cannot read takes no pod (what runs there stays accounted) until it is fixed."""
+        self.problems.nodes[name] = (
+            f"node {name} is unschedulable for Tessera: {reason}; pods running there keep their GPUs"
         )
+        row = self.state.row_of(name)
+        node = self.state.nodes[row] if row is not None else None
+        if node is not None and not node.unschedulable:
+            self.state.update_node(replace(node, unschedulable=True))
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
         if ev.type == "DELETED":
@@ -132,7 +205,7 @@ class ClusterMirror:
         if row is None:
             return
         for gpu in report.spec.gpus:
-            if gpu.index >= self.state.max_gpus:
+            if not 0 <= gpu.index < self.state.max_gpus:
                 continue
             self.state.set_gpu_health(row, gpu.index, gpu.health != "Unhealthy")
             self.state.set_reported_used(row, gpu.index, gpu.memory_used_mib)
@@ -141,7 +214,20 @@ class ClusterMirror:
     def _on_pod(self, ev: WatchEvent) -> None:
         if self._bind_echo(ev):
             return
-        pod = parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib())
+        self._take_pod(ev, parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib()))
+
+    def _invalid_pod(self, ev: WatchEvent, reason: str) -> None:
+        """A pod the parser refused: pending with `InvalidRequest` and the reason; one that holds resources
+        keeps being accounted where it runs."""
+        pod = invalid_pod(ev.obj, reason)
+        if pod is None:
+            return  # no name: nothing to report it on
+        old = self.pods.get(pod.uid)
+        if old is not None and old.holds_resources and pod.holds_resources and ev.type != "DELETED":
+            return  # keep the version we could read: it says what the pod holds, and where
+        self._take_pod(ev, pod)
+
+    def _take_pod(self, ev: WatchEvent, pod: PodInfo) -> None:
         if pod.uid in self._deferred:
             self._flush()  # this pod's earlier event must be in the arrays before this one is applied
         if ev.type == "DELETED":
@@ -188,20 +274,34 @@ class ClusterMirror:
 
     # ------------------------------------------------------------------------------ queues and groups
     def _on_queue(self, ev: WatchEvent) -> None:
-        q = Queue.model_validate(ev.obj)
+        """A Queue that fails validation is reported (`problems.queues`) and keeps its last valid spec, if
+        it had one: its running pods stay charged to it, and its pods stay schedulable as they were."""
         if ev.type == "DELETED":
-            self.queues.pop(q.name, None)
-        else:
-            self.queues[q.name] = q
+            name = _name(ev.obj)
+            self.queues.pop(name, None)
+            self.problems.queues.pop(name, None)
+            self.index.touch_queue(name)  # its running pods are charged to `default` from now on
+            return
+        q = Queue.model_validate(ev.obj)
+        self.queues[q.name] = q
+        self.problems.queues.pop(q.name, None)
+        self.index.touch_queue(q.name)
 
     def _on_podgroup(self, ev: WatchEvent) -> None:
+        """Like queues: an invalid PodGroup update keeps the last valid one; a new invalid one leaves its
+        pods out of scheduling, told why (`JobIndex`)."""
+        if ev.type == "DELETED":
+            meta = ev.obj.get("metadata") or {}
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+            self.podgroups.pop(key, None)
+            self.problems.podgroups.pop(key, None)
+            self.index.touch(key)
+            return
         g = PodGroup.model_validate(ev.obj)
         key = f"{g.metadata.namespace or 'default'}/{g.metadata.name}"
         self.index.touch(key)
-        if ev.type == "DELETED":
-            self.podgroups.pop(key, None)
-        else:
-            self.podgroups[key] = g
+        self.podgroups[key] = g
+        self.problems.podgroups.pop(key, None)
 
     # ------------------------------------------------------------------------------------ accounting
     def max_gpu_memory_mib(self) -> int | None:
@@ -250,6 +350,10 @@ class ClusterMirror:
         if a.node != pod.node:
             self.errors.add(f"pod {pod.key}: assignment names node {a.node} but it is bound to {pod.node}")
             return None
+        node = self.state.nodes[row]
+        for g in a.gpus:
+            if node is not None and node.gpu_count <= g.index < _MAX_SLOT:
+                self.state.keep_slot(row, g.index)  # a GPU the node no longer counts (a restart in a dip)
         shares = tuple(
             GPUShare(
                 slot=g.index,

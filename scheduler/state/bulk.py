@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.backend import ArrayNamespace
+from scheduler.model import Placement
 
 
 def segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]], size: int) -> list[Any]:
@@ -29,3 +30,28 @@ def segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]],
         seg = at_end - xp.concat([xp.zeros((1,), dtype=xp.int64), at_end[:-1]])
         out.append(xp.where(hit, xp.take(seg, pos), xp.zeros((size,), dtype=xp.int64)))
     return out
+
+
+def placement_totals(
+    xp: ArrayNamespace, placements: list[Placement], shape: tuple[int, int]
+) -> tuple[Any, Any, Any, Any, list[int]]:
+    """What `placements` take in all, as dense arrays over the state's `shape` (rows, GPU slots):
+    (milli int64[R, G], MiB int64[R, G], CPU milli int64[R], memory MiB int64[R], the rows touched)."""
+    rows_n, g = shape
+    keys: list[int] = []
+    milli: list[int] = []
+    mib: list[int] = []
+    rows: list[int] = []
+    cpu: list[int] = []
+    mem: list[int] = []
+    for pl in placements:
+        rows.append(pl.node)
+        cpu.append(pl.cpu_milli)
+        mem.append(pl.memory_mib)
+        for share in pl.gpus:
+            keys.append(pl.node * g + share.slot)
+            milli.append(share.milli)
+            mib.append(share.mib)
+    d_milli, d_mib = segment_totals(xp, keys, [milli, mib], rows_n * g)
+    d_cpu, d_mem = segment_totals(xp, rows, [cpu, mem], rows_n)
+    return xp.reshape(d_milli, shape), xp.reshape(d_mib, shape), d_cpu, d_mem, sorted(set(rows))
