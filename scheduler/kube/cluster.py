@@ -32,6 +32,7 @@ from scheduler.kube.binder import Binder, BindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.kai_compat import KaiCompat
 from scheduler.kube.lock_view import NodeLockView
 from scheduler.kube.owners import ApiOwnerLookup
 from scheduler.kube.podgrouper import GroupSpec, group_for_pod
@@ -58,6 +59,7 @@ class KubeCluster:
         watch_timeout_s: int = 300,
         backoff: Backoff | None = None,
         podgrouper: bool = True,
+        kai_compat: bool = False,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -83,12 +85,17 @@ class KubeCluster:
             ),
             WatchTarget("PriorityClass", sched.list_priority_class),
         ]
+        # KAI Scheduler's Queue and PodGroup kinds, translated to Tessera's (docs/kai-compat.md).
+        self.kai = KaiCompat(self.custom, self.recorder) if kai_compat else None
+        targets += self.kai.targets() if self.kai is not None else []
         self.informers = {
             t.kind: Informer(
                 t, self.events.put, backoff=backoff or Backoff(), watch_timeout_s=watch_timeout_s
             )
             for t in targets
         }
+        if self.kai is not None:
+            self.kai.attach(self.informers)
         self._priorities: dict[str, int] = {}
         self._groups: dict[str, str | None] = {}  # pod uid -> derived group name (None: its own job)
         self._bound: dict[str, str] = {}  # pod uid -> node, bound by us, not yet seen bound by the watch
@@ -129,7 +136,8 @@ class KubeCluster:
         self._parked.clear()
         self._parked_at.clear()
         self.locks.reset_shown()
-        for kind in ("Node", "PriorityClass", "Queue", "PodGroup", "GPUNodeReport", "Pod"):
+        kai_kinds = self.kai.kinds if self.kai is not None else ()
+        for kind in ("Node", "PriorityClass", "Queue", "PodGroup", *kai_kinds, "GPUNodeReport", "Pod"):
             for obj in self.informers[kind].snapshot():
                 self.events.put(ResourceEvent(kind, "ADDED", obj))
 
@@ -147,6 +155,8 @@ class KubeCluster:
                 if ev.kind in _FORWARDED:
                     out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
         out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
+        if self.kai is not None and self.writable:
+            self.kai.flush_warnings()
         return out
 
     def _translate(self, ev: ResourceEvent, out: list[WatchEvent]) -> None:
@@ -172,6 +182,10 @@ class KubeCluster:
                     out.append(parked)
         elif ev.kind in _FORWARDED:
             out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+            if self.kai is not None and ev.kind in ("Queue", "PodGroup"):
+                self.kai.after_native(ev, out)
+        elif self.kai is not None and ev.kind in self.kai.kinds:
+            self.kai.translate(ev, out)
 
     def _route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
         """Forward a pod event, or park it until its node has reached the cycle: a bound pod seen before its
@@ -238,14 +252,20 @@ class KubeCluster:
         for name, status in queues.items():
             if queue_cache.get(name) is not None:  # the implicit default queue has no object to write to
                 self.queue_status.write(name, status)
+            elif self.kai is not None:
+                self.kai.write_queue_status(name, status)
         for key, group_status in groups.items():
             if group_cache.get(key) is not None:
                 namespace, name = key.split("/", 1)
                 self.group_status.write(namespace, name, group_status)
+            elif self.kai is not None:
+                self.kai.write_podgroup_status(key, group_status)
 
     def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
         key = f"{namespace}/{name}" if namespace else name
         obj = self.informers[kind].get(key) if kind in self.informers else None
+        if obj is None and self.kai is not None:
+            obj = self.kai.find(kind, key)
         if obj is None:
             log.warning("%s %s: %s", kind, key, message)
             return
