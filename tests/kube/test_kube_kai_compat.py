@@ -352,6 +352,7 @@ spec:
   resources:
     gpu: {{quota: -2, limit: -1, overQuotaWeight: 1}}
 ---""")
+    world.apply(kai_queue_yaml(f"orphan-{world.suffix}", 1, parent="nowhere"))
     node = world.node("kai-c1", gpus=1)
     sched = runner(world.scheduler_identity(kai_compat=True), control_plane).start()
     try:
@@ -374,6 +375,20 @@ spec:
         assert shadowed.type == "Warning" and "Tessera's Queue" in shadowed.message
         broken = wait_until(lambda: kai_warning(f"broken-{world.suffix}", "KaiObjectInvalid"))
         assert "spec.resources.gpu.quota" in broken.message and "-1 (unlimited) or >= 0" in broken.message
+        orphaned = wait_until(lambda: kai_warning(f"orphan-{world.suffix}", "QueueMisconfigured"))
+        assert (
+            "parent queue nowhere does not exist" in orphaned.message
+        )  # the cycle's warning, on KAI's object
+        lookup = sched.cluster.kai.queue_lookup() if sched.cluster.kai else None  # what the webhook asks
+        assert lookup is not None
+        assert (lookup(team), lookup(f"orphan-{world.suffix}"), lookup("no-such-queue")) == (
+            "leaf",
+            "leaf",
+            None,
+        )
+        assert (
+            lookup(f"broken-{world.suffix}") == "leaf"
+        )  # it exists; the scheduler says why it cannot use it
         world.custom.delete_cluster_custom_object(TESSERA, "v1alpha1", "queues", team)
         wait_until(lambda: world.node_of("capped") == node)  # the KAI Queue (quota 1) takes over the name
     finally:
