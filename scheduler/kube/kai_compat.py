@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -68,7 +68,7 @@ class KaiCompat:
         # (KAI kind, key) -> {reason: message}: what is wrong with each KAI object now; and what was recorded.
         self._warnings: dict[tuple[str, str], dict[str, str]] = {}
         self._recorded: dict[tuple[str, str, str], str] = {}
-        self._written: dict[tuple[str, str], Any] = {}  # (KAI kind, key) -> status last written
+        self._written: dict[tuple[str, str], Any] = {}  # (KAI kind, key) -> (status sent, cached rv)
 
     # ---- watching ----------------------------------------------------------------------------------------
     def targets(self) -> list[WatchTarget]:
@@ -163,41 +163,64 @@ class KaiCompat:
                     self._recorded[(kind, key, reason)] = message
 
     # ---- status, in KAI's shape --------------------------------------------------------------------------
+    # As Tessera's own writers (scheduler/kube/status.py): what would be written is compared with the
+    # object's status in the watch cache, and a write not yet seen there is not sent again. Unlike them, a
+    # merge patch of only the fields Tessera owns: KAI's controllers, if they run, keep theirs.
     def write_queue_status(self, name: str, status: QueueStatus) -> bool:
-        if self.informers["KaiQueue"].get(name) is None:
+        cached = self.informers["KaiQueue"].get(name)
+        if cached is None:
             return False
         children = [
-            str((q.get("metadata") or {}).get("name"))
+            object_name(q)
             for kind in ("Queue", "KaiQueue")
             for q in self.informers[kind].snapshot()
             if (q.get("spec") or {}).get("parentQueue") == name
         ]
         body = kai_queue_status(status, children)
-        if not self._changed("KaiQueue", name, body):
-            return False
-        return self._patch("KaiQueue", name, body, lambda b: self.custom.patch_cluster_custom_object_status(
-            KAI_GROUP, KAI_QUEUE_VERSION, "queues", name, b, _preload_content=False))  # fmt: skip
+
+        def send(patch: Obj) -> Any:
+            return self.custom.patch_cluster_custom_object_status(
+                KAI_GROUP, KAI_QUEUE_VERSION, "queues", name, patch, _preload_content=False
+            )
+
+        return self._write("KaiQueue", name, cached, body, send)
 
     def write_podgroup_status(self, key: str, status: PodGroupStatus) -> bool:
-        obj = self.informers["KaiPodGroup"].get(key)
-        if obj is None or not self._changed("KaiPodGroup", key, status):
+        cached = self.informers["KaiPodGroup"].get(key)
+        if cached is None:
             return False
         namespace, name = key.split("/", 1)
-        previous = (obj.get("status") or {}).get("schedulingConditions")
+        previous = (cached.get("status") or {}).get("schedulingConditions")
         body = kai_podgroup_status(status, previous, _now())
-        return self._patch("KaiPodGroup", key, body, lambda b: self.custom.patch_namespaced_custom_object_status(
-            KAI_GROUP, KAI_PODGROUP_VERSION, namespace, "podgroups", name, b, _preload_content=False))  # fmt: skip
 
-    def _changed(self, kind: str, key: str, value: Any) -> bool:
+        def send(patch: Obj) -> Any:
+            return self.custom.patch_namespaced_custom_object_status(
+                KAI_GROUP, KAI_PODGROUP_VERSION, namespace, "podgroups", name, patch, _preload_content=False
+            )
+
+        return self._write("KaiPodGroup", key, cached, body, send)
+
+    def reset_idle_groups(self, reported: Mapping[str, PodGroupStatus]) -> None:
+        """A KAI PodGroup the cycle no longer reports (its pods are gone) keeps no scheduling condition."""
+        for group in self.informers["KaiPodGroup"].snapshot():
+            meta = group.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            if key in reported or self.informers["PodGroup"].get(key) is not None:
+                continue
+            if (group.get("status") or {}).get("schedulingConditions"):
+                self.write_podgroup_status(key, PodGroupStatus())
+
+    def _write(self, kind: str, key: str, cached: Obj, body: Obj, send: Callable[[Obj], Any]) -> bool:
+        current = cached.get("status") or {}
+        if all(current.get(field) == value for field, value in body.items()):
+            return False
+        rv = (cached.get("metadata") or {}).get("resourceVersion")
         with self._lock:
-            if self._written.get((kind, key)) == value:
-                return False
-            self._written[(kind, key)] = value
-            return True
-
-    def _patch(self, kind: str, key: str, status: Obj, send: Any) -> bool:
+            if self._written.get((kind, key)) == (body, rv):
+                return False  # sent already; the watch has not shown it yet
+            self._written[(kind, key)] = (body, rv)
         try:
-            send({"status": status})  # a merge patch: None removes a field
+            send({"status": body})  # a merge patch: None removes a field
         except ApiException as exc:
             with self._lock:
                 self._written.pop((kind, key), None)
