@@ -29,10 +29,9 @@ from scheduler.cycle import SchedulerConfig
 from scheduler.kube.kai_compat import access_problem
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.sandbox.controlplane import ControlPlane
+from tests.controlplane.install import TesseraInstall
 from tests.deploy.deploy_support import needs_helm, render_chart
 
-ROOT = Path(__file__).resolve().parents[2]
-TESSERA_CRDS = ROOT / "deploy" / "helm" / "tessera" / "crds"
 KAI_CRDS = Path(__file__).resolve().parent / "crds" / "kai"
 KAI, TESSERA = "scheduling.run.ai", "scheduling.tessera.dev"
 
@@ -74,10 +73,10 @@ def test_chart_grants_kai_kinds_and_passes_the_flag_only_when_enabled() -> None:
 
 # ---- the real API server -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def crds(control_plane: ControlPlane) -> None:
-    for folder in (TESSERA_CRDS, KAI_CRDS):
-        control_plane.kubectl("apply", "-f", str(folder))
-        control_plane.kubectl("wait", "--for", "condition=established", "--timeout=30s", "-f", str(folder))
+def crds(control_plane: ControlPlane, tessera: TesseraInstall) -> None:
+    """Tessera's CRDs (the session's install) and the KAI-shaped ones of this folder."""
+    control_plane.kubectl("apply", "--server-side", "-f", str(KAI_CRDS))
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(KAI_CRDS))
 
 
 class World:
@@ -189,6 +188,8 @@ spec:
     def close(self) -> None:
         self._stop.set()
         self._heartbeat.join(timeout=10)
+        with contextlib.suppress(ApiException):  # bound pods have no kubelet to confirm a graceful delete
+            self.core.delete_collection_namespaced_pod(self.ns, grace_period_seconds=0)
         for undo in reversed(self._cleanup):
             with contextlib.suppress(ApiException):
                 undo()
