@@ -73,17 +73,30 @@ def test_chart_grants_kai_kinds_and_passes_the_flag_only_when_enabled() -> None:
 
 # ---- the real API server -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def crds(control_plane: ControlPlane, tessera: TesseraInstall) -> None:
-    """Tessera's CRDs (the session's install) and the KAI-shaped ones of this folder."""
-    control_plane.kubectl("apply", "--server-side", "-f", str(KAI_CRDS))
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(KAI_CRDS))
+def kai_kubectl(
+    control_plane: ControlPlane, tessera: TesseraInstall, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., Any]]:
+    """kubectl with Tessera's CRDs (the session's install) and the KAI-shaped ones of this folder, which are
+    removed afterwards. While both exist, kubectl resolves `queues` and `podgroups` to KAI's kinds: this
+    kubectl keeps its discovery cache apart, so the other tests' kubectl never learns of them."""
+    cache = tmp_path_factory.mktemp("kubectl-cache")
+
+    def kubectl(*args: str, **kw: Any) -> Any:
+        return control_plane.kubectl(f"--cache-dir={cache}", *args, **kw)
+
+    kubectl("apply", "--server-side", "-f", str(KAI_CRDS))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(KAI_CRDS))
+    try:
+        yield kubectl
+    finally:
+        kubectl("delete", "--wait=true", "--timeout=60s", "-f", str(KAI_CRDS), check=False)
 
 
 class World:
     """One test's objects: applied as the admin (the KAI user and the operator), removed at the end."""
 
-    def __init__(self, cp: ControlPlane, namespace: str) -> None:
-        self.cp, self.ns = cp, namespace
+    def __init__(self, cp: ControlPlane, namespace: str, kubectl: Callable[..., Any]) -> None:
+        self.cp, self.ns, self.kubectl = cp, namespace, kubectl
         self.admin = cp.client()
         self.core, self.custom = client.CoreV1Api(self.admin), client.CustomObjectsApi(self.admin)
         self.suffix = uuid.uuid4().hex[:6]
@@ -102,7 +115,7 @@ class World:
 
     def apply(self, manifest: str) -> None:
         """What the user types: kubectl apply of YAML."""
-        self.cp.kubectl("apply", "-n", self.ns, "-f", "-", input=manifest)
+        self.kubectl("apply", "-n", self.ns, "-f", "-", input=manifest)
         for doc in yaml.safe_load_all(manifest):
             if doc and doc["kind"] == "Queue":
                 group, version = doc["apiVersion"].split("/")
@@ -124,7 +137,7 @@ class World:
         mine = [o for o in objects if o["metadata"]["name"] == name
                 and o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]  # fmt: skip
         assert len(mine) == 3
-        self.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(mine))
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(mine))
         rbac = client.RbacAuthorizationV1Api(self.admin)
         self._cleanup.append(lambda: rbac.delete_cluster_role_binding(name))
         self._cleanup.append(lambda: rbac.delete_cluster_role(name))
@@ -202,8 +215,8 @@ def _ready() -> Obj:
 
 
 @pytest.fixture
-def world(control_plane: ControlPlane, namespace: str, crds: None) -> Iterator[World]:
-    w = World(control_plane, namespace)
+def world(control_plane: ControlPlane, namespace: str, kai_kubectl: Callable[..., Any]) -> Iterator[World]:
+    w = World(control_plane, namespace, kai_kubectl)
     try:
         yield w
     finally:
