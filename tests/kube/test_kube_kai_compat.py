@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -427,3 +429,86 @@ def test_status_bodies_are_json() -> None:
         "2026-01-01T00:00:00Z",
     )
     assert json.loads(json.dumps({"q": q, "g": g}, allow_nan=False)) == {"q": q, "g": g}
+
+
+# ---- the same-name rule, whatever the order of events -------------------------------------------------------
+class _Cache:
+    """An informer's cache as the adapter reads it (get, snapshot); the informer thread is the test."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, Obj] = {}
+
+    def get(self, key: str) -> Obj | None:
+        return self.objects.get(key)
+
+    def snapshot(self) -> list[Obj]:
+        return list(self.objects.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["tessera+", "tessera-", "kai+", "kai!", "kai-", "drain"]), max_size=14))
+def test_after_each_drain_the_cycle_holds_tesseras_object_else_kais(ops: list[str]) -> None:
+    """Informer caches change at once, their events are drained later (as in the adapter). After every
+    drain the cycle holds Tessera's Queue if it exists; else the KAI one's translation if it is usable,
+    never a stale Tessera object; else nothing."""
+    from scheduler.cluster import WatchEvent
+    from scheduler.kube.event_queue import ResourceEvent
+    from scheduler.kube.kai_compat import KaiCompat
+
+    caches = {"Queue": _Cache(), "KaiQueue": _Cache(), "PodGroup": _Cache(), "KaiPodGroup": _Cache()}
+    kai = KaiCompat(None, None)  # type: ignore[arg-type]  # no API calls: neither status nor events are written
+    kai.attach(caches)  # type: ignore[arg-type]
+    queued: list[ResourceEvent] = []
+    seen: dict[str, Obj] = {}  # the cycle's Queues, as the cache applies the drained events
+
+    def change(kind: str, obj: Obj | None) -> None:
+        old = caches[kind].objects.get("q")
+        if obj is None:
+            if old is not None:
+                del caches[kind].objects["q"]
+                queued.append(ResourceEvent(kind, "DELETED", old))
+        else:
+            caches[kind].objects["q"] = obj
+            queued.append(ResourceEvent(kind, "MODIFIED" if old else "ADDED", obj))
+
+    def drain() -> None:
+        out: list[WatchEvent] = []
+        for ev in queued:  # as KubeCluster._translate dispatches them
+            if ev.kind == "Queue":
+                out.append(WatchEvent("Queue", ev.type, ev.obj))
+                kai.after_native(ev, out)
+            else:
+                kai.translate(ev, out)
+        queued.clear()
+        for w in out:
+            if w.type == "DELETED":
+                seen.pop("q", None)
+            else:
+                seen["q"] = dict(w.obj)
+
+    for version, op in enumerate([*ops, "drain"], start=1):
+        meta = {"name": "q", "resourceVersion": str(version)}
+        if op == "tessera+":
+            change("Queue", {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "Queue", "metadata": meta,
+                             "spec": {"priority": version}})  # fmt: skip
+        elif op in ("kai+", "kai!"):  # created or changed; kai! is a version Tessera cannot use
+            gpu = {"quota": -5 if op == "kai!" else version, "limit": -1}
+            change("KaiQueue", {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": meta,
+                                "spec": {"resources": {"gpu": gpu}}})  # fmt: skip
+        elif op in ("tessera-", "kai-"):
+            change("Queue" if op == "tessera-" else "KaiQueue", None)
+        if op != "drain":
+            continue
+        drain()
+        native, theirs, held = caches["Queue"].get("q"), caches["KaiQueue"].get("q"), seen.get("q")
+        translated = held is not None and "tessera.dev/translated-from" in held["metadata"].get(
+            "annotations", {}
+        )
+        if native is not None:
+            assert held == native
+        elif theirs is None:
+            assert held is None
+        elif theirs["spec"]["resources"]["gpu"]["quota"] >= 0:
+            assert translated and held["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+        else:
+            assert held is None or translated  # an unusable KAI version: the cycle keeps what it had of KAI's
