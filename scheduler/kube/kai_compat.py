@@ -34,12 +34,12 @@ from scheduler.api.kai import (
 from scheduler.api.keys import API_VERSION, KAI_GROUP, KAI_PODGROUP_VERSION, KAI_QUEUE_VERSION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cache import one_line
 from scheduler.cluster import WatchEvent
 from scheduler.kube.binder import api_reason
 from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.informer import Informer, WatchTarget
 from scheduler.kube.recorder import EventRecorder, ObjectRef
+from scheduler.mirror import one_line
 from scheduler.webhook.admission import QueueKind, QueueLookup
 
 log = logging.getLogger(__name__)
