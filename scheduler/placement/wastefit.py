@@ -157,6 +157,9 @@ class WasteFitPolicy(FragFitPolicy):
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
     ) -> Array:
         gain = before - after
+        cost = self.pressure_cost(xp, view, d)
+        if cost is not None:
+            gain = gain - (cost[:, None] if len(gain.shape) == 2 else cost)
         total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
         taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
         extra = xp.zeros(total.shape, dtype=xp.float64)
