@@ -54,8 +54,37 @@ def to_markdown(rows: Sequence[VariantRow], policies: Sequence[str], notes: Sequ
             cells.append(f"{r.published[PAPER_FGD]:.2f}" if PAPER_FGD in r.published else "-")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    lines += family_summary(rows, policies)
+    lines.append("")
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def family_summary(rows: Sequence[VariantRow], policies: Sequence[str]) -> list[str]:
+    """Markdown lines: per family, each policy's mean over the family's pod lists, the bound's, and the
+    paper's FGD over the pod lists it published (the policies' mean over those same lists beside it)."""
+    head = ["family", "pod lists", *policies, "LP bound", "paper FGD (same lists: best policy)"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for fam in FAMILIES:
+        group = [r for r in rows if r.family == fam]
+        if not group:
+            continue
+        means = {p: sum(r.cells[p].mean for r in group) / len(group) for p in policies}
+        low = min(means.values())
+        cells = [fam, str(len(group))]
+        cells += [f"**{means[p]:.2f}**" if means[p] <= low + TIE else f"{means[p]:.2f}" for p in policies]
+        bounded = [r.bound.mean for r in group if r.bound is not None]
+        cells.append(f"{sum(bounded) / len(bounded):.2f}" if bounded else "-")
+        published = [r for r in group if PAPER_FGD in r.published]
+        if published:
+            paper = sum(r.published[PAPER_FGD] for r in published) / len(published)
+            best = min(policies, key=lambda p: sum(r.cells[p].mean for r in published))
+            ours = sum(r.cells[best].mean for r in published) / len(published)
+            cells.append(f"{paper:.2f} ({len(published)} lists; {best} {ours:.2f})")
+        else:
+            cells.append("-")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def write_all(
