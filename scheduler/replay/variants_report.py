@@ -42,7 +42,7 @@ def to_markdown(rows: Sequence[VariantRow], policies: Sequence[str], notes: Sequ
     has_paper = any(PAPER_FGD in r.published for r in rows)
     head = ["pod list", *policies]
     head += ["LP bound"] if has_bound else []
-    head += ["paper FGD"] if has_paper else []
+    head += ["paper FGD", "paper best of 6"] if has_paper else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         tied = set(r.best(TIE))
@@ -52,6 +52,11 @@ def to_markdown(rows: Sequence[VariantRow], policies: Sequence[str], notes: Sequ
             cells.append("-" if r.bound is None else f"{r.bound.mean:.2f} ({r.bound.sd:.2f})")
         if has_paper:
             cells.append(f"{r.published[PAPER_FGD]:.2f}" if PAPER_FGD in r.published else "-")
+            if r.published:
+                label = min(r.published, key=lambda k: r.published[k])
+                cells.append(f"{r.published[label]:.2f} ({label})")
+            else:
+                cells.append("-")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines += family_summary(rows, policies)
