@@ -15,6 +15,9 @@ Same expected-fragment kernel and per-node cache as `fgd`, three changes measure
   earns up to `pull` units, ~40 milli of fragment each), so where the gradient barely differs the pod
   goes to the fuller node and fresh nodes stay whole for multi-GPU pods.
 
+* Model scarcity (`scarcity.py`): a placement on a GPU model that model-constrained pods will need is
+  charged `model_weight` x pressure x the milli taken, as extra fragment; zero without such pods.
+
 Measured, seeds 42-51, tune 1.3 (unallocated GPU % at 100% arrived): fgd 4.85; continuous + pull
 alone 4.78; with the CPU term 4.21; with CPU and memory terms 4.18 (sd 0.02, below fgd on every seed).
 Weights 0.5..2 and pull 1.5..3 measured equivalent; see `scheduler/replay/README.md`.
