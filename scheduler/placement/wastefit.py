@@ -19,7 +19,8 @@ in the *expected eventual waste* of that GPU's free milli under the arrival dist
   differences are not flattened; the node's score is its best GPU's, and the pod goes on that GPU.
 * The best-fit pull is weaker than fragfit's (1 instead of 3).
 * Like fragfit, a placement on a GPU model that model-constrained pods will need is charged as extra
-  fragment (`scarcity.py`): gpuspec33 14.42 -> 5.63 (seeds 42-51; fgd 13.09 on 42-44, the paper's FGD
+  fragment (`scarcity.py`): gpuspec33 14.42 without it (seed 42), 5.63 with it (seeds 42-51; fgd 13.09
+  on 42-44, the paper's FGD
   12.16); no effect where no pod constrains the model.
 
 The size distribution comes from the un-inflated pod list with every task type (the fragment keeps the
