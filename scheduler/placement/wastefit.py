@@ -20,8 +20,7 @@ in the *expected eventual waste* of that GPU's free milli under the arrival dist
 * The best-fit pull is weaker than fragfit's (1 instead of 3).
 * Like fragfit, a placement on a GPU model that model-constrained pods will need is charged as extra
   fragment (`scarcity.py`): gpuspec33 14.42 without it (seed 42), 5.63 with it (seeds 42-51; fgd 13.09
-  on 42-44, the paper's FGD
-  12.16); no effect where no pod constrains the model.
+  on 42-44, the paper's FGD 12.16); no effect where no pod constrains the model.
 
 The size distribution comes from the un-inflated pod list with every task type (the fragment keeps the
 usual 95% typical workload), which the protocol gives every policy; the live scheduler, which learns its
