@@ -233,13 +233,32 @@ class ClusterMirror:
         if ev.type == "DELETED":
             self.forget_pod(pod.uid)
             return
-        self.index.index(pod, self.pods.get(pod.uid))
+        old = self.pods.get(pod.uid)
+        if old is not None and old.holds_resources and pod.holds_resources:
+            pod = self._as_admitted(pod, old)
+        self.index.index(pod, old)
         self.pods[pod.uid] = pod
         if pod.holds_resources:
             if pod.uid not in self.ledger:
                 self._account_running(pod, defer=True)
         elif pod.uid in self.ledger:
             self.ledger.release(pod.uid)
+
+    def _as_admitted(self, pod: PodInfo, old: PodInfo) -> PodInfo:
+        """A running pod runs with the request it was bound with: GPU request annotations edited (or made
+        invalid) after the bind change nothing it holds, nor how it is moved or evicted (the webhook
+        refuses such edits; this is for pods it did not see)."""
+        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error) == (
+            old.request, old.cpu_milli, old.memory_mib, old.error,
+        ):  # fmt: skip
+            return pod
+        if pod.error is not None and old.error is None:
+            self.errors.add(
+                f"pod {pod.key}: {pod.error} (ignored: it runs with the request it was bound with)"
+            )
+        return replace(
+            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error
+        )
 
     def _bind_echo(self, ev: WatchEvent) -> bool:
         """The API's answer to our own bind (same pod, on the node we chose, now Running): update the phase

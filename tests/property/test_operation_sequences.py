@@ -11,7 +11,7 @@ counts that dip and come back, queue limit edits and deletions, PodGroup edits.
 CI runs `TESSERA_PROPERTY_EXAMPLES` sequences (default 300, well under a minute); a long run:
 
     TESSERA_PROPERTY_EXAMPLES=5000 TESSERA_PROPERTY_REPORT=property.json \\
-        python -m pytest -q -p no:cacheprovider tests/property/test_operation_sequences.py
+        python -m pytest -q -p no:cacheprovider --timeout=0 tests/property/test_operation_sequences.py
 
 writes the counts (sequences, cycles, operations by kind, binds, limit checks) to `property.json`.
 """

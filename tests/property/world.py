@@ -296,6 +296,10 @@ class World:
             requests = obj["spec"]["containers"][0]["resources"]["requests"]
             cpu[obj["spec"]["nodeName"]] += cpu_milli(requests["cpu"])
             mem[obj["spec"]["nodeName"]] += memory_mib(requests["memory"])
+        for held in self.sched.cache.ledger.reserved.values():  # places kept for pods being moved
+            name = str(state.node_names[held.placement.node])
+            cpu[name] += held.placement.cpu_milli
+            mem[name] += held.placement.memory_mib
         for row, name in enumerate(state.node_names):
             if name is None:
                 continue
@@ -321,8 +325,10 @@ class World:
         usage: Counter[str] = Counter()
         memory_pods: set[str] = set()
         for key, q in self.admitted.items():
-            obj = self.sim.pods[key].obj
-            a = GPUAssignment.from_annotation(obj["metadata"]["annotations"][GPU_ASSIGNMENT])
+            raw = self.sim.pods[key].obj["metadata"]["annotations"].get(GPU_ASSIGNMENT)
+            if raw is None:
+                continue  # CPU only
+            a = GPUAssignment.from_annotation(raw)
             for name in self._chain(q):
                 usage[name] += sum(g.milli for g in a.gpus)
         for key, _ in new:

@@ -15,7 +15,6 @@ from scheduler.model import PodInfo
 from scheduler.placement import registry
 from scheduler.placement.level_policy import BinpackPolicy
 from scheduler.placement.policy import Array
-from scheduler.reasons import Reason
 from scheduler.session import Session
 from scheduler.sim.cluster import SimCluster
 from scheduler.state.demand import PodDemand
