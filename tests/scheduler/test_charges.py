@@ -10,7 +10,7 @@ import copy
 
 from scheduler.api.keys import QUEUE_LABEL
 from scheduler.sim.cluster import SimCluster
-from tests.scheduler.helpers import A100, cluster, node, phase, pod, queue, run
+from tests.scheduler.helpers import A100, assert_arrays_match_world, cluster, node, phase, pod, queue, run
 
 
 def _relabel(sim: SimCluster, key: str, queue_name: str) -> None:
@@ -74,3 +74,23 @@ def test_a_deleted_queues_running_pods_are_charged_to_default() -> None:
     assert sched.last_session is not None
     assert sched.last_session.tree.nodes["default"].allocated.gpu == 2.0
     assert _running(sim) == ["gone/a0", "gone/a1"]
+
+
+def test_a_running_pod_whose_gpu_annotation_is_edited_keeps_what_it_was_bound_with() -> None:
+    """A whole-GPU pod given `gpu-fraction: nan` while it runs is still a whole-GPU pod: it is not moved as
+    if it asked for no GPU (consolidation evicted it to make room it could not really make)."""
+    sim, sched = cluster([node("n0", A100, 2, 64, 512)])
+    sim.submit_pod(pod("whole", "default", arrival_s=0, duration_s=10_000, gpus=1))
+    sim.submit_pod(
+        pod("tenth", "default", arrival_s=0, duration_s=10_000, annotations={"gpu-fraction": "0.1"})
+    )
+    run(sim, sched)
+    obj = copy.deepcopy(sim.pods["default/whole"].obj)
+    obj["metadata"]["annotations"]["gpu-fraction"] = "nan"
+    sim.update_object("Pod", obj)
+    two = {"gpu-fraction": "0.1", "gpu-fraction-num-devices": "2"}
+    sim.submit_pod(pod("both", "default", arrival_s=0, duration_s=10_000, annotations=two))
+    run(sim, sched, cycles=3)
+    assert phase(sim, "default/whole") == "Running" and sim.pods["default/whole"].evictions == 0
+    assert phase(sim, "default/both") == "Pending"
+    assert_arrays_match_world(sim, sched)
