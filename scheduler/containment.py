@@ -13,8 +13,8 @@ goes on for everyone else. The boundaries, from the watch to the report, and why
    (a gang is all or nothing), so it is the smallest unit a failure can be confined to without leaving a
    gang half placed. A failing step's traceback names the job it was handling (`culprit`: the innermost
    frame holding a pod or a job); the transaction it left open is rolled back, the job is quarantined
-   (left out of scheduling until one of its pods or its PodGroup changes; its running pods stay charged)
-   and the step runs again for the others. The pipeline does this around each action
+   (left out of scheduling until one of its pods or its PodGroup changes, or a backoff passes; its
+   running pods stay charged) and the step runs again for the others. The pipeline does this around each action
    (`scheduler/cycle.py`), so no action has to know about it and a new one is contained as well.
 3. **One report** (pending reasons, queue and pod-group status, warnings): telling people about one
    object never keeps the others from being told.
@@ -94,10 +94,24 @@ def _job_of(local_vars: Mapping[str, Any]) -> str | None:
 
 @dataclass(frozen=True)
 class Quarantined:
-    """A job left out of scheduling: why, and its members as they were (a change of any lifts it)."""
+    """A job left out of scheduling: why, its members (as they were), and the cycle it is tried again in.
+
+    A change of any member or of its PodGroup lifts it at once. Otherwise it is tried again after a backoff
+    that doubles with each failure (`retry_after`): a job blamed for a failure that was not its own (the
+    traceback's innermost job is a guess when the bug is elsewhere) is delayed, never shut out."""
 
     message: str
     members: tuple[PodInfo, ...]
+    until: int  # the job index's cycle number from which it is tried again
+    strikes: int = 1
+
+
+MAX_BACKOFF_CYCLES = 64
+
+
+def retry_after(strikes: int) -> int:
+    """Cycles a job quarantined `strikes` times in a row waits before it is tried again."""
+    return min(1 << strikes, MAX_BACKOFF_CYCLES)
 
 
 # ------------------------------------------------------------------------------------------ invalid pods

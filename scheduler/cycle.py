@@ -28,6 +28,7 @@ from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.registry import make_policy
 from scheduler.reasons import PendingReason, Reason
 from scheduler.session import Session
+from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
 WarningKey = tuple[str, str | None, str, str]
@@ -127,7 +128,7 @@ class Scheduler:
                 action.execute(session, self.cluster)
                 return
             except Exception as exc:
-                self.cache.ledger.abort()  # what the failing job's transaction had done, undone
+                _roll_back(session)
                 key = culprit(exc)
                 message = self._failed_on(exc, key, action.name)
                 if key is None or attempt == MAX_CULPRITS or not self.cache.index.quarantine(key, message):
@@ -200,6 +201,29 @@ class Scheduler:
             if self.warnings.get(key) != message:
                 self._contained(self.cluster.warn, *key, message)
         self.warnings = now
+
+
+def _roll_back(session: Session) -> None:
+    """Undo what the failing action's open transaction did, except the binds it made: those pods are bound
+    in the cluster (their assignment says where), so they keep their places. A place that cannot be taken
+    back masks its node for GPU pods until the watch brings the bind (accounted from its assignment)."""
+    ledger = session.ledger
+    bound = {
+        p.uid: ledger.pods[p.uid]
+        for job in session.jobs
+        for p in job.pending
+        if p.holds_resources and p.uid in ledger.pods  # pending when the cycle began, bound since
+    }
+    if not ledger.abort():
+        return
+    log.error("a transaction was left open by a failing action; rolled back")
+    for uid, held in bound.items():
+        if uid in ledger.pods:
+            continue  # committed before the failure: kept by the roll-back
+        try:
+            ledger.hold(uid, held.placement, held.owner)
+        except OvercommitError:
+            session.mask_node(held.placement.node)
 
 
 def _leave_out(session: Session, key: str, message: str) -> None:

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
 from scheduler.api.keys import DEFAULT_QUEUE
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
-from scheduler.containment import Quarantined, failure
+from scheduler.containment import Quarantined, failure, retry_after
 from scheduler.jobs import Job, build_job, is_job_member, job_key
 from scheduler.ledger import Holding, HoldKind, Ledger, Owner, same_charge
 from scheduler.model import PodInfo
@@ -78,6 +79,7 @@ class JobIndex:
         # PodGroups that failed validation (the mirror's problems): their pods wait, told why
         self.invalid_podgroups: Mapping[str, str] = invalid_podgroups if invalid_podgroups is not None else {}
         self.quarantined: dict[str, Quarantined] = {}
+        self.generation = 0  # calls of `jobs()`: one a cycle
         self.usage = QueueUsage()
         ledger.add_listener(self.usage)
         # Keys in first-seen order, as build_jobs gives them.
@@ -86,11 +88,12 @@ class JobIndex:
         self._dirty: dict[str, None] = {}
         self._active: dict[str, None] = {}  # jobs with pending pods: rebuilt every cycle
 
-    def touch(self, key: str) -> None:
+    def touch(self, key: str, *, changed: bool = True) -> None:
         """Job `key` changed (a pod, its PodGroup, what a pod holds): rebuild it next time (and try it
-        again if it was quarantined)."""
+        again at once if it was quarantined, unless nothing the scheduler reads of it `changed`)."""
         self._dirty[key] = None
-        self.quarantined.pop(key, None)
+        if changed:
+            self.quarantined.pop(key, None)
 
     def touch_queue(self, name: str) -> None:
         """Queue `name` came, changed or went: its jobs are charged again (`default` takes a gone
@@ -101,18 +104,21 @@ class JobIndex:
 
     def index(self, pod: PodInfo, old: PodInfo | None) -> None:
         """`pod` was added or changed (`old`: its previous version)."""
+        # A status the scheduler wrote itself (a pod condition) comes back as an event too: it changes
+        # nothing read here, so it does not lift a quarantine.
+        same = old == pod
         if old is not None:
-            self.unindex(old)
+            self.unindex(old, changed=not same)
         key = job_key(pod)
-        self.touch(key)
+        self.touch(key, changed=not same)
         if is_job_member(pod):
             self._members.setdefault(key, {})[pod.uid] = pod
         else:  # a finished pod, or not ours: whatever it still holds is nobody's usage
             self.ledger.reown(pod.uid, None)
 
-    def unindex(self, pod: PodInfo) -> None:
+    def unindex(self, pod: PodInfo, *, changed: bool = True) -> None:
         key = job_key(pod)
-        self.touch(key)
+        self.touch(key, changed=changed)
         members = self._members.get(key)
         if members is not None:
             members.pop(pod.uid, None)
@@ -121,14 +127,19 @@ class JobIndex:
         """All jobs, as `build_jobs(pods, podgroups)` gives them, rebuilding only the jobs whose pods
         changed or that have pending pods; the owners of their pods' holdings follow along. Quarantined
         jobs are left out."""
+        self.generation += 1
+        for key, q in list(self.quarantined.items()):
+            if q.until <= self.generation:  # its backoff is over: try it again
+                self._dirty[key] = None
         for key in list({**self._dirty, **self._active}):
             members = self._members.get(key)
             if not members:
                 self._members.pop(key, None)
                 self._jobs.pop(key, None)
                 self._active.pop(key, None)
+                self.quarantined.pop(key, None)
                 continue
-            if key in self.quarantined:
+            if key in self.quarantined and self.quarantined[key].until > self.generation:
                 continue
             if (problem := self.invalid_podgroups.get(key)) is not None and key not in self.podgroups:
                 self.quarantine(key, problem)
@@ -142,6 +153,8 @@ class JobIndex:
                 continue
             self._jobs[key] = job
             owner = Owner(job.queue, job.key, not job.preemptible)
+            if key in self.quarantined:  # tried again after its backoff: it stays on probation (strikes)
+                self.quarantined[key] = replace(self.quarantined[key], until=self.generation)
             for p in (*job.running, *job.pending):
                 self.ledger.reown(p.uid, owner)
             if job.pending:
@@ -149,7 +162,11 @@ class JobIndex:
             else:
                 self._active.pop(key, None)
         self._dirty.clear()
-        return [job for key, job in self._jobs.items() if key not in self.quarantined]
+        return [job for key, job in self._jobs.items() if not self._left_out(key)]
+
+    def _left_out(self, key: str) -> bool:
+        q = self.quarantined.get(key)
+        return q is not None and q.until > self.generation
 
     def _charged_queue(self, job: Job) -> str:
         """The queue a job is charged to. Pending only: the one its labels (or PodGroup) name, checked by
@@ -164,18 +181,27 @@ class JobIndex:
 
     def pending_jobs(self) -> list[Job]:
         """The jobs with pending pods, as of the last `jobs()`, in the same order as it returned them."""
-        return [job for key, job in self._jobs.items() if job.pending and key not in self.quarantined]
+        return [job for key, job in self._jobs.items() if job.pending and not self._left_out(key)]
 
     # ------------------------------------------------------------------------------------ quarantine
     def quarantine(self, key: str, message: str) -> bool:
-        """Leave job `key` out of scheduling until one of its pods or its PodGroup changes; its pending
-        pods are told `message`. False when no such job exists (nothing to leave out)."""
+        """Leave job `key` out of scheduling until one of its pods or its PodGroup changes, or its backoff
+        is over; its pending pods are told `message`. False when no such job exists (nothing to leave out)."""
         members = self._members.get(key)
         if not members:
             return False
-        self.quarantined[key] = Quarantined(message, tuple(members.values()))
+        old = self.quarantined.get(key)
+        strikes = old.strikes + 1 if old is not None else 1
+        until = self.generation + retry_after(strikes)
+        self.quarantined[key] = Quarantined(message, tuple(members.values()), until, strikes)
         return True
 
     def quarantined_pods(self) -> list[tuple[PodInfo, str]]:
-        """Pending pods of quarantined jobs, with why they wait."""
-        return [(p, q.message) for q in self.quarantined.values() for p in q.members if not p.holds_resources]
+        """Pending pods of the jobs left out now, with why they wait."""
+        return [
+            (p, q.message)
+            for key, q in self.quarantined.items()
+            if self._left_out(key)
+            for p in q.members
+            if not p.holds_resources
+        ]
