@@ -90,6 +90,8 @@ class ClusterMirror:
             self._flush()
             if self.gone:
                 self._drop_empty_gone()
+            if self.state.draining:
+                self.state.retire_drained()
         except Exception as exc:
             log.exception("accounting the last watch events failed")
             self.errors.add(f"accounting watch events: {failure(exc)}")

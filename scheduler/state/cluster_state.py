@@ -259,20 +259,20 @@ class ClusterState:
         self.draining.setdefault(row, set()).add(slot)
         self._touch(row)
 
-    def _retire_drained(self, row: int) -> None:
-        """Retire the row's draining slots that nothing holds any more (the node has no such GPU)."""
-        draining = self.draining.get(row)
-        if not draining:
-            return
-        for slot in [s for s in draining if int(self.free_milli[row, s]) == MILLI_PER_GPU
-                     and int(self.free_mib[row, s]) == int(self.total_mib[row, s])]:  # fmt: skip
-            draining.discard(slot)
-            self.present[row, slot] = False
-            self.healthy[row, slot] = False
-            for arr in (self.free_milli, self.free_mib, self.total_mib, self.report_free_mib):
-                arr[row, slot] = 0
-        if not draining:
-            del self.draining[row]
+    def retire_drained(self) -> None:
+        """Retire the draining slots nothing holds any more (the node has no such GPU). Called between
+        cycles, never inside a transaction: a release rolled back must find its GPU again."""
+        for row, draining in list(self.draining.items()):
+            for slot in [s for s in draining if int(self.free_milli[row, s]) == MILLI_PER_GPU
+                         and int(self.free_mib[row, s]) == int(self.total_mib[row, s])]:  # fmt: skip
+                draining.discard(slot)
+                self.present[row, slot] = False
+                self.healthy[row, slot] = False
+                for arr in (self.free_milli, self.free_mib, self.total_mib, self.report_free_mib):
+                    arr[row, slot] = 0
+                self._touch(row)
+            if not draining:
+                del self.draining[row]
 
     def set_reported_used(self, row: int, slot: int, used_mib: int) -> None:
         """NVML-measured use: free memory counts as the lower of accounting and the node report."""
@@ -311,8 +311,6 @@ class ClusterState:
             self.free_mib[row, s] = mib
         self.free_cpu[row] = cpu
         self.free_mem[row] = mem
-        if sign < 0 and self.draining:
-            self._retire_drained(row)
         self._touch(row)
 
     def apply(self, placement: Placement, sign: int = 1) -> None:
@@ -397,8 +395,6 @@ class ClusterState:
         self.free_milli = xp.astype(free_milli, self.free_milli.dtype)
         self.free_mib, self.free_cpu, self.free_mem = free_mib, free_cpu, free_mem
         for row in rows:
-            if sign < 0 and self.draining:
-                self._retire_drained(row)
             self._touch(row)
 
     def apply_many(self, placements: list[Placement], sign: int = 1) -> None:

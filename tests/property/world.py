@@ -87,7 +87,6 @@ class Stats:
             "sequences": self.sequences, "cycles": self.cycles, "operations": sum(self.operations.values()),
             "by_operation": dict(sorted(self.operations.items())), "binds": self.binds,
             "limit_checks": self.limit_checks, "limit_checks_skipped": self.limit_checks_skipped,
-            "violations": 0,
         }  # fmt: skip
 
 
