@@ -122,3 +122,20 @@ def test_gpu_count_comes_back_while_the_pod_on_the_missing_gpu_still_runs() -> N
     row = sched.cache.state.row_of("n0")
     assert row is not None and list(map(int, sched.cache.state.free_milli[row, :8])) == [1000] * 8
     assert all(bool(h) for h in sched.cache.state.healthy[row, :8])
+
+
+def test_preemption_tried_on_a_gpu_that_left_the_count_never_fails_the_cycle() -> None:
+    """Victims are evicted on trial and rolled back: one on a GPU the node no longer counts must find its
+    GPU again on the roll-back (it made the whole cycle fail, every cycle)."""
+    n0 = node("n0", A100, 2, 64, 512)
+    sim, sched = cluster([n0])
+    for i in range(2):
+        sim.submit_pod(_forever(f"train{i}", gpus=1))
+    run(sim, sched)
+    sim.update_object("Node", _with_gpus(n0, 1))
+    sim.submit_pod(_forever("urgent", gpus=1, priority_class="inference"))
+    for _ in range(3):
+        run(sim, sched)  # never raises
+        assert_arrays_match_world(sim, sched)
+    assert phase(sim, "default/urgent") == "Running"
+    assert world_gpu_use(sim)[("n0", 0)] == (1000, 40960)
