@@ -21,8 +21,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
+from scheduler.accounting import Unaccountable, from_assignment, from_request
+from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.api.report import GPUNodeReport
@@ -32,15 +32,13 @@ from scheduler.error_log import ErrorLog, Problems
 from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
-from scheduler.model import GPUShare, Placement, PodInfo, PodPhase
+from scheduler.model import Placement, PodInfo, PodPhase
 from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue
 from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
 
 
-# The largest GPU index a pod's assignment may name on a node that no longer counts it (see `keep_slot`).
-_MAX_SLOT = 64
 _EXPECTED = (InvalidObject, ValidationError, ValueError)  # bad input; anything else is a bug of ours
 
 
@@ -340,13 +338,18 @@ class ClusterMirror:
         if row is None:
             self.awaiting_node.setdefault(pod.node, set()).add(pod.uid)  # accounted when the node arrives
             return
-        placement = self._placement_from_assignment(pod, row)
-        if placement is not None and defer:
-            self._deferred[pod.uid] = (pod, placement)
-            return
+        try:
+            placement = from_assignment(self.state, pod, row)
+        except Unaccountable as exc:
+            self.errors.add(str(exc))
+            placement = None
+        else:
+            if placement is not None and defer:
+                self._deferred[pod.uid] = (pod, placement)
+                return
         if placement is None:
             self._flush()  # finding free whole GPUs needs the arrays up to date
-            placement = self._placement_from_request(pod, row)
+            placement = from_request(self.state, pod, row)
         if placement is None:
             msg = f"pod {pod.key} runs on {pod.node} but its GPUs cannot be accounted there"
             log.warning(msg)
@@ -358,45 +361,6 @@ class ClusterMirror:
             self.errors.add(f"pod {pod.key}: {exc}")
             return
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
-
-    def _placement_from_assignment(self, pod: PodInfo, row: int) -> Placement | None:
-        raw = pod.annotations.get(GPU_ASSIGNMENT)
-        if not raw:
-            return None
-        try:
-            a = GPUAssignment.from_annotation(raw)
-        except ValueError as exc:
-            self.errors.add(f"pod {pod.key}: {exc}")
-            return None
-        if a.node != pod.node:
-            self.errors.add(f"pod {pod.key}: assignment names node {a.node} but it is bound to {pod.node}")
-            return None
-        node = self.state.nodes[row]
-        for g in a.gpus:
-            if node is not None and node.gpu_count <= g.index < _MAX_SLOT:
-                self.state.keep_slot(row, g.index)  # a GPU the node no longer counts (a restart in a dip)
-        shares = tuple(
-            GPUShare(
-                slot=g.index,
-                milli=g.milli,
-                mib=g.memory_mib or self.state.share_for(row, g.index, g.milli, 0).mib,
-            )
-            for g in a.gpus
-        )
-        return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
-
-    def _placement_from_request(self, pod: PodInfo, row: int) -> Placement | None:
-        n = pod.request.num_devices if pod.request.kind == "whole" else 0
-        if pod.error or pod.request.is_fractional:
-            n = 0  # a fractional pod without an assignment was not placed by us: count no GPU share
-        free = [
-            j for j in range(self.state.max_gpus)
-            if bool(self.state.present[row, j]) and int(self.state.free_milli[row, j]) == MILLI_PER_GPU
-        ]  # fmt: skip
-        if len(free) < n:
-            return None
-        shares = tuple(GPUShare(j, MILLI_PER_GPU, int(self.state.total_mib[row, j])) for j in free[:n])
-        return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
 
 
 def _without_assignment(annotations: dict[str, str]) -> dict[str, str]:

@@ -249,13 +249,10 @@ class ClusterState:
             self._grow_gpus(slot + 1)
         elif bool(self.present[row, slot]):
             return
-        total = node.gpu_memory_mib
-        self.present[row, slot] = True
-        self.healthy[row, slot] = False
-        self.total_mib[row, slot] = total
+        self.present[row, slot], self.healthy[row, slot] = True, False
         self.free_milli[row, slot] = MILLI_PER_GPU
-        self.free_mib[row, slot] = total
-        self.report_free_mib[row, slot] = total
+        for arr in (self.total_mib, self.free_mib, self.report_free_mib):
+            arr[row, slot] = node.gpu_memory_mib
         self.draining.setdefault(row, set()).add(slot)
         self._touch(row)
 
@@ -266,8 +263,7 @@ class ClusterState:
             for slot in [s for s in draining if int(self.free_milli[row, s]) == MILLI_PER_GPU
                          and int(self.free_mib[row, s]) == int(self.total_mib[row, s])]:  # fmt: skip
                 draining.discard(slot)
-                self.present[row, slot] = False
-                self.healthy[row, slot] = False
+                self.present[row, slot], self.healthy[row, slot] = False, False
                 for arr in (self.free_milli, self.free_mib, self.total_mib, self.report_free_mib):
                     arr[row, slot] = 0
                 self._touch(row)
