@@ -40,10 +40,16 @@ requests = st.one_of(
 queue_names = st.sampled_from([*LEAVES, *LEAVES, "org", "ghost"])  # leaves mostly; a parent; a missing one
 limits = st.sampled_from([-1, -1, 0, 1, 2, 4, 8])
 index = st.integers(0, 1000)
+submit = st.tuples(
+    st.just("submit"),
+    requests,
+    queue_names,
+    st.sampled_from(["train", "build", "inference"]),
+    st.sampled_from([0, 5, 20, 60]),
+)
+gang = st.tuples(st.just("gang"), requests, queue_names, st.integers(2, 3), st.integers(-1, 1))
 operation: st.SearchStrategy[Op] = st.one_of(
-    st.tuples(st.just("submit"), requests, queue_names, st.sampled_from(["train", "build", "inference"]),
-              st.sampled_from([0, 5, 20, 60])),
-    st.tuples(st.just("gang"), requests, queue_names, st.integers(2, 3), st.integers(-1, 1)),
+    submit, submit, submit, gang, gang,  # arrivals weigh more: they are what fills the cluster
     st.tuples(st.just("delete"), index, st.booleans()),
     st.tuples(st.just("relabel"), index, st.booleans(), queue_names),
     st.tuples(st.just("hostile"), index, st.booleans(), index, index),
