@@ -107,6 +107,7 @@ class Quarantined:
 
 
 MAX_BACKOFF_CYCLES = 64
+RETRIED = "it is tried again when it changes, or after a while"
 
 
 def retry_after(strikes: int) -> int:

@@ -20,7 +20,7 @@ from scheduler.api.queue import QueueStatus
 from scheduler.backend import get_namespace
 from scheduler.cache import Cache
 from scheduler.cluster import Cluster
-from scheduler.containment import MAX_CULPRITS, culprit, failure
+from scheduler.containment import MAX_CULPRITS, RETRIED, culprit, failure
 from scheduler.jobs import Job
 from scheduler.memo import Memo
 from scheduler.model import PodInfo
@@ -138,7 +138,7 @@ class Scheduler:
 
     def _failed_on(self, exc: Exception, key: str | None, step: str) -> str:
         log.exception("%s failed on job %s", step, key)
-        message = f"the scheduler failed on this pod's job in {step} ({failure(exc)}); it waits until changed"
+        message = f"the scheduler failed on this pod's job in {step} ({failure(exc)}); {RETRIED}"
         self.cache.error_log.add(f"job {key}: {message}")
         return message
 

@@ -25,7 +25,7 @@ from dataclasses import replace
 from scheduler.api.keys import DEFAULT_QUEUE
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
-from scheduler.containment import Quarantined, failure, retry_after
+from scheduler.containment import RETRIED, Quarantined, failure, retry_after
 from scheduler.jobs import Job, build_job, is_job_member, job_key
 from scheduler.ledger import Holding, HoldKind, Ledger, Owner, same_charge
 from scheduler.model import PodInfo
@@ -149,7 +149,7 @@ class JobIndex:
                 job.queue = self._charged_queue(job)
             except Exception as exc:  # one job: see scheduler/containment.py
                 log.exception("building job %s failed", key)
-                self.quarantine(key, f"the scheduler failed on this pod's job ({failure(exc)})")
+                self.quarantine(key, f"the scheduler failed on this pod's job ({failure(exc)}); {RETRIED}")
                 continue
             self._jobs[key] = job
             owner = Owner(job.queue, job.key, not job.preemptible)
