@@ -28,6 +28,7 @@ from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.registry import make_policy
 from scheduler.reasons import PendingReason, Reason
 from scheduler.session import Session
+from scheduler.state.bulk import arrays_agree
 from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,12 @@ class Scheduler:
         self.last_session: Session | None = None
         # (kind, namespace, name, reason) -> message of every warning that holds now (see `Cluster.warn`)
         self.warnings: dict[WarningKey, str] = {}
+        self._contained_failures: list[Exception] = []  # in actions, this cycle
 
     def run_cycle(self) -> CycleResult:
         t0 = time.perf_counter()
         now = self.cluster.now()
+        self._contained_failures = []
         self.cache.apply(self.cluster.drain_events())
         session = self._open(now)
         session.add_time("state_update", time.perf_counter() - t0)
@@ -92,6 +95,10 @@ class Scheduler:
             session.close()
         self._report(session)
         self.last_session = session
+        if self._contained_failures and not self._state_agrees():
+            # The failure wrote the arrays outside the ledger (nothing rolls that back): fail the cycle, so
+            # that its caller rebuilds the state from the cluster (the Kubernetes runner does).
+            raise self._contained_failures[0]
         bound = sum(1 for e in session.events if e["type"] == "Scheduled")
         evicted = sum(1 for e in session.events if e["type"] == "Evicted")
         duration = time.perf_counter() - t0
@@ -129,12 +136,18 @@ class Scheduler:
                 return
             except Exception as exc:
                 _roll_back(session)
+                self._contained_failures.append(exc)
                 key = culprit(exc)
                 message = self._failed_on(exc, key, action.name)
                 if key is None or attempt == MAX_CULPRITS or not self.cache.index.quarantine(key, message):
                     self.cache.error_log.add(f"action {action.name} skipped this cycle: {failure(exc)}")
                     return
                 _leave_out(session, key, message)
+
+    def _state_agrees(self) -> bool:
+        ledger = self.cache.ledger
+        holdings = [h.placement for h in (*ledger.pods.values(), *ledger.reserved.values())]
+        return arrays_agree(ledger.state, holdings)
 
     def _failed_on(self, exc: Exception, key: str | None, step: str) -> str:
         log.exception("%s failed on job %s", step, key)

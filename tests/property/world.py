@@ -39,6 +39,7 @@ from scheduler.model import PodInfo
 from scheduler.objects import cpu_milli, memory_mib
 from scheduler.sim.builtin import node, pod, podgroup, queue
 from scheduler.sim.cluster import SIM_RECREATE, SimCluster
+from scheduler.state.bulk import arrays_agree
 from tests.scheduler.helpers import assert_arrays_match_world
 
 Op = tuple[Any, ...]
@@ -258,6 +259,9 @@ class World:
             self.admitted[key] = self._queue_of(key)
             assert self.admitted[key] in self.live_queues, f"{key} bound into queue {self.admitted[key]}"
         assert_arrays_match_world(self.sim, self.sched)
+        ledger = self.sched.cache.ledger
+        holdings = [h.placement for h in (*ledger.pods.values(), *ledger.reserved.values())]
+        assert arrays_agree(ledger.state, holdings)  # the check a contained failure is followed by
         self._check_cpu_memory()
         self._check_gangs(new)
         self._check_limits(new)

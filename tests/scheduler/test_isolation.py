@@ -251,3 +251,24 @@ def test_pods_bound_before_a_failure_are_never_overcommitted() -> None:
         run(sim, sched)
         assert_arrays_match_world(sim, sched)  # `a` is bound: its GPU is never given to `c` as well
     assert phase(sim, "default/c") == "Pending"
+
+
+def test_a_failure_that_leaves_the_arrays_wrong_fails_the_cycle_for_a_rebuild() -> None:
+    """Contained failures are followed by a check that the arrays equal the holdings: a failure that wrote
+    them outside the ledger (nothing rolls that back) fails the cycle, so its caller rebuilds the state
+    from the cluster (`SchedulerRunner.rebuild`) instead of giving the lost share away."""
+
+    class Corrupts:
+        name = "corrupts"
+
+        def execute(self, session: Session, cluster: object) -> None:
+            session.state.free_milli[0, 0] = 1000
+            raise RuntimeError("boom")
+
+    sim, sched = cluster([node("n0", A100, 1, 64, 512)])
+    sim.submit_pod(_pod("a"))
+    run(sim, sched)
+    sched.actions = [Corrupts(), Allocate()]
+    sim.advance(sim.now_s + 1)
+    with pytest.raises(RuntimeError, match="boom"):
+        sched.run_cycle()
