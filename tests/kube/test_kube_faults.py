@@ -185,57 +185,69 @@ def scheduler_process(scene: Scene, fault_proxy: FaultProxy, tmp_path: Path) -> 
         proc.stop()
 
 
+ROUNDS = int(os.environ.get("TESSERA_FAULT_ROUNDS", "3"))
+# One round's pods: 3.25 of the 4 GPUs, in fractions and whole GPUs, so every one of them must run.
+ROUND = [("a", "0.5"), ("b", "0.25"), ("c", "0.25"), ("d", None), ("e", "0.5"), ("f", "0.75")]
+
+
 def test_faults_and_kills_never_overcommit_or_lose_a_pod(
     scene: Scene, fault_proxy: FaultProxy, scheduler_process: SchedulerProcess
 ) -> None:
-    """Three waves of fractional and whole-GPU pods (3.5 of the 4 GPUs asked for in all, so every pod must
-    run in the end); before each wave the API is made to fail in a new way, and during it the scheduler is
-    killed with SIGKILL and started again (it rebuilds everything from the API: the assignments it wrote)."""
+    """Rounds of fractional and whole-GPU pods. In each the API fails in one of three ways (conflicting
+    and failing binds and writes; throttled bind locks, slow lists, expired watches; failed binds and cut
+    watches), the scheduler is killed with SIGKILL while it binds the round's pods and started again (it
+    rebuilds everything from the API: the assignments it wrote); every pod must run, once, and no GPU ever
+    holds more than all of it. Then the round's pods are deleted. `TESSERA_FAULT_ROUNDS` (default 3) for
+    long runs: it prints the faults injected and the kills."""
     scene.node("gpu-1", gpus=2)
     scene.node("gpu-2", gpus=2)
     kubelet = scene.kubelet()
-    waves = [
-        [fraction_pod("w0-a", "0.5"), fraction_pod("w0-b", "0.25"), fraction_pod("w0-c", "0.25"), whole_pod("w0-d")],
-        [fraction_pod("w1-a", "0.5"), fraction_pod("w1-b", "0.25"), fraction_pod("w1-c", "0.25")],
-        [fraction_pod("w2-a", "0.25"), fraction_pod("w2-b", "0.25")],
-    ]  # fmt: skip
 
     def conflicts_and_errors() -> None:
-        fault_proxy.fail("POST", "/binding$", 409, "conflict", times=2)
-        fault_proxy.fail("PATCH", r"/namespaces/[^/]+/pods/", 500, "etcd timeout", times=2)
+        fault_proxy.fail("POST", "/binding$", 409, "conflict", times=3)
+        fault_proxy.fail("PATCH", r"/namespaces/[^/]+/pods/", 500, "etcd timeout", times=3)
 
     def throttled_slow_expired() -> None:
-        fault_proxy.fail("PATCH", "/api/v1/nodes/", 429, "slow down", times=2)
+        fault_proxy.fail("PATCH", "/api/v1/nodes/", 429, "slow down", times=3)
         fault_proxy.slow("GET", "/api/v1/pods", 1.0, times=2)
         fault_proxy.expire_watches("/api/v1/pods$")
 
     def failed_binds_and_cut_watches() -> None:
-        fault_proxy.fail("POST", "/binding$", 500, "internal error", times=2)
+        fault_proxy.fail("POST", "/binding$", 500, "internal error", times=3)
         fault_proxy.drop_watches()
 
     faults = [conflicts_and_errors, throttled_slow_expired, failed_binds_and_cut_watches]
-    names = [p["metadata"]["name"] for wave in waves for p in wave]
+    started: list[str] = []
+    injected = 0
     with GPUWatch(scene) as watch:
         scheduler_process.start()
-        for wave, inject in zip(waves, faults, strict=True):
-            inject()
-            for body in wave:
-                scene.create_pod(body)
+        for r in range(ROUNDS):
+            faults[r % len(faults)]()
+            names = [f"r{r}-{n}" for n, _ in ROUND]
+            for name, (_, fraction) in zip(names, ROUND, strict=True):
+                scene.create_pod(fraction_pod(name, fraction) if fraction else whole_pod(name))
             before = len(kubelet.allocated)
 
-            def some_bound(before: int = before) -> bool:  # mid-wave: some of it bound, the rest not yet
+            def some_bound(before: int = before) -> bool:  # mid-round: some of it bound, the rest not yet
                 return len(kubelet.allocated) > before
 
             wait_until(some_bound, timeout=60)
             scheduler_process.kill()
             scheduler_process.start()
-        wait_until(lambda: running(scene) == set(names), timeout=90)
-        fault_proxy.clear()
-    assert watch.samples > 0
+            wait_until(lambda names=names: running(scene) == set(names), timeout=90)  # type: ignore[misc]
+            assert sorted(p["metadata"]["name"] for p in scene.pods()) == sorted(names)  # no pod lost
+            assert sum(scene.gpu_use().values()) == 3250
+            injected += sum(1 for req in fault_proxy.requests if req.injected)
+            fault_proxy.clear()
+            fault_proxy.clear_requests()
+            started += names
+            scene.core.delete_collection_namespaced_pod(scene.ns, grace_period_seconds=0)
+            wait_until(lambda: not scene.pods(), timeout=30)
     over = {gpu: milli for gpu, milli in watch.worst.items() if milli > 1000}
     assert not over, f"over-committed: {over}"
-    assert sorted(p["metadata"]["name"] for p in scene.pods()) == sorted(names)  # no pod lost
-    assert sum(scene.gpu_use().values()) == 3500
-    assert sorted(kubelet.allocated) == sorted(f"{scene.ns}/{n}" for n in names)  # each started once
-    injected = [r for r in fault_proxy.requests if r.injected]
-    assert injected and scheduler_process.kills == 3
+    assert sorted(kubelet.allocated) == sorted(f"{scene.ns}/{n}" for n in started)  # each started once
+    assert injected >= ROUNDS and scheduler_process.kills == ROUNDS and watch.samples > 0
+    print(
+        f"rounds {ROUNDS}: faults injected {injected}, kills {scheduler_process.kills}, "
+        f"pods {len(started)}, GPU samples {watch.samples}, worst GPU {max(watch.worst.values())} milli"
+    )

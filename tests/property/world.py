@@ -300,9 +300,9 @@ class World:
             cpu[obj["spec"]["nodeName"]] += cpu_milli(requests["cpu"])
             mem[obj["spec"]["nodeName"]] += memory_mib(requests["memory"])
         for held in self.sched.cache.ledger.reserved.values():  # places kept for pods being moved
-            name = str(state.node_names[held.placement.node])
-            cpu[name] += held.placement.cpu_milli
-            mem[name] += held.placement.memory_mib
+            where = str(state.node_names[held.placement.node])
+            cpu[where] += held.placement.cpu_milli
+            mem[where] += held.placement.memory_mib
         for row, name in enumerate(state.node_names):
             if name is None:
                 continue

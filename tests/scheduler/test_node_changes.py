@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 
 from scheduler.api.keys import SIM_DURATION, WHOLE_GPU_RESOURCE
+from scheduler.cycle import Scheduler
 from scheduler.sim.cluster import SIM_RECREATE, SimCluster
 from tests.scheduler.helpers import (
     A100,
@@ -34,7 +35,7 @@ def _with_gpus(obj: dict, gpus: int) -> dict:
     return out
 
 
-def _delete_pod(sim: SimCluster, sched, key: str) -> None:  # type: ignore[no-untyped-def]
+def _delete_pod(sim: SimCluster, sched: Scheduler, key: str) -> None:
     uid = sim.pods[key].obj["metadata"]["uid"]
     sim.evict(sched.cache.pods[uid], action="test", message="deleted by the user")
 
