@@ -12,6 +12,7 @@ import sys
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,9 @@ class SchedulerProcess:
                 env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
 
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
     def kill(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-2000:]
         self.proc.send_signal(signal.SIGKILL)
@@ -183,6 +187,31 @@ def scheduler_process(scene: Scene, fault_proxy: FaultProxy, tmp_path: Path) -> 
         yield proc
     finally:
         proc.stop()
+
+
+def _state_of(scene: Scene) -> str:
+    """Each pod of the test: its node, phase and what it was last told (for a failure's message)."""
+    out = []
+    for p in scene.pods():
+        told = [
+            c.get("message", "") for c in p["status"].get("conditions", []) if c.get("type") == "PodScheduled"
+        ]
+        out.append(f"{p['metadata']['name']}: {p['spec'].get('nodeName')} {p['status'].get('phase')} {told}")
+    for name in sorted(scene.nodes):
+        obj = scene.node_obj(name)
+        lock = (obj["metadata"].get("annotations") or {}).get("tessera.dev/bind-lock")
+        out.append(f"node {name}: lock {lock}, taints {obj['spec'].get('taints')}")
+    return "; ".join(out)
+
+
+def heartbeat(scene: Scene) -> None:
+    """What a kubelet does every few seconds: without it the node lifecycle controller (in the control
+    plane's controller-manager) taints a node `unreachable` some 40 s after its last heartbeat, and a
+    long run ends with no node to schedule on."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now}
+    for name in sorted(scene.nodes):
+        scene.core.patch_node_status(name, {"status": {"conditions": [ready]}})
 
 
 ROUNDS = int(os.environ.get("TESSERA_FAULT_ROUNDS", "3"))
@@ -222,6 +251,7 @@ def test_faults_and_kills_never_overcommit_or_lose_a_pod(
     with GPUWatch(scene) as watch:
         scheduler_process.start()
         for r in range(ROUNDS):
+            heartbeat(scene)
             faults[r % len(faults)]()
             names = [f"r{r}-{n}" for n, _ in ROUND]
             for name, (_, fraction) in zip(names, ROUND, strict=True):
@@ -234,7 +264,10 @@ def test_faults_and_kills_never_overcommit_or_lose_a_pod(
             wait_until(some_bound, timeout=60)
             scheduler_process.kill()
             scheduler_process.start()
-            wait_until(lambda names=names: running(scene) == set(names), timeout=90)  # type: ignore[misc]
+            try:
+                wait_until(lambda names=names: running(scene) == set(names), timeout=90)  # type: ignore[misc]
+            except AssertionError:
+                raise AssertionError(f"round {r}: {_state_of(scene)}\n{scheduler_process.tail()}") from None
             assert sorted(p["metadata"]["name"] for p in scene.pods()) == sorted(names)  # no pod lost
             assert sum(scene.gpu_use().values()) == 3250
             injected += sum(1 for req in fault_proxy.requests if req.injected)
