@@ -185,6 +185,12 @@ def _gpu_request(
     return parse_gpu_request(annotations, limits, max_gpu_memory_mib=max_mib)
 
 
+def _grace_s(spec: Obj) -> float:
+    """terminationGracePeriodSeconds (Kubernetes' default 30 when unset or unreadable)."""
+    raw = spec.get("terminationGracePeriodSeconds")
+    return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0 else 30.0
+
+
 def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
     """Parse a pod; an invalid GPU request or resource lands in `PodInfo.error`, never an exception.
 
@@ -252,4 +258,6 @@ def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
         ours=spec.get("schedulerName") == SCHEDULER_NAME,
         error=error,
         annotations=annotations,
+        terminating=bool(meta.get("deletionTimestamp")),
+        grace_s=_grace_s(spec),
     )

@@ -17,7 +17,7 @@ from scheduler.transaction import Transaction
 def admissible(session: Session, job: Job) -> tuple[Reason, str] | None:
     """(reason, message) when the job's queue may not take it now, else None."""
     tree = session.tree
-    request = job.pending_request()
+    request = session.request_of(job.pending)  # a gpu-memory pod counts its largest possible share
     if (msg := tree.limit_exceeded(job.queue, request)) is not None:
         return (Reason.OVER_LIMIT, msg)
     if not job.preemptible and (msg := tree.quota_exceeded(job.queue, request)) is not None:
@@ -97,11 +97,15 @@ class Allocate:
             placed = try_place_job(session, job, tx, unplaceable)
             if placed == 0 or placed < job.need:
                 tx.rollback()
-                if job.is_gang:
-                    failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
-                    detail = failed[-1] if failed else "capacity taken by earlier placements"
+                failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
+                detail = failed[-1] if failed else "capacity taken by earlier placements"
+                if job.is_gang and job.need > 0:
                     msg = f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}"
                     _tell_all(session, job, Reason.GANG_UNSCHEDULABLE, msg)
+                elif job.is_gang:  # elastic: minMember runs already, these members are extra
+                    msg = (f"gang {job.key} runs its minMember ({job.min_member}); its extra members wait for "
+                           f"room: {detail}")  # fmt: skip
+                    _tell_all(session, job, Reason.UNSCHEDULABLE, msg)
                 continue
             t0 = time.perf_counter()
             outcome = tx.commit(cluster)

@@ -123,7 +123,7 @@ def place_members(session: Session, tx: Transaction, job: Job, pods: list[PodInf
     for i, pod in enumerate(pods):
         if placed == count:
             break
-        pl = session.place_one(demand_for(pod))
+        pl = session.place(demand_for(pod))
         if pl is None:
             if placed + len(pods) - i - 1 < count:
                 break

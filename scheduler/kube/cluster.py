@@ -176,6 +176,7 @@ class KubeCluster:
         """One informer event into what the cycle should see (appended to `out`)."""
         if ev.kind == "PriorityClass":
             self._on_priority_class(ev)
+            out.append(WatchEvent("PriorityClass", ev.type, ev.obj))  # PodGroups name them too
         elif ev.kind == "Pod":
             for event in self._pod_events(ev):
                 self._route(event, out)

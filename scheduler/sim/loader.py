@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-SUPPORTED = ("Node", "Pod", "Queue", "PodGroup")
+SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
