@@ -252,7 +252,9 @@ def test_a_busy_node_is_masked_for_gpu_pods_for_the_rest_of_the_cycle(how: str) 
     s = scene()
     session = s.session
     free = session.state.host(session.state.free_milli)
-    alone = next(f for f in ("free0", "free1", "free2") if int(free[s.where[f].node].sum()) == 2 * MILLI_PER_GPU)
+    alone = next(
+        f for f in ("free0", "free1", "free2") if int(free[s.where[f].node].sum()) == 2 * MILLI_PER_GPU
+    )
     tx = Transaction(session, "test")  # p1 takes a GPU of the empty node
     tx.place(s.pods["p1"], s.jobs["p1"], s.where[alone])
     stub = (
