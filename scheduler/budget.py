@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class BudgetLimits:
-    action_work: int = 2000  # candidates one action may try per cycle
-    job_work: int = 200  # candidates tried for one waiting job
+    action_work: int = 600  # candidates one action may try per cycle
+    job_work: int = 48  # candidates tried for one waiting job
     wall_s: float | None = None  # also stop an action after this many seconds (live scheduler only)
 
     @classmethod

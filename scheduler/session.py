@@ -73,6 +73,8 @@ class Session:
     # Seconds spent per phase ("scoring", "commit"...), summed by the actions for the cycle's report.
     timings: dict[str, float] = field(default_factory=dict)
     reserved: dict[str, str] = field(default_factory=dict)  # pending pod uid -> reservation it takes
+    # Pods with a place reserved that are not bound yet (pipelined): no action places them again.
+    pipelined: set[str] = field(default_factory=set)
     memo: Memo = field(default_factory=Memo)  # per-cycle results the actions share (typed keys)
     group_reasons: dict[str, PendingReason] = field(default_factory=dict)  # gangs with no pending pod
     unavailable: set[int] = field(

@@ -157,6 +157,7 @@ class Transaction:
                     op.pod, op.owner.queue, op.placement, job, waits_for=waiting,
                     expires_s=self._expiry(waiting), action=op.action,
                 ))  # fmt: skip
+                s.pipelined.add(op.pod.uid)
                 node = s.state.node_names[op.placement.node]
                 s.event("Pipelined", op.action, op.pod, op.message, node=node, waits_for=self._names(waiting))
                 continue

@@ -2,7 +2,7 @@
 
 "Only by fragmentation": the nodes that could host the pod have enough free GPU in total, in pieces too
 small. On one such node at a time, the plan takes the fewest movable pods (preemptible single pods holding
-GPUs) whose going makes room for the pod there, by plain arithmetic on the node's row, trying smaller sets
+GPUs, for which another node has room now) whose going makes room for the pod there, by plain arithmetic on the node's row, trying smaller sets
 first (so a plan never moves a pod it does not need to); then every one of them must get a new place
 elsewhere, never the place it has now (that would restart it for nothing), or the set is dropped. The
 cheapest plan over the nodes tried (fewest moves, then the lowest priority, then the youngest) is applied:
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
@@ -144,8 +145,15 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo, meter:
     s, ledger = session.state, session.ledger
     d = demand_for(pod)
     by_node: dict[int, list[Victim]] = {}
+    elsewhere: dict[PodDemand, Any] = {}  # per demand, bool[N]: nodes with room for it now
     for v in _movable(session, job):
-        by_node.setdefault(_held(ledger, v).node, []).append(v)
+        dv, row = demand_for(v.pods[0]), _held(ledger, v).node
+        if dv not in elsewhere:
+            elsewhere[dv] = session.feasible(dv)[0]
+        mask = elsewhere[dv]
+        if not (bool(session.xp.any(mask[:row])) or bool(session.xp.any(mask[row + 1 :]))):
+            continue  # no other node has room for it now: it is not moved (saves trials that cannot work)
+        by_node.setdefault(row, []).append(v)
     static = static_rows(s, d)
     fits: dict[int, RowFit] = {}
     for r in by_node:
@@ -200,19 +208,16 @@ def _plan_on(
         if best is not None and size >= best.cost[0]:
             return None
         tried = 0
-        found: Plan | None = None
-        for group in combinations(units, size):
+        for group in combinations(units, size):  # the most expendable sets of this size first
             if meter.exhausted or tried >= MAX_SETS_PER_ROW:
-                break
-            meter.spend()
-            if not fit.fits(d, *_freed(ledger, group)):
+                return None
+            if not fit.fits(d, *_freed(ledger, group)):  # arithmetic: no trial, no work spent
                 continue
             tried += 1
+            meter.spend()
             plan = _trial(session, tx, job, pod, row, list(group))
-            if plan is not None and (found is None or plan.cost < found.cost):
-                found = plan
-        if found is not None or meter.exhausted:
-            return found
+            if plan is not None:
+                return plan
     return None
 
 

@@ -110,8 +110,13 @@ def can_reclaim(tree: QueueTree, queue: str, request: Resources, preemptible: bo
     node = tree.nodes[queue]
     r = _over(node.allocated + request, _fair(node))
     if r is not None:
+        where = (
+            "is at its fair share"
+            if node.allocated.get(r) >= node.fair_share.get(r) - EPS
+            else ("would pass its fair share with it")
+        )
         return (
-            f"queue {queue} is at its fair share ({amount(r, node.allocated.get(r))} of "
+            f"queue {queue} {where} ({amount(r, node.allocated.get(r))} of "
             f"{amount(r, node.fair_share.get(r))} allocated, quota {amount(r, quota_of(node, r))}); "
             f"{amount(r, request.get(r))} more waits for idle capacity"
         )

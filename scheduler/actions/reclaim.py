@@ -68,7 +68,10 @@ class Reclaim:
             others = [
                 v for v in candidates(session) if v.job.queue != job.queue and v.job.queue in tree.nodes
             ]
-            pool = [v for v in others if victim_candidate(tree, job.queue, request, v.job.queue)]
+            takeable = {
+                q: victim_candidate(tree, job.queue, request, q) for q in {v.job.queue for v in others}
+            }
+            pool = [v for v in others if takeable[v.job.queue]]
             if not pool:
                 failed[key] = _nobody(session, job, request, bool(others))
                 _tell(session, pods, *failed[key])

@@ -70,6 +70,7 @@ class BindReserved:
             msg = f"its place on {node} is reserved; it is bound once {names} {verb} terminated (evicted for it)"
             for pod, job, _, _ in members:
                 session.set_reason(pod, Reason.PIPELINED, msg)
+                session.pipelined.add(pod.uid)
                 job.pending.remove(pod)
                 job.reserved.append(pod)
             return

@@ -27,7 +27,8 @@ class StaleGang:
             if not job.is_gang:
                 continue
             running = running_now(session, job)
-            present = len(running) + job.succeeded + len(job.reserved)
+            waiting = len(job.reserved) + sum(1 for p in job.pending if p.uid in session.pipelined)
+            present = len(running) + job.succeeded + waiting  # pipelined members are on their way
             if not running or present >= job.min_member:
                 continue
             below.add(job.key)

@@ -4,10 +4,12 @@ Victims are units of running preemptible jobs: a gang whole (never in part), or 
 gang above its minMember. They are ordered as KAI Scheduler orders its victims: the queue most over its
 share first (queues interleaved as victims are taken), inside a queue the lowest priority, then elastic
 extras, then the youngest. A plan costs its evicted pods, then how far down that order its last victim
-is: the search returns the cheapest plan it finds, and every plan it returns is minimal (no victim can be
-left out).
+is: the search returns the cheapest plan it finds (the cheapest there is when it completes within its
+bounds), and never one with a victim it could leave out.
 
-The search is bounded by work (`scheduler/budget.py`), each candidate set tried spending one unit:
+The search is bounded by work (`scheduler/budget.py`): each trial (a candidate set of victims evicted and
+the job placed, then rolled back) spends one unit; sets checked by arithmetic alone are bounded apart
+(`MAX_CHECKS`), so the same inputs always give the same plan.
 
 - a job of one pod: per node, a depth-first search over the node's victims in order with backtracking,
   pruned by the best cost found and by the queue rules (a set a rule refuses only gets worse with more
@@ -39,6 +41,7 @@ from scheduler.state.demand import PodDemand, demand_for
 from scheduler.transaction import Transaction
 
 MAX_VICTIM_UNITS = 32  # per waiting job: beyond this many victims, the plan is not worth the disruption
+MAX_CHECKS = 4096  # per waiting job: sets of victims checked by arithmetic (trials spend the budget)
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,7 @@ class VictimSearch:
     blocked: str | None = None  # a rule that refused a set of victims that would have made room
     _ranks: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _free_milli: int | None = field(default=None, init=False, repr=False)
+    _checks: int = field(default=0, init=False, repr=False)
     _static: Any = field(default=None, init=False, repr=False)
 
     def run(self, pool: list[Victim]) -> list[Victim] | None:
@@ -288,20 +292,20 @@ class VictimSearch:
             return freed, cpu, mem
 
         for row in sorted(by_row):
-            if self.meter.exhausted:
+            if self.meter.exhausted or self._checks >= MAX_CHECKS:
                 break
             fit = RowFit.of(self.session, d, row, static)
             units = by_row[row]
 
             def fits(victims: list[Victim], fit: RowFit = fit, row: int = row) -> bool:
-                self.meter.spend()
+                self._checks += 1  # arithmetic, no trial: bounded apart from the budget
                 return fit.fits(d, *freed_on(row, victims))
 
             if not fit.ok or not fits(units):
                 continue  # not even every victim here makes room
 
             def dfs(i: int, chosen: list[Victim], units: list[Victim] = units, row: int = row) -> None:
-                if i == len(units) or self.meter.exhausted:
+                if i == len(units) or self._checks >= MAX_CHECKS:
                     return
                 v = units[i]
                 trial = [*chosen, v]
@@ -324,6 +328,11 @@ class VictimSearch:
         for i, (_, row, victims) in enumerate(sorted(plans, key=lambda p: (p[0], p[1]))):
             if i > 0 and self.meter.exhausted:
                 break
+            fit = RowFit.of(self.session, d, row, static)
+            for v in list(reversed(victims)):  # a search cut short may keep one it does not need
+                rest = [u for u in victims if u is not v]
+                if rest and fit.fits(d, *freed_on(row, rest)) and self._rule(rest) is None:
+                    victims = rest
             if self._trial(victims, keep=True, row=row):
                 return victims
         return None

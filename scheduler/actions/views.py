@@ -34,13 +34,16 @@ def running_now(session: Session, job: Job) -> list[PodInfo]:
 
 
 def pending_now(session: Session, job: Job) -> list[PodInfo]:
-    held = session.ledger.pods
-    return [p for p in job.pending if p.uid not in held and p.error is None]
+    """Members still to place: not holding a place, not pipelined (placed, waiting for victims), valid."""
+    held, pipelined = session.ledger.pods, session.pipelined
+    return [p for p in job.pending if p.uid not in held and p.uid not in pipelined and p.error is None]
 
 
 def need_now(session: Session, job: Job) -> int:
-    """Members that must be placed together now (1 for a single pod)."""
-    return max(0, job.min_member - len(running_now(session, job)))
+    """Members that must be placed together now (1 for a single pod): minMember less those running, done
+    or with a place reserved."""
+    waiting = len(job.reserved) + sum(1 for p in job.pending if p.uid in session.pipelined)
+    return max(0, job.min_member - len(running_now(session, job)) - job.succeeded - waiting)
 
 
 def request_of(pods: list[PodInfo]) -> Resources:

@@ -100,3 +100,22 @@ def test_simulate_cli_runs_a_scenario_and_reports_actions():
     assert len(evicted) == 4 and {e["action"] for e in evicted} == {"reclaim"}
     queues = {q["name"]: q for q in summary["queues"]}
     assert queues["team-a"]["allocated"]["gpu"] == 4 and queues["team-b"]["allocated"]["gpu"] == 4
+
+
+def test_guaranteed_quota_against_one_big_job():
+    rec = scenario("guaranteed-quota-one-big-job")
+    rec.run(59)
+    assert gpus_by_queue(rec.sim) == {"team-a": 8.0}  # the gang and two singles borrow team-b's quota
+    rec.run(2)  # team-b arrives at t=60: its queue is owed 4 GPUs, team-a's excess sits in the gang
+    ev = rec.evictions("reclaim")
+    assert sorted(e["pod"] for e in ev) == ["team-a/a-0", "team-a/a-1"] + [
+        f"team-a/ddp-{i}" for i in range(6)
+    ]
+    assert rec.gang_evictions == 1 and all(e["time_s"] == 60.0 for e in ev)
+    rec.run(GRACE_S + 10)
+    assert gpus_by_queue(rec.sim) == {"team-a": 2.0, "team-b": 4.0}  # the quota is back; the singles rerun
+    reason, message = pending_reason(rec, "team-a/ddp-0")
+    assert reason == Reason.QUEUE_AT_FAIR_SHARE and "gang team-a/ddp needs 6 more pods" in message
+    assert "queue team-a would pass its fair share with it (2 GPUs of 4 GPUs allocated" in message
+    rec.run(20)
+    assert len(rec.evictions()) == 8  # settled: team-a, below its quota now, takes nothing back
