@@ -93,7 +93,9 @@ def build_job(
     first = group_pods[0]
     if pg is not None:
         name = pg.spec.priority_class_name
-        value = (priority_classes or {}).get(name) if name else None
+        # The class the PodGroup names (the cluster's, else the built-in table), else its pods' priority;
+        # `preemptibility` overrides what the value says.
+        value = (priority_classes or {}).get(name) if name else first.priority
         priority, preemptible = (
             resolve_priority(name, value, pg.spec.preemptibility)
             if name or pg.spec.preemptibility

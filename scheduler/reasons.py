@@ -92,9 +92,12 @@ _MEANING = {
     Reason.WAITING: "arrived after the last cycle",
 }
 
-# Waits the actions that make room (consolidate, reclaim) act on; preempt also acts on queue rules.
+# Waits the actions that make room act on: consolidate only on room; preempt also on its queue's rules
+# (evicting in the queue frees its limit), reclaim also on a limit (taken from a queue under the same
+# limited parent, the victims free it).
 MAKING_ROOM_HELPS = frozenset({Wait.ROOM})
 PREEMPTING_HELPS = frozenset({Wait.ROOM, Wait.QUEUE_RULE})
+RECLAIMING_HELPS = PREEMPTING_HELPS
 
 
 @dataclass

@@ -134,18 +134,21 @@ class Transaction:
         return Outcome(bound, evicted, failed)
 
     def _pipeline(self) -> None:
-        """Placements that need what releasing pods still occupy become reservations that wait for them
-        (a job's placements all together: a gang is bound whole); reserved places of moved pods learn
-        what they wait for too."""
+        """Placements that need what releasing pods still occupy, and every placement planned together with
+        evictions, become reservations that wait for them (a job's placements all together: a gang is bound
+        whole). Waiting for the victims of its own transaction keeps queue limits and quotas true even while
+        they terminate (their queue no longer counts them); reserved places of moved pods learn what they
+        wait for too."""
         s, ledger = self.session, self.ledger
         if not ledger.releasing:
             return
+        victims = {op.pod.uid for op in self.ops if op.kind is OpKind.EVICT} & ledger.releasing.keys()
         waits: dict[str, set[str]] = {}  # job -> releasing uids
         for op in self.ops:
             if op.kind is OpKind.PLACE and op.owner is not None:
-                short = ledger.physical_shortfall(op.placement)
-                if short:
-                    waits.setdefault(op.owner.job, set()).update(short.waits_for)
+                need = ledger.physical_shortfall(op.placement).waits_for | victims
+                if need:
+                    waits.setdefault(op.owner.job, set()).update(need)
         kept: list[Op] = []
         for op in self.ops:
             job = op.owner.job if op.owner is not None else ""
@@ -163,11 +166,9 @@ class Transaction:
                 continue
             if op.kind is OpKind.RESERVE:
                 res = ledger.reservations().get(op.pod.key)
-                short = ledger.physical_shortfall(op.placement)
-                if res is not None and short:
-                    ledger.reserve(
-                        replace(res, waits_for=short.waits_for, expires_s=self._expiry(short.waits_for))
-                    )
+                blocked = ledger.physical_shortfall(op.placement).waits_for
+                if res is not None and blocked:
+                    ledger.reserve(replace(res, waits_for=blocked, expires_s=self._expiry(blocked)))
             kept.append(op)
         self.ops = kept
 

@@ -2,10 +2,11 @@
 
 "Only by fragmentation": the nodes that could host the pod have enough free GPU in total, in pieces too
 small. On one such node at a time, the plan takes the fewest movable pods (preemptible single pods holding
-GPUs, for which another node has room now) whose going makes room for the pod there, by plain arithmetic on the node's row, trying smaller sets
+GPUs, for which some GPU has room now) whose going makes room for the pod there, by plain arithmetic on the node's row, trying smaller sets
 first (so a plan never moves a pod it does not need to); then every one of them must get a new place
-elsewhere, never the place it has now (that would restart it for nothing), or the set is dropped. The
-cheapest plan over the nodes tried (fewest moves, then the lowest priority, then the youngest) is applied:
+elsewhere (another node, or another GPU of its own), never the place it has now (that would restart it for
+nothing), or the set is dropped. The cheapest plan over the nodes tried (fewest moves, then the lowest
+priority, then the youngest, as KAI orders its victims) is applied:
 evictions, the waiting pod's placement and the moved pods' new places in one transaction. The new places
 are reservations (see `scheduler/reservations.py`): the recreated pods are bound there next cycle, and the
 waiting pod itself once the moved pods have terminated (pipelined). No queue loses anything: a moved pod
@@ -21,7 +22,7 @@ from typing import Any
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victims import RowFit, Victim, candidates, evict
-from scheduler.actions.views import capacity_blocked, label, need_now, static_rows, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, place_now, static_rows, waiting_jobs
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.budget import Meter
 from scheduler.cluster import Cluster
@@ -66,7 +67,7 @@ class Consolidate:
             pods = capacity_blocked(session, job)
             if not pods or admissible(session, job) is not None:
                 continue
-            count = need_now(session, job)
+            count = place_now(session, job)
             d = demand_for(pods[0])
             free = fragmented_free(session, d, count)
             if free is None:
@@ -126,11 +127,12 @@ def fragmented_free(session: Session, d: PodDemand, count: int) -> float | None:
 
 
 def _movable(session: Session, job: Job) -> list[Victim]:
-    """Single preemptible pods holding GPUs (a gang is never moved: see docs/differences-from-kai.md)."""
+    """Preemptible pods that move alone, holding GPUs: a job of one pod (a PodGroup of one included) or a
+    member of an elastic gang above its minMember. A gang is never moved (docs/differences-from-kai.md)."""
     held = session.ledger.pods
     return [
         v for v in candidates(session)
-        if not v.job.is_gang and v.job.key != job.key and held[v.pods[0].uid].placement.gpus
+        if len(v.pods) == 1 and v.job.key != job.key and held[v.pods[0].uid].placement.gpus
     ]  # fmt: skip
 
 
@@ -145,14 +147,13 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo, meter:
     s, ledger = session.state, session.ledger
     d = demand_for(pod)
     by_node: dict[int, list[Victim]] = {}
-    elsewhere: dict[PodDemand, Any] = {}  # per demand, bool[N]: nodes with room for it now
+    elsewhere: dict[PodDemand, Any] = {}  # per demand, bool[N]: nodes with room for it now (another GPU)
     for v in _movable(session, job):
         dv, row = demand_for(v.pods[0]), _held(ledger, v).node
         if dv not in elsewhere:
             elsewhere[dv] = session.feasible(dv)[0]
-        mask = elsewhere[dv]
-        if not (bool(session.xp.any(mask[:row])) or bool(session.xp.any(mask[row + 1 :]))):
-            continue  # no other node has room for it now: it is not moved (saves trials that cannot work)
+        if not bool(session.xp.any(elsewhere[dv])):
+            continue  # no GPU has room for it now, even on its own node: it cannot move (saves trials)
         by_node.setdefault(row, []).append(v)
     static = static_rows(s, d)
     fits: dict[int, RowFit] = {}
@@ -163,8 +164,8 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo, meter:
                 fits[r] = fit
     order = sorted(fits, key=lambda r: (-sum(s.node_gpu_row(r)), r))[:MAX_ROWS]
     best: Plan | None = None
-    for row in order:
-        if meter.exhausted or (best is not None and best.cost[0] == 1):
+    for row in order:  # every node tried: the cheapest plan wins, not the first found
+        if meter.exhausted:
             break
         # The pods most expendable first: lowest priority, then the youngest.
         units = sorted(by_node[row], key=lambda v: (v.job.priority, -v.job.created_s, v.key))[:MAX_MOVES]
@@ -205,7 +206,7 @@ def _plan_on(
     d = demand_for(pod)
     ledger = session.ledger
     for size in range(1, len(units) + 1):
-        if best is not None and size >= best.cost[0]:
+        if best is not None and size > best.cost[0]:
             return None
         tried = 0
         for group in combinations(units, size):  # the most expendable sets of this size first

@@ -141,6 +141,13 @@ class JobOrder:
             return name if self.by_queue.get(name) else None
         return self._best_leaf(node.children)
 
+    def push(self, job: Job) -> None:
+        """Serve `job` again, in its turn (an elastic gang after each member it places)."""
+        queue_jobs = self.by_queue.setdefault(job.queue, [])
+        queue_jobs.append(job)
+        queue_jobs.sort(key=Job.sort_key, reverse=True)
+        self._requests.pop(job.key, None)
+
     def jobs(self) -> Iterator[Job]:
         tree = self.session.tree
         while True:

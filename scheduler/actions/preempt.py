@@ -13,7 +13,7 @@ from functools import partial
 
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victims import Victim, VictimSearch, candidates
-from scheduler.actions.views import capacity_blocked, label, need_now, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.reasons import PREEMPTING_HELPS, Reason
@@ -34,7 +34,7 @@ class Preempt:
             pods = capacity_blocked(session, job, PREEMPTING_HELPS)
             if not pods:
                 continue
-            count = need_now(session, job)
+            count = place_now(session, job)
             request = session.request_of(pods[:count])
             if not job.preemptible and tree.quota_exceeded(job.queue, request) is not None:
                 continue  # victims are preemptible: evicting them frees no quota for it

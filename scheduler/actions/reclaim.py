@@ -10,6 +10,7 @@ bound once its victims have terminated (pipelined, see `transaction.py`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from scheduler.actions.allocate import admissible
@@ -25,12 +26,13 @@ from scheduler.actions.queue_checks import (
     victim_candidate,
 )
 from scheduler.actions.victims import Victim, VictimSearch, candidates, victim_order
-from scheduler.actions.views import capacity_blocked, label, need_now, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
+from scheduler.budget import Meter
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.model import PodInfo
 from scheduler.queues.tree import QueueTree
-from scheduler.reasons import MAKING_ROOM_HELPS, Reason
+from scheduler.reasons import MAKING_ROOM_HELPS, RECLAIMING_HELPS, Reason
 from scheduler.resources import Resources
 from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
@@ -44,56 +46,68 @@ class Reclaim:
         meter = session.budget.action()
         # Same queue, same shape, same count: the same answer this cycle.
         failed: dict[tuple[str, PodDemand, int], tuple[Reason, str]] = {}
+        for job in jobs_in_order(session, waiting_jobs(session, RECLAIMING_HELPS)):
+            pods = capacity_blocked(session, job, RECLAIMING_HELPS)
+            verdict = admissible(session, job)
+            # A limit is judged once the victims are gone (they may free it, under a shared parent); a job
+            # over its limit that reclaim cannot help keeps that reason.
+            limited = verdict is not None and verdict[0] is Reason.OVER_LIMIT
+            if pods and (verdict is None or limited):
+                tell = _silent if limited else partial(_tell, session, pods)
+                self._for(session, cluster, meter, failed, job, pods, tell)
+
+    def _for(
+        self, session: Session, cluster: Cluster, meter: Meter,
+        failed: dict[tuple[str, PodDemand, int], tuple[Reason, str]], job: Job, pods: list[PodInfo],
+        tell: Callable[[Reason, str], None],
+    ) -> None:  # fmt: skip
+        """Reclaim for one job: the rules first, then the victim search; commit, or tell why not."""
         tree = session.tree
-        for job in jobs_in_order(session, waiting_jobs(session)):
-            pods = capacity_blocked(session, job)
-            if not pods or admissible(session, job) is not None:
-                continue
-            count = need_now(session, job)
-            request = session.request_of(pods[:count])
-            if not involved(request):
-                continue
-            why = can_reclaim(tree, job.queue, request, job.preemptible)
-            if why is not None:
-                _tell(session, pods, Reason.QUEUE_AT_FAIR_SHARE, why)
-                continue
-            key = (job.queue, demand_for(pods[0]), count)
-            if key in failed:
-                _tell(session, pods, *failed[key])
-                continue
-            if meter.exhausted:
-                _tell(session, pods, Reason.WAITING_FOR_RECLAIM, _head(tree, job.queue, request)
-                      + "; the reclaim search budget of this cycle is spent, it is tried again next cycle")  # fmt: skip
-                continue
-            others = [
-                v for v in candidates(session) if v.job.queue != job.queue and v.job.queue in tree.nodes
-            ]
-            takeable = {
-                q: victim_candidate(tree, job.queue, request, q) for q in {v.job.queue for v in others}
-            }
-            pool = [v for v in others if takeable[v.job.queue]]
-            if not pool:
-                failed[key] = _nobody(session, job, request, bool(others))
-                _tell(session, pods, *failed[key])
-                continue
-            tx = Transaction(session, "reclaim")
-            r = involved(request)[0]
-            node = tree.nodes[job.queue]
-            message = (
-                f"reclaimed for {label(job)} of queue {job.queue} "
-                f"({amount(r, node.allocated.get(r))} of {amount(r, node.fair_share.get(r))} fair share)"
-            )
-            rule = partial(_allowed, tree, Figures.of(tree), job, request)
-            search = VictimSearch(session, tx, job, pods, count, rule, message, session.budget.job(meter),
-                                  room=partial(tree.limit_exceeded, job.queue, request))  # fmt: skip
-            if search.run(victim_order(session, pool)) is None:
-                tx.rollback()
-                failed[key] = _unfit(session, job, request, search.blocked)
-                _tell(session, pods, *failed[key])
-                continue
-            outcome = tx.commit(cluster)
-            for p in outcome.bound:
-                session.reasons.pop(p.uid, None)
+        count = place_now(session, job)
+        request = session.request_of(pods[:count])
+        if not involved(request):
+            return
+        why = can_reclaim(tree, job.queue, request, job.preemptible)
+        if why is not None:
+            tell(Reason.QUEUE_AT_FAIR_SHARE, why)
+            return
+        key = (job.queue, demand_for(pods[0]), count)
+        if key in failed:
+            tell(*failed[key])
+            return
+        if meter.exhausted:
+            tell(Reason.WAITING_FOR_RECLAIM, _head(tree, job.queue, request)
+                 + "; the reclaim search budget of this cycle is spent, it is tried again next cycle")  # fmt: skip
+            return
+        others = [v for v in candidates(session) if v.job.queue != job.queue and v.job.queue in tree.nodes]
+        takeable = {q: victim_candidate(tree, job.queue, request, q) for q in {v.job.queue for v in others}}
+        pool = [v for v in others if takeable[v.job.queue]]
+        if not pool:
+            failed[key] = _nobody(session, job, request, bool(others))
+            tell(*failed[key])
+            return
+        tx = Transaction(session, "reclaim")
+        r = involved(request)[0]
+        node = tree.nodes[job.queue]
+        message = (
+            f"reclaimed for {label(job)} of queue {job.queue} "
+            f"({amount(r, node.allocated.get(r))} of {amount(r, node.fair_share.get(r))} fair share)"
+        )
+        rule = partial(_allowed, tree, Figures.of(tree), job, request)
+        search = VictimSearch(session, tx, job, pods, count, rule, message, session.budget.job(meter),
+                              room=partial(tree.limit_exceeded, job.queue, request))  # fmt: skip
+        if search.run(victim_order(session, pool)) is None:
+            tx.rollback()
+            failed[key] = _unfit(session, job, request, search.blocked)
+            tell(*failed[key])
+            return
+        outcome = tx.commit(cluster)
+        for p in outcome.bound:
+            session.reasons.pop(p.uid, None)
+
+
+def _silent(reason: Reason, message: str) -> None:
+    """A job over its limit keeps that reason when reclaim cannot help it."""
 
 
 def _allowed(

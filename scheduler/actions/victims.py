@@ -51,9 +51,17 @@ class Victim:
     usage: Resources
     nodes: frozenset[int]
     elastic: bool = False  # one member of an elastic gang above its minMember (not the whole gang)
+    order: int = 0  # an elastic member's turn inside its gang (0 goes first: the youngest, the last named)
 
-    def sort_key(self) -> tuple[int, int, float, int, str]:
-        return (self.job.priority, 0 if self.elastic else 1, -self.job.created_s, len(self.pods), self.key)
+    def sort_key(self) -> tuple[int, int, float, int, int, str]:
+        return (
+            self.job.priority,
+            0 if self.elastic else 1,
+            -self.job.created_s,
+            self.order,
+            len(self.pods),
+            self.key,
+        )
 
     @property
     def key(self) -> str:
@@ -74,13 +82,13 @@ def candidates(session: Session) -> list[Victim]:
             if all(p.uid in held for p in v.pods)]  # fmt: skip
 
 
-def _unit(session: Session, job: Job, pods: list[PodInfo], *, elastic: bool) -> Victim:
+def _unit(session: Session, job: Job, pods: list[PodInfo], *, elastic: bool, order: int = 0) -> Victim:
     held = session.ledger.pods
     usage = Resources()
     for p in pods:
         usage = usage + placement_usage(held[p.uid].placement)
     nodes = frozenset(held[p.uid].placement.node for p in pods)
-    return Victim(job, tuple(pods), usage, nodes, elastic)
+    return Victim(job, tuple(pods), usage, nodes, elastic, order)
 
 
 def _running_preemptible(session: Session) -> list[Victim]:
@@ -93,11 +101,17 @@ def _running_preemptible(session: Session) -> list[Victim]:
             continue
         extra = len(pods) + job.succeeded - job.min_member if job.is_gang else 0
         if extra > 0:  # elastic: members above minMember may go one by one, the youngest first
-            newest = sorted(pods, key=lambda p: (p.created_s, p.name), reverse=True)
-            out.extend(_unit(session, job, [p], elastic=True) for p in newest[:extra])
+            newest = sorted(pods, key=lambda p: (p.created_s, _natural(p.name)), reverse=True)
+            out.extend(_unit(session, job, [p], elastic=True, order=i) for i, p in enumerate(newest[:extra]))
         out.append(_unit(session, job, pods, elastic=False))
     out.sort(key=Victim.sort_key)
     return out
+
+
+def _natural(name: str) -> tuple[str, int]:
+    """A pod name in the order its controller made it: worker-10 after worker-9."""
+    stem, _, index = name.rpartition("-")
+    return (stem, int(index)) if index.isdigit() else (name, -1)
 
 
 def victim_order(session: Session, victims: list[Victim]) -> list[Victim]:
@@ -111,18 +125,19 @@ def victim_order(session: Session, victims: list[Victim]) -> list[Victim]:
     tree = session.tree
     taken = {q: 0.0 for q in by_queue}
 
-    def share(q: str) -> tuple[float, int, str]:
+    def share(q: str) -> tuple[float, int, str, str]:
+        """The queue served last goes first: most over its share, then the lower priority, then the newer."""
         node = tree.nodes.get(q)
         if node is None:
-            return (float("inf"), 0, q)
+            return (float("inf"), 0, "", q)
         fair = node.fair_share.gpu
         used = node.allocated.gpu - taken[q]
         ratio = used / fair if fair > 1e-9 else (float("inf") if used > 1e-9 else 0.0)
-        return (-ratio, node.spec.priority, q)
+        return (ratio, -node.spec.priority, node.created, q)
 
     out: list[Victim] = []
     while by_queue:
-        q = min(by_queue, key=share)
+        q = max(by_queue, key=share)
         v = by_queue[q].pop(0)
         out.append(v)
         taken[q] += v.usage.gpu

@@ -46,6 +46,12 @@ def need_now(session: Session, job: Job) -> int:
     return max(0, job.min_member - len(running_now(session, job)) - job.succeeded - waiting)
 
 
+def place_now(session: Session, job: Job) -> int:
+    """How many members to place together now: minMember's worth, else one (an elastic gang grows one member
+    at a time, as in `allocate`)."""
+    return max(need_now(session, job), 1)
+
+
 def request_of(pods: list[PodInfo]) -> Resources:
     total = Resources()
     for p in pods:
@@ -86,8 +92,8 @@ def capacity_blocked(session: Session, job: Job, helps: frozenset[Wait] = MAKING
 
     A job that could not run even on the empty cluster is told so (making room would not help)."""
     pods = pending_now(session, job)
-    need = need_now(session, job)
-    if not pods or need == 0 or len(pods) < need:
+    need = place_now(session, job)
+    if len(pods) < need:
         return []
     if any(p.uid in session.reasons and session.reasons[p.uid].reason.wait not in helps for p in pods):
         return []
