@@ -134,15 +134,15 @@ def held(s: Scene) -> set[str]:
 
 
 # name: (refused evictions, failed binds, the plan: victims and who takes which place, bound, evicted,
-# pipelined: placed where a victim still terminates, bound later)
+# pipelined: planned with evictions or where a victim still terminates: bound once the victims are gone)
 CASES = {
     "evict, then wait on the victim's GPU": (set(), set(), ["v1"], [("p1", "v1")], [], ["v1"], ["p1"]),
-    "evict, bind on a free GPU": (set(), set(), ["v1"], [("p1", "free0")], ["p1"], ["v1"], []),
+    "planned with an eviction, wait for it even on a free GPU": (set(), set(), ["v1"], [("p1", "free0")], [], ["v1"],
+                                                                ["p1"]),
     "eviction refused": ({"v1"}, set(), ["v1"], [("p1", "v1")], [], [], []),
     "one of two evictions refused": ({"v2"}, set(), ["v1", "v2"], [("p1", "v1"), ("p2", "v2")], [], ["v1"], []),
-    "first bind fails": (set(), {"p1"}, ["v1", "v2"], [("p1", "free0"), ("p2", "free1")], [], ["v1", "v2"], []),
-    "second bind fails": (set(), {"p2"}, ["v1", "v2"], [("p1", "free0"), ("p2", "free1")], ["p1"], ["v1", "v2"],
-                          []),
+    "first bind fails": (set(), {"p1"}, [], [("p1", "free0"), ("p2", "free1")], [], [], []),
+    "second bind fails": (set(), {"p2"}, [], [("p1", "free0"), ("p2", "free1")], ["p1"], [], []),
 }  # fmt: skip
 
 
