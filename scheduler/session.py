@@ -190,12 +190,23 @@ class Session:
         return place_one(self.state, self.policy, d, exclude=self.excluded(d))
 
     def place_on(self, d: PodDemand, row: int) -> Placement | None:
-        """Where on node `row` `d` goes now (the policy picks its GPUs there); None if it does not fit."""
-        mask, fit = self.feasible(d)
-        if not bool(mask[row]):
+        """Where on node `row` `d` goes now (the policy picks its GPUs there); None if it does not fit.
+        Only that row is checked (victim searches ask this for each plan they try)."""
+        s, xp = self.state, self.xp
+        exclude = self.excluded(d)
+        view = s.take_rows([row])
+        mask, fit = feasible(view, d)
+        if not bool(mask[0]) or (exclude is not None and bool(exclude[row])):
             return None
-        slots = self.policy.pick_gpus(self.state, row, d, fit) if d.uses_gpu else []
-        return placement_at(self.state, row, slots, d)
+        if not d.uses_gpu:
+            slots: list[int] = []
+        elif self.policy.capabilities.row_local:
+            slots = self.policy.pick_gpus(view, 0, d, fit)
+        else:  # the policy reads the whole state; its GPU choice looks at `fit[row]` only
+            full = xp.zeros(s.present.shape, dtype=xp.bool)
+            full[row, :] = fit[0, :]
+            slots = self.policy.pick_gpus(s, row, d, full)
+        return placement_at(s, row, slots, d)
 
     def feasible(self, d: PodDemand) -> tuple[Array, Array]:
         """(bool[N] nodes `d` fits now, bool[N, G] GPUs it fits), masked nodes left out."""
