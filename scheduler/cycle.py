@@ -61,6 +61,13 @@ class Scheduler:
         self.policy = make_policy(self.config.policy)
         # Kept across cycles, so its per-demand scores stay warm.
         self.placer = IncrementalPlacer(self.cache.state, self.policy)
+        # Victim searches try many plans: whether they fit is asked of a row-local policy (its scores kept
+        # per demand and refreshed on the rows a trial touched); the plan applied is placed by `policy`.
+        self.probe = (
+            self.placer
+            if self.policy.capabilities.row_local
+            else IncrementalPlacer(self.cache.state, make_policy("binpack"))
+        )
         self.actions = make_actions(self.config.actions)  # ValueError on an unknown name
         self.budget = Budget(self.config.budget)
         self.last_reasons: dict[str, PendingReason] = {}
@@ -72,7 +79,7 @@ class Scheduler:
         t0 = time.perf_counter()
         now = self.cluster.now()
         self.cache.apply(self.cluster.drain_events())
-        session = Session.open(self.cache, self.placer, now, self.budget)
+        session = Session.open(self.cache, self.placer, now, self.budget, probe=self.probe)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
         try:

@@ -66,6 +66,9 @@ class Session:
     tree: QueueTree
     jobs: list[Job]
     budget: Budget = field(default_factory=Budget)  # how much the actions may search (work, not seconds)
+    # A cheap, row-local placer with which victim searches try their plans (None: the session's own);
+    # the plan applied is placed by the session's policy.
+    probe: IncrementalPlacer | None = None
     charge: GPUCharge | None = None  # what a pending pod counts for its queue (set by `open`)
     pending_jobs: list[Job] = field(default_factory=list)  # those of `jobs` with pending pods
     reasons: dict[str, PendingReason] = field(default_factory=dict)  # by pod uid
@@ -113,7 +116,13 @@ class Session:
 
     @classmethod
     def open(
-        cls, cache: Cache, placer: IncrementalPlacer, now: float, budget: Budget | None = None
+        cls,
+        cache: Cache,
+        placer: IncrementalPlacer,
+        now: float,
+        budget: Budget | None = None,
+        *,
+        probe: IncrementalPlacer | None = None,
     ) -> Session:
         tree = QueueTree(cache.queues.values())
         charge = GPUCharge(cache.state)
@@ -149,7 +158,8 @@ class Session:
         tree.roll_up(allocated, requested, allocated_np)
         compute_fair_shares(tree, cluster_capacity(cache.state))
         session = cls(
-            cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, budget=budget or Budget(), charge=charge,
+            cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, budget=budget or Budget(), probe=probe,
+            charge=charge,
             pending_jobs=pending, reserved=reserved,
         )  # fmt: skip
         session._usage = TreeUsage(tree)
@@ -184,6 +194,10 @@ class Session:
     def place(self, d: PodDemand) -> Placement | None:
         """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`)."""
         return self.placer.place(d, exclude=self.excluded(d))
+
+    def probe_place(self, d: PodDemand) -> Placement | None:
+        """Where `d` could go now, by the cheap row-local placer victim searches try their plans with."""
+        return (self.probe or self.placer).place(d, exclude=self.excluded(d))
 
     def place_one(self, d: PodDemand) -> Placement | None:
         """Where `d` goes now, scored afresh (for plans tried and rolled back by the thousand)."""

@@ -216,16 +216,17 @@ def _plan_on(
                 continue
             tried += 1
             meter.spend()
-            plan = _trial(session, tx, job, pod, row, list(group))
-            if plan is not None:
-                return plan
+            plan = _trial(session, tx, job, pod, row, list(group), probe=True)
+            if plan is not None:  # the moves as the policy would place them, if it can
+                return _trial(session, tx, job, pod, row, list(group), probe=False) or plan
     return None
 
 
 def _trial(
-    session: Session, tx: Transaction, job: Job, pod: PodInfo, row: int, victims: list[Victim]
+    session: Session, tx: Transaction, job: Job, pod: PodInfo, row: int, victims: list[Victim], *, probe: bool
 ) -> Plan | None:
-    """Take `victims` off `row`, place the pod there and every victim elsewhere; the plan, rolled back."""
+    """Take `victims` off `row`, place the pod there and every victim elsewhere; the plan, rolled back.
+    `probe`: the victims' new places from the session's cheap placer (a search), else from the policy."""
     cp = tx.checkpoint()
     try:
         old = {v.key: _held(session.ledger, v) for v in victims}
@@ -236,7 +237,8 @@ def _trial(
         tx.place(pod, job, placement)
         moves: list[tuple[Victim, Placement]] = []
         for v in sorted(victims, key=lambda v: (-v.usage.gpu, v.key)):  # biggest first: hardest to fit
-            new = session.place(demand_for(v.pods[0]))
+            dv = demand_for(v.pods[0])
+            new = session.probe_place(dv) if probe else session.place(dv)
             if new is None or new == old[v.key]:
                 return None  # no place for it, or only the one it has (moving it would gain nothing)
             tx.reserve(v.pods[0], v.job, new, label(job))

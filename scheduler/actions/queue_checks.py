@@ -59,16 +59,21 @@ def involved(request: Resources) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Figures:
     """Each queue's allocation as the search for one job started (the tree's figures move with every
-    trial eviction; the rules judge the state before the plan)."""
+    trial eviction; the rules judge the state before the plan), and per-queue bounds a search asks for
+    again and again (a queue's quota and what it may hold do not change during a cycle)."""
 
     allocated: dict[str, Resources]
     allocated_np: dict[str, Resources]
+    quota: dict[str, dict[str, float]]
+    allocatable: dict[str, dict[str, float]]
 
     @classmethod
     def of(cls, tree: QueueTree) -> Figures:
         return cls(
             {n: node.allocated for n, node in tree.nodes.items()},
             {n: node.allocated_np for n, node in tree.nodes.items()},
+            {n: _quota(node) for n, node in tree.nodes.items()},
+            {n: _allocatable(node) for n, node in tree.nodes.items()},
         )
 
 
@@ -157,9 +162,9 @@ def reclaimable(
     for queue, usage in victims:
         mine, theirs = leveled(tree, reclaimer, queue)
         left = remaining.setdefault(theirs.name, figures.allocated[theirs.name])
-        fair_ok = _over(left, _allocatable(theirs)) is not None
-        mine_in_quota = _within(figures.allocated[mine.name] + request, _quota(mine))
-        quota_ok = mine_in_quota and _over(left, _quota(theirs)) is not None
+        fair_ok = _over(left, figures.allocatable[theirs.name]) is not None
+        mine_in_quota = _within(figures.allocated[mine.name] + request, figures.quota[mine.name])
+        quota_ok = mine_in_quota and _over(left, figures.quota[theirs.name]) is not None
         if not (fair_ok or quota_ok):
             r = next(iter(involved(usage) or ("gpu",)))
             return (
@@ -189,7 +194,7 @@ def reclaimable(
                         f"queue {node.name} would end {ratio:.2f}x its fair share of {res}, no less saturated "
                         f"than queue {sibling} ({level:.2f}x)"
                     )
-        over = _over(figures.allocated_np[node.name] + request, _quota(node))
+        over = _over(figures.allocated_np[node.name] + request, figures.quota[node.name])
         if not preemptible and over is not None:
             return f"non-preemptible work only reclaims within quota: queue {node.name} would pass its {over} quota"
     return None

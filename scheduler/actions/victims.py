@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.actions.views import label, place_members, running_now, static_rows
+from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.budget import Meter
 from scheduler.jobs import Job
 from scheduler.memo import MemoKey
@@ -72,22 +73,39 @@ class Victim:
 VICTIMS: MemoKey[list[Victim]] = MemoKey("victims")
 
 
+# The same list, less the units evicted since, as of a state version (asked again and again while
+# nothing is evicted).
+LIVE_VICTIMS: MemoKey[tuple[int, int, list[Victim]]] = MemoKey("live_victims")
+
+
 def candidates(session: Session) -> list[Victim]:
     """Victim units of running preemptible jobs, most expendable first (inside a queue).
 
     Computed once per cycle; units evicted since then are left out. Pods placed later in the cycle are
     not candidates in it (evicting what was just bound would only churn)."""
     held = session.ledger.pods
-    return [v for v in session.memo.get(VICTIMS, lambda: _running_preemptible(session))
-            if all(p.uid in held for p in v.pods)]  # fmt: skip
+    everyone = session.memo.get(VICTIMS, lambda: _running_preemptible(session))
+    key = (session.state.version, len(held))
+    live = session.memo.peek(LIVE_VICTIMS)
+    if live is None or live[:2] != key:
+        live = (*key, [v for v in everyone if all(p.uid in held for p in v.pods)])
+        session.memo.put(LIVE_VICTIMS, live)
+    return live[2]
 
 
 def _unit(session: Session, job: Job, pods: list[PodInfo], *, elastic: bool, order: int = 0) -> Victim:
     held = session.ledger.pods
-    usage = Resources()
-    for p in pods:
-        usage = usage + placement_usage(held[p.uid].placement)
-    nodes = frozenset(held[p.uid].placement.node for p in pods)
+    places = [held[p.uid].placement for p in pods]
+    usage = (
+        placement_usage(places[0])
+        if len(places) == 1
+        else Resources(
+            gpu=sum(g.milli for pl in places for g in pl.gpus) / MILLI_PER_GPU,
+            cpu=float(sum(pl.cpu_milli for pl in places)),
+            memory=float(sum(pl.memory_mib for pl in places)),
+        )
+    )
+    nodes = frozenset(pl.node for pl in places)
     return Victim(job, tuple(pods), usage, nodes, elastic, order)
 
 
@@ -254,8 +272,12 @@ class VictimSearch:
     def _rule(self, victims: list[Victim]) -> str | None:
         return self.allowed(sorted(victims, key=lambda v: self._ranks[v.key]))
 
-    def _trial(self, victims: list[Victim], *, keep: bool, row: int | None = None) -> bool:
-        """Evict `victims` and place the job (on `row` when given); keep the result or roll back."""
+    def _trial(
+        self, victims: list[Victim], *, keep: bool, row: int | None = None, probe: bool = False
+    ) -> bool:
+        """Evict `victims` and place the job (on `row` when given); keep the result or roll back.
+        `probe`: try with the session's cheap placer (a search); the plan kept is placed by the policy,
+        or by the probe if the policy's own choices leave a member out (the plan stands either way)."""
         self.meter.spend()
         self.tx.rollback_to(self.cp)
         evict(self.tx, victims, self.message, label(self.job))
@@ -266,7 +288,9 @@ class VictimSearch:
         elif row is not None:
             ok = self._place_on(row)
         else:
-            ok = place_members(self.session, self.tx, self.job, self.pods, self.count)
+            ok = place_members(self.session, self.tx, self.job, self.pods, self.count, probe=probe)
+            if not ok and keep and not probe:
+                ok = place_members(self.session, self.tx, self.job, self.pods, self.count, probe=True)
         if not ok or not keep:
             self.tx.rollback_to(self.cp)
         return ok
@@ -357,7 +381,7 @@ class VictimSearch:
         """A trial, unless the victims free too little GPU for the job even in total (no trial needed)."""
         if self._short(victims):
             return False
-        return self._trial(victims, keep=False)
+        return self._trial(victims, keep=False, probe=True)
 
     def _short(self, victims: list[Victim]) -> bool:
         d = demand_for(self.pods[0])

@@ -125,14 +125,17 @@ def waiting_jobs(session: Session, helps: frozenset[Wait] = MAKING_ROOM_HELPS) -
     ]  # fmt: skip
 
 
-def place_members(session: Session, tx: Transaction, job: Job, pods: list[PodInfo], count: int) -> bool:
-    """Place `count` of `pods` in the transaction; False (and nothing placed) if they do not all fit."""
+def place_members(
+    session: Session, tx: Transaction, job: Job, pods: list[PodInfo], count: int, *, probe: bool = False
+) -> bool:
+    """Place `count` of `pods` in the transaction; False (and nothing placed) if they do not all fit.
+    `probe`: by the session's cheap placer (a victim search trying a plan), else by its policy."""
     cp = tx.checkpoint()
     placed = 0
     for i, pod in enumerate(pods):
         if placed == count:
             break
-        pl = session.place(demand_for(pod))
+        pl = session.probe_place(demand_for(pod)) if probe else session.place(demand_for(pod))
         if pl is None:
             if placed + len(pods) - i - 1 < count:
                 break
