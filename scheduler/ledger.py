@@ -179,24 +179,29 @@ class Ledger:
             self._swap(self.pods, uid, replace(held, kind=HoldKind.BOUND))
 
     def physical_shortfall(self, placement: Placement) -> Shortfall:
-        """The releasing pods `placement` waits for: those on a GPU (or node) whose capacity the plan gives
-        to `placement` while they still occupy it. Empty when it can be bound now."""
+        """The releasing pods `placement` (held, about to be bound) waits for: those on a GPU (or node) that
+        would be over-full if it were bound now. What is on the GPUs is what bound pods and releasing pods
+        hold; reserved places are in the plan but nobody is on them yet. Empty when it can be bound now."""
         if not self.releasing:
             return Shortfall(frozenset())
         s, row = self.state, placement.node
         here = [(uid, h.placement) for uid, h in self.releasing.items() if h.placement.node == row]
+        if not here:
+            return Shortfall(frozenset())
+        kept = [h.placement for h in self.reserved.values() if h.placement.node == row]
         waits: set[str] = set()
         for share in placement.gpus:
             on_gpu = [(uid, g) for uid, pl in here for g in pl.gpus if g.slot == share.slot]
-            busy_milli = sum(g.milli for _, g in on_gpu)
-            busy_mib = sum(g.mib for _, g in on_gpu)
-            if busy_milli > int(s.free_milli[row, share.slot]) or busy_mib > int(s.free_mib[row, share.slot]):
+            empty = [g for pl in kept for g in pl.gpus if g.slot == share.slot]  # planned, nobody there yet
+            free_milli = int(s.free_milli[row, share.slot]) + sum(g.milli for g in empty)
+            free_mib = int(s.free_mib[row, share.slot]) + sum(g.mib for g in empty)
+            if sum(g.milli for _, g in on_gpu) > free_milli or sum(g.mib for _, g in on_gpu) > free_mib:
                 waits.update(uid for uid, _ in on_gpu)
         cpu = sum(pl.cpu_milli for _, pl in here)
         mem = sum(pl.memory_mib for _, pl in here)
-        if (placement.cpu_milli and cpu > int(s.free_cpu[row])) or (
-            placement.memory_mib and mem > int(s.free_mem[row])
-        ):
+        free_cpu = int(s.free_cpu[row]) + sum(pl.cpu_milli for pl in kept)
+        free_mem = int(s.free_mem[row]) + sum(pl.memory_mib for pl in kept)
+        if (placement.cpu_milli and cpu > free_cpu) or (placement.memory_mib and mem > free_mem):
             waits.update(uid for uid, _ in here)
         return Shortfall(frozenset(waits))
 

@@ -73,7 +73,8 @@ def _schedulable(session: Session) -> list[Job]:
         for p in job.pending:
             if p.error:
                 session.set_reason(p, Reason.INVALID_REQUEST, p.error)
-        job.pending = [p for p in job.pending if not p.error]
+        job.reserved += [p for p in job.pending if p.uid in session.pipelined]  # placed, waiting for victims
+        job.pending = [p for p in job.pending if not p.error and p.uid not in session.pipelined]
         if not job.pending:
             continue
         if (err := session.tree.leaf_error(job.queue)) is not None:

@@ -89,6 +89,12 @@ class BindReserved:
             job.pending.remove(pod)
             job.running.append(pod)
             session.reasons.pop(pod.uid, None)
+        for pod, job, _, _ in members:  # pipelined again: pods evicted since now occupy what it needs
+            if pod.uid in session.pipelined and pod in job.pending:
+                job.pending.remove(pod)
+                job.reserved.append(pod)
+                session.set_reason(pod, Reason.PIPELINED, "its place is reserved; it is bound once the pods "
+                                   "evicted before it was placed have terminated")  # fmt: skip
 
     def _drop(self, session: Session, key: str, res: Reservation, why: str) -> None:
         session.ledger.unreserve(key)
