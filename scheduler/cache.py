@@ -16,9 +16,9 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
-from scheduler.api.report import GPUNodeReport
 from scheduler.backend import ArrayNamespace
 from scheduler.cluster import WatchEvent
+from scheduler.gpu_identity import GPUIdentities
 from scheduler.jobs import Job, build_job, is_job_member, job_key
 from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo, PodPhase
 from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue
@@ -54,6 +54,8 @@ class Cache:
     errors: list[str] = field(default_factory=list)  # objects we could not use, for the user
     # Planned places of pods being moved (charged in `state`, not in `placements`), by pod namespace/name.
     reservations: dict[str, Reservation] = field(default_factory=dict)
+    # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
+    gpu_identities: GPUIdentities = field(default_factory=GPUIdentities)
     # Since when each running gang (namespace/name) has been below minMember.
     stale_since: dict[str, float] = field(default_factory=dict)
     # Pod shapes consolidation found no plan for, with the fingerprint of the layout it tried.
@@ -136,12 +138,14 @@ class Cache:
                 if self.state.node_names[res.placement.node] == name:
                     del self.reservations[key]
             self.state.remove_node(name)
+            self.gpu_identities.forget(name)
             return
-        node = parse_node(ev.obj)
+        node = self.gpu_identities.complete(parse_node(ev.obj), self.errors)
         row = self.state.row_of(node.name)
         if row is not None and self._shrinks_below_allocation(row, node):
             log.warning("node %s shrank below what is allocated on it; keeping old GPU layout", node.name)
         self.state.add_node(node)
+        self.gpu_identities.measure(self.state, node.name)
         # Watches arrive in any order: pods bound here before we knew the node are accounted now.
         for uid in sorted(self.awaiting_node.pop(node.name, set())):
             pod = self.pods.get(uid)
@@ -303,17 +307,7 @@ class Cache:
             self.podgroups[key] = g
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
-        if ev.type == "DELETED":
-            return
-        report = GPUNodeReport.model_validate(ev.obj)
-        row = self.state.row_of(report.spec.node)
-        if row is None:
-            return
-        for gpu in report.spec.gpus:
-            if gpu.index >= self.state.max_gpus:
-                continue
-            self.state.set_gpu_health(row, gpu.index, gpu.health != "Unhealthy")
-            self.state.set_reported_used(row, gpu.index, gpu.memory_used_mib)
+        self.gpu_identities.on_report(self.state, ev.type, ev.obj)
 
     # ----------------------------------------------------------------------------------- accounting
     def max_gpu_memory_mib(self) -> int | None:

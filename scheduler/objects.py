@@ -92,14 +92,10 @@ def parse_node(obj: Obj) -> NodeInfo:
         gpu_mem = int(gpu_mem_raw) if gpu_mem_raw else 0
     except ValueError:
         raise InvalidObject(f"node {name}: label {GPU_MEMORY_LABEL}={gpu_mem_raw!r} is not MiB") from None
-    if gpus and gpu_mem <= 0:
-        raise InvalidObject(f"node {name} has {gpus} GPUs but no {GPU_MEMORY_LABEL} label (MiB per GPU)")
+    # No memory label (GPU Feature Discovery's): 0, learned from the node's GPUNodeReport (gpu_identity.py).
     taints = tuple(
         Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""), effect=str(t.get("effect", "")))
         for t in spec.get("taints") or []
-    )
-    uuids = tuple(
-        str(u) for u in (meta.get("annotations") or {}).get("tessera.dev/gpu-uuids", "").split(",") if u
     )
     return NodeInfo(
         name=name,
@@ -111,7 +107,6 @@ def parse_node(obj: Obj) -> NodeInfo:
         labels=labels,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
-        gpu_uuids=uuids,
     )
 
 

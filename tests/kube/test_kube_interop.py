@@ -15,7 +15,9 @@ from device_plugin.allocator import AllocationError, Allocator
 from device_plugin.cluster import KubePodCluster
 from device_plugin.inventory import Inventory
 from device_plugin.resources import Resource
-from node_agent.nvml.facade import DeviceInfo
+from node_agent.agent import Agent
+from node_agent.nvml.fake import FakeNVML
+from node_agent.publisher import ReportPublisher
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
 from scheduler.kube.runner import SchedulerRunner
@@ -25,7 +27,8 @@ from tests.fakes.patches import json_patch
 from tests.kube.helpers import node_body, pod_body, wait_for
 from tests.kube.test_kube_e2e import runner_config
 
-UUIDS = ["GPU-3f6c1d2e-aaaa", "GPU-3f6c1d2e-bbbb"]
+NVML = FakeNVML("2xH100-80GB", seed="gpu-1")  # the node's GPUs, as its agent and device plugin see them
+UUIDS = [d.uuid for d in NVML.devices()]
 SLICE = Resource("tessera.dev/gpu-slice", "slice", slices_per_gpu=10)
 
 
@@ -72,10 +75,12 @@ class Kubelet:
 
 
 def test_webhook_scheduler_and_device_plugin_hand_off(kube_api: FakeKubeAPI) -> None:
-    node = node_body("gpu-1", gpus=2)
-    node["metadata"]["annotations"] = {"tessera.dev/gpu-uuids": ",".join(UUIDS)}
-    kube_api.seed(node)
-    inventory = Inventory([DeviceInfo(i, u, "NVIDIA H100 80GB HBM3", 81920) for i, u in enumerate(UUIDS)])
+    kube_api.seed(node_body("gpu-1", gpus=2))
+    # The scheduler learns the GPUs' UUIDs from the node agent's GPUNodeReport, published by the agent.
+    publisher = ReportPublisher(client.CustomObjectsApi(kube_api.client()))
+    Agent("gpu-1", NVML, publisher=publisher).tick()
+    assert publisher.writes == 1
+    inventory = Inventory(NVML.devices())
     allocator = Allocator(
         "gpu-1", inventory, KubePodCluster(client.CoreV1Api(kube_api.client())), lock_wait_s=0.2
     )
