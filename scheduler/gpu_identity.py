@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,7 +97,7 @@ class GPUIdentities:
             state.set_gpu_health(row, gpu.index, gpu.health != "Unhealthy")
             state.set_reported_used(row, gpu.index, gpu.memory_used_mib)
 
-    def on_report(self, state: ClusterState, event_type: str, obj: dict[str, Any]) -> None:
+    def on_report(self, state: ClusterState, event_type: str, obj: Mapping[str, Any]) -> None:
         """A report was added, changed or deleted: complete its node again if it is known."""
         report = GPUNodeReport.model_validate(obj)  # a ValidationError is the caller's to report
         name = report.spec.node
