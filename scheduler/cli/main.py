@@ -7,7 +7,7 @@ import os
 
 import typer
 
-from scheduler.cli import bench, nodes, replay, simulate
+from scheduler.cli import bench, nodes, replay, sandbox, simulate
 
 app = typer.Typer(
     name="tessera",
@@ -30,7 +30,7 @@ def _root(
         raise typer.Exit()
 
 
-for module in (simulate, replay, bench, nodes):
+for module in (simulate, replay, bench, nodes, sandbox):
     module.register(app)
 
 

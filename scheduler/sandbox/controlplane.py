@@ -338,13 +338,22 @@ class ControlPlane:
         return str(answer.status.token)
 
     def kubeconfig_for_service_account(
-        self, namespace: str, name: str, *, bound_object: client.V1BoundObjectReference | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        bound_object: client.V1BoundObjectReference | None = None,
+        file_name: str | None = None,
+        expiration_s: int = 24 * 3600,
     ) -> Path:
-        token = self.service_account_token(namespace, name, bound_object=bound_object)
-        user = f"system:serviceaccount:{namespace}:{name}"
-        return self._write_kubeconfig(
-            self.kubeconfig_dir / f"sa-{namespace}-{name}.kubeconfig", user, token=token
+        """A kubeconfig holding a TokenRequest token of the ServiceAccount (`file_name` tells apart several
+        tokens of one account, e.g. one bound to each Node)."""
+        token = self.service_account_token(
+            namespace, name, bound_object=bound_object, expiration_s=expiration_s
         )
+        user = f"system:serviceaccount:{namespace}:{name}"
+        path = self.kubeconfig_dir / f"sa-{namespace}-{file_name or name}.kubeconfig"
+        return self._write_kubeconfig(path, user, token=token)
 
     def client(self, kubeconfig: Path | None = None) -> client.ApiClient:
         """An ApiClient for `kubeconfig` (default: admin)."""

@@ -57,3 +57,12 @@ def test_invalid_objects_are_reported_and_the_rest_applied():
     assert cache.state.row_of("good") is not None and cache.state.row_of("bad") is None
     assert any("label nvidia.com/gpu.memory='40GB' is not MiB" in e for e in cache.errors)
     assert any("limit 2.0 is below quota 4.0" in e for e in cache.errors)
+
+
+def test_gpus_a_node_gains_later_are_free():
+    """The kubelet registers its Node before the device plugin's GPUs are in its capacity."""
+    cache = Cache.create(get_namespace("numpy"))
+    cache.apply([WatchEvent("Node", "ADDED", node("n1", A100, 0, 16, 64))])
+    cache.apply([WatchEvent("Node", "MODIFIED", node("n1", A100, 2, 16, 64))])
+    assert cache.state.node_gpu_row(0) == [1000, 1000]
+    assert cache.state.allocated_milli() == 0
