@@ -147,7 +147,9 @@ class ClusterState:
         # Node first and adds the device plugin's GPUs to its capacity later) gets them free.
         was = [bool(self.present[row, j]) for j in range(g)]
         alloc_milli = [MILLI_PER_GPU - int(self.free_milli[row, j]) if was[j] else 0 for j in range(g)]
-        alloc_mib = [int(self.total_mib[row, j]) - int(self.free_mib[row, j]) if was[j] else 0 for j in range(g)]
+        alloc_mib = [
+            int(self.total_mib[row, j]) - int(self.free_mib[row, j]) if was[j] else 0 for j in range(g)
+        ]
         alloc_cpu = int(self.total_cpu[row]) - int(self.free_cpu[row])
         alloc_mem = int(self.total_mem[row]) - int(self.free_mem[row])
         self.nodes[row] = node
