@@ -1,0 +1,94 @@
+"""Every file in examples/ on the real API server of `tessera sandbox`.
+
+- examples/install/ is what docs/install.md has users apply: applied with kubectl as they are, and each
+  workload must run (the gang of 4 whole GPUs takes the sandbox's 4 GPUs; the half-GPU pod runs once the
+  gang's Job is deleted).
+- examples/scenarios/ are simulated-only: each brings its own Nodes and a timeline in simulated time
+  (`tessera.dev/sim-arrival`), which a real cluster has not. The real API server must still accept every
+  object in them (CRD schemas and CEL rules, the admission webhooks): `kubectl apply --dry-run=server`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.sandbox.env import SandboxEnv, wait_for
+
+pytestmark = pytest.mark.apiserver
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+INSTALL = ["queues.yaml", "gang-job.yaml", "fractional-pod.yaml"]
+
+
+def test_install_examples_run_on_the_sandbox(sandbox: SandboxEnv) -> None:
+    assert sorted(p.name for p in (EXAMPLES / "install").glob("*.yaml")) == sorted(INSTALL)
+    files = [str(EXAMPLES / "install" / name) for name in INSTALL]
+    try:
+        for path in files:
+            sandbox.kubectl("apply", "-f", path)
+
+        def gang() -> list[dict] | None:
+            out = sandbox.kubectl(
+                "get", "pods", "-n", "default", "-l", "job-name=resnet-ddp", "-o", "json"
+            ).stdout
+            pods = json.loads(out)["items"]
+            return (
+                pods if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods) else None
+            )
+
+        pods = wait_for("the 4-worker gang running", gang, 60)
+        assert len({p["spec"]["nodeName"] for p in pods}) == 2  # 2 whole GPUs on each node
+        phase = sandbox.kubectl(
+            "get", "podgroup", "resnet-ddp", "-n", "default", "-o", "jsonpath={.status.phase}"
+        )
+        assert phase.stdout == "Running"
+        assert sandbox.phase("default", "half-gpu") == "Pending"  # every GPU is the gang's
+        sandbox.kubectl(
+            "delete", "job", "resnet-ddp", "-n", "default", "--cascade=foreground", "--timeout=90s"
+        )
+        half = sandbox.running("default", "half-gpu", timeout_s=60)
+        (gpu,) = sandbox.assignment(half).gpus
+        assert gpu.milli == 500
+        (alloc,) = sandbox.container_record("default", "half-gpu", "cuda")["allocations"]
+        assert alloc["envs"]["NVIDIA_VISIBLE_DEVICES"] == gpu.uuid
+    finally:
+        for path in reversed(files):
+            sandbox.kubectl(
+                "delete", "-f", path, "--grace-period=0", "--force", "--ignore-not-found", check=False
+            )
+        wait_for("example pods gone", lambda: not sandbox.core.list_namespaced_pod("default").items, 60)
+
+
+def test_scenario_objects_are_accepted_by_the_real_api_server(sandbox: SandboxEnv) -> None:
+    files = sorted((EXAMPLES / "scenarios").glob("*.yaml"))
+    assert files
+    docs = {path: [d for d in yaml.safe_load_all(path.read_text()) if d] for path in files}
+    everything = [d for file_docs in docs.values() for d in file_docs]
+    namespaces = sorted(
+        {str(d["metadata"]["namespace"]) for d in everything if d["metadata"].get("namespace")}
+    )
+    made = [ns for ns in namespaces if sandbox.kubectl("get", "namespace", ns, check=False).returncode != 0]
+    queues = sorted({d["metadata"]["name"] for d in everything if d["kind"] == "Queue"})
+    refused = []
+    try:
+        for ns in made:
+            sandbox.kubectl("create", "namespace", ns)
+        for path, file_docs in docs.items():
+            # A dry run persists nothing, but the webhook checks that a pod's queue exists: the file's
+            # Queues are created for real (removed at the end), then the whole file is a server dry run.
+            file_queues = [d for d in file_docs if d["kind"] == "Queue"]
+            if file_queues:
+                sandbox.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(file_queues))
+            proc = sandbox.kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
+            if proc.returncode != 0 or proc.stdout.count("(server dry run)") != len(file_docs):
+                refused.append(f"{path.name}: {proc.stderr.strip() or proc.stdout}")
+    finally:
+        if queues:
+            sandbox.kubectl("delete", "queue", *queues, "--ignore-not-found", check=False)
+        for ns in made:
+            sandbox.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    assert not refused, "\n".join(refused)
