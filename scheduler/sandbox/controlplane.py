@@ -57,6 +57,7 @@ class ControlPlane:
         workdir: Path,
         *,
         controller_manager: bool = True,
+        kube_scheduler: bool = False,
         controllers: str = "*",
         apiserver_args: Sequence[str] = (),
         verbosity: int = 0,
@@ -64,6 +65,7 @@ class ControlPlane:
         self.assets = assets
         self.workdir = workdir
         self.with_controller_manager = controller_manager
+        self.with_kube_scheduler = kube_scheduler
         self.controllers = controllers
         self.apiserver_args = tuple(apiserver_args)
         self.verbosity = verbosity
@@ -118,6 +120,8 @@ class ControlPlane:
             self._start_apiserver(timeout_s)
             if self.with_controller_manager:
                 self._start_controller_manager(timeout_s)
+            if self.with_kube_scheduler:
+                self._start_kube_scheduler(timeout_s)
         except BaseException:
             self.stop(remove=False)
             raise
@@ -281,6 +285,36 @@ class ControlPlane:
             lambda: core.read_namespaced_service_account("default", "default") is not None,
             timeout_s,
         )
+
+    def _start_kube_scheduler(self, timeout_s: float) -> None:
+        """The default scheduler, for pods that do not name Tessera (as every cluster has one)."""
+        kubeconfig = self.kubeconfig_for_user("system:kube-scheduler", name="kube-scheduler")
+        port = free_port()
+        self._spawn(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.pki_dir / 'kube-scheduler'}",
+                "--leader-elect=false",
+                f"--v={self.verbosity}",
+            ],
+        )
+        # Its serving certificate is self-signed (generated at start); only liveness is read here.
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/healthz", timeout=2, context=insecure
+            ) as r:
+                return bool(r.status == 200)
+
+        self._wait("kube-scheduler", "kube-scheduler", healthy, timeout_s)
 
     # ---------------------------------------------------------------------------------- identities
     def _write_kubeconfig(

@@ -29,6 +29,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -292,8 +293,6 @@ def _sim_duration(pod: Obj) -> float | None:
 
 
 def _parse_time(raw: str) -> float:
-    from datetime import datetime
-
     try:
         return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     except ValueError:

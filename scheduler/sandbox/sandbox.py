@@ -121,7 +121,7 @@ class Sandbox:
         self.say(
             f"control plane: etcd {assets.ETCD_VERSION}, Kubernetes {assets.KUBERNETES_VERSION} ({folder})"
         )
-        cp = ControlPlane(folder, self.data_dir)
+        cp = ControlPlane(folder, self.data_dir, kube_scheduler=True)
         try:
             cp.start(timeout_s)
         except ControlPlaneError as exc:

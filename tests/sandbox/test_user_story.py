@@ -247,6 +247,26 @@ def test_drain_evicts_and_a_victims_gpus_wait_for_its_graceful_termination(sandb
             sandbox.kubectl("uncordon", "gpu-node-2")
 
 
+def test_a_refused_allocate_fails_the_pod_as_the_kubelet_does(sandbox: SandboxEnv) -> None:
+    """A GPU pod put on a node by hand (no scheduler, so no assignment and no bind lock): the device plugin
+    refuses Allocate and the kubelet fails the pod with UnexpectedAdmissionError and the plugin's words."""
+    with sandbox.namespace() as ns:
+        body = pod("pinned", gpus=1)
+        body["spec"]["nodeName"] = "gpu-node-2"
+        del body["spec"]["schedulerName"]
+        sandbox.apply(ns, body)
+        failed = wait_for("pod Failed", lambda: sandbox.phase(ns, "pinned") == "Failed", 30)
+        assert failed
+        status = sandbox.pod(ns, "pinned")["status"]
+        assert status["reason"] == "UnexpectedAdmissionError"
+        assert status["message"].startswith(
+            "Allocate failed due to rpc error: code = FailedPrecondition desc = tessera: "
+        )
+        assert status["message"].endswith(", which is unexpected")
+        described = sandbox.kubectl("describe", "pod", "pinned", "-n", ns).stdout
+        assert "UnexpectedAdmissionError" in described
+
+
 def test_every_component_runs_as_the_identity_the_chart_gives_it(sandbox: SandboxEnv) -> None:
     expected = {"tessera-scheduler": ("system:serviceaccount:tessera-system:tessera-scheduler", None)}
     for node in ("gpu-node-1", "gpu-node-2"):
