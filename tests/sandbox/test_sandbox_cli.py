@@ -20,7 +20,13 @@ def test_status_says_what_runs(sandbox: SandboxEnv, sandbox_env: tuple[Path, dic
     status = json.loads(proc.stdout)
     assert status["api"] == "ready" and status["kubeconfig"] == sandbox.state.kubeconfig
     names = {p["name"] for p in status["processes"] if p["running"]}
-    assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "tessera-scheduler"} <= names
+    assert {
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "tessera-scheduler",
+    } <= names
     for node in ("gpu-node-1", "gpu-node-2"):
         assert {f"kubelet/{node}", f"device-plugin/{node}", f"agent/{node}"} <= names
 
