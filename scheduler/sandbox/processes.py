@@ -25,6 +25,10 @@ class ProcessRecord(BaseModel):
     started: int  # start time in clock ticks since boot (/proc/<pid>/stat field 22)
     argv: list[str]
     log: str
+    # Stopped in waves, highest tier first: the components while the API server can still answer their
+    # last calls (releasing the leader Lease...), then the controllers, the API server, and etcd last (an
+    # API server that loses etcd while shutting down takes its full timeout).
+    tier: int = 3
 
 
 _Records = TypeAdapter(list[ProcessRecord])
@@ -72,8 +76,10 @@ class ProcessTable:
         tmp.write_bytes(_Records.dump_json(records, indent=2))
         tmp.replace(self.path)
 
-    def add(self, name: str, pid: int, argv: Sequence[str], log: Path) -> ProcessRecord:
-        rec = ProcessRecord(name=name, pid=pid, started=start_ticks(pid) or 0, argv=list(argv), log=str(log))
+    def add(self, name: str, pid: int, argv: Sequence[str], log: Path, *, tier: int = 3) -> ProcessRecord:
+        rec = ProcessRecord(
+            name=name, pid=pid, started=start_ticks(pid) or 0, argv=list(argv), log=str(log), tier=tier
+        )
         self._write([*self.records(), rec])
         return rec
 
@@ -96,17 +102,22 @@ class ProcessTable:
         return self.add(name, proc.pid, argv, log)
 
     def stop_all(self, timeout_s: float = 10.0) -> list[str]:
-        """TERM every live recorded process group (last started first), KILL what is left after
-        `timeout_s`; returns the names of the processes that were running."""
+        """Stop every live recorded process: TERM each tier's process groups (highest tier first), KILL
+        what is left of a tier after `timeout_s`; returns the names of the processes that were running."""
         records = [r for r in reversed(self.records()) if alive(r)]
-        for rec in records:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(rec.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while any(alive(r) for r in records) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for rec in records:
-            if alive(rec):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(rec.pid, signal.SIGKILL)
+        for tier in sorted({r.tier for r in records}, reverse=True):
+            _stop([r for r in records if r.tier == tier], timeout_s)
         return [r.name for r in records]
+
+
+def _stop(records: list[ProcessRecord], timeout_s: float) -> None:
+    for rec in records:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(rec.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while any(alive(r) for r in records) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for rec in records:
+        if alive(rec):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(rec.pid, signal.SIGKILL)

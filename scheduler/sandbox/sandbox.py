@@ -127,7 +127,8 @@ class Sandbox:
         except ControlPlaneError as exc:
             raise SandboxError(str(exc).splitlines()[0] + f" (logs in {cp.log_dir})") from None
         for name, proc in cp.procs.items():
-            self.table.add(name, proc.pid, [str(folder / name)], cp.log_file(name))
+            tier = {"etcd": 0, "kube-apiserver": 1}.get(name, 2)
+            self.table.add(name, proc.pid, [str(folder / name)], cp.log_file(name), tier=tier)
         wait = Waiter(cp, timeout_s)
         self.say("applying the chart's manifests (CRDs, RBAC, PriorityClasses, default Queue)")
         crds = manifests.crds()
