@@ -229,16 +229,15 @@ def test_drain_evicts_and_a_victims_gpus_wait_for_its_graceful_termination(sandb
                 "kind": "Eviction",
                 "metadata": {"name": "holder", "namespace": ns},
             }
+            evicted = time.monotonic()
             sandbox.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/holder/eviction", "-f", "-",
                             input=json.dumps(eviction))  # fmt: skip
-            seen_terminating = 0
             while sandbox.kubectl("get", "pod", "holder", "-n", ns, check=False).returncode == 0:
                 assert not sandbox.pod(ns, "waiter")["spec"].get("nodeName"), (
                     "bound while the victim held its GPUs"
                 )
-                seen_terminating += 1
                 time.sleep(0.2)
-            assert seen_terminating >= 5  # about the grace period
+            assert time.monotonic() - evicted >= 3.5  # it lived out its 4 s grace period
             waiter = sandbox.assignment(sandbox.running(ns, "waiter"))
             assert waiter.node == holder.node and {g.uuid for g in waiter.gpus} == {
                 g.uuid for g in holder.gpus
