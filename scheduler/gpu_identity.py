@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.api.keys import GPU_MEMORY_LABEL
+from scheduler.api.keys import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.report import GPUNodeReport
 from scheduler.model import NodeInfo
 from scheduler.state.cluster_state import ClusterState
@@ -47,9 +47,12 @@ class GPUIdentities:
         done = self._completed(node)
         if done.gpu_count and done.gpu_memory_mib <= 0:
             if node.name not in self._unknown_memory and errors is not None:
+                product = node.labels.get(GPU_PRODUCT_LABEL)
+                named = f"its product {product!r} names no known model" if product else "no product label"
                 errors.append(
                     f"node {node.name} has {node.gpu_count} GPUs of unknown memory (no {GPU_MEMORY_LABEL} "
-                    "label and no GPUNodeReport yet): they take no GPU pod until one of them says"
+                    f"label, {named}, no GPUNodeReport yet): they take no GPU pod until its node agent "
+                    f"reports or you label it {GPU_MEMORY_LABEL}=<MiB>"
                 )
             self._unknown_memory.add(node.name)
         else:
@@ -69,9 +72,18 @@ class GPUIdentities:
         model = node.gpu_model
         if model in ("", "unknown") and by_index:
             model = by_index[min(by_index)].model
-        if (uuids, memory, model) == (node.gpu_uuids, node.gpu_memory_mib, node.gpu_model):
+        # A memory assumed from the product name (objects.py) is replaced by the measured one.
+        warning = None if memories else node.warning
+        if (uuids, memory, model, warning) == (
+            node.gpu_uuids,
+            node.gpu_memory_mib,
+            node.gpu_model,
+            node.warning,
+        ):
             return node
-        return dataclasses.replace(node, gpu_uuids=uuids, gpu_memory_mib=memory, gpu_model=model)
+        return dataclasses.replace(
+            node, gpu_uuids=uuids, gpu_memory_mib=memory, gpu_model=model, warning=warning
+        )
 
     def measure(self, state: ClusterState, name: str) -> None:
         """Write the report's health and measured use of node `name`'s GPUs into the arrays."""

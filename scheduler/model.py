@@ -48,6 +48,7 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     gpu_uuids: tuple[str, ...] = ()  # by index, from the node's GPUNodeReport (gpu_identity.py)
+    warning: str | None = None  # usable, but something is assumed (e.g. GPU memory from the model name)
 
     def uuid(self, index: int) -> str:
         """The GPU's UUID as its node agent reported it; "" while unknown (never an invented one: the

@@ -32,6 +32,7 @@ from scheduler.api.keys import (
     WHOLE_GPU_RESOURCE,
 )
 from scheduler.api.priority import resolve_priority
+from scheduler.gpu_memory import memory_from_product
 from scheduler.model import NodeInfo, PodInfo, PodPhase, Taint, Toleration
 
 Obj = Mapping[str, Any]
@@ -92,7 +93,16 @@ def parse_node(obj: Obj) -> NodeInfo:
         gpu_mem = int(gpu_mem_raw) if gpu_mem_raw else 0
     except ValueError:
         raise InvalidObject(f"node {name}: label {GPU_MEMORY_LABEL}={gpu_mem_raw!r} is not MiB") from None
-    # No memory label (GPU Feature Discovery's): 0, learned from the node's GPUNodeReport (gpu_identity.py).
+    warning = None
+    if gpus and gpu_mem <= 0:
+        product = labels.get(GPU_PRODUCT_LABEL, "")
+        gpu_mem = memory_from_product(product) or 0
+        if gpu_mem > 0:
+            warning = (
+                f"node {name} has no {GPU_MEMORY_LABEL} label; assuming {gpu_mem} MiB per GPU from its product "
+                f"{product!r}: label it (NVIDIA's GPU feature discovery does) for exact figures"
+            )
+        # Else 0: unknown until the node agent's GPUNodeReport says it (gpu_identity.py).
     taints = tuple(
         Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""), effect=str(t.get("effect", "")))
         for t in spec.get("taints") or []
@@ -107,6 +117,7 @@ def parse_node(obj: Obj) -> NodeInfo:
         labels=labels,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
+        warning=warning,
     )
 
 

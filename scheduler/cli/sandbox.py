@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from scheduler.api.cli import FAILURE, check_choice, fail, new_app
 from scheduler.sandbox.processes import alive
 from scheduler.sandbox.sandbox import Sandbox, SandboxError, SandboxState, default_data_dir
 
@@ -31,17 +32,12 @@ DataDir = Annotated[
 ]
 
 
-def _err(message: str) -> None:
-    typer.echo(f"tessera sandbox: {message}", err=True)
-
-
 def register(app: typer.Typer) -> None:
-    sandbox_app = typer.Typer(
-        help="A real Kubernetes API on loopback with fake GPU nodes (etcd, kube-apiserver, "
-        "kube-controller-manager, the chart, the scheduler, and per node a kubelet stand-in, "
-        "device plugin and agent).",
+    sandbox_app = new_app(
+        "A real Kubernetes API on loopback with fake GPU nodes: etcd, kube-apiserver, "
+        "kube-controller-manager and kube-scheduler, the chart's manifests, the scheduler, and per node "
+        "a kubelet stand-in, the device plugin and the agent (docs/sandbox.md).",
         no_args_is_help=True,
-        add_completion=False,
     )
 
     @sandbox_app.command()
@@ -61,8 +57,7 @@ def register(app: typer.Typer) -> None:
         try:
             parse_gpu_spec(gpus)
         except GPUSpecError as exc:
-            _err(f"--gpus: {exc}")
-            raise typer.Exit(2) from None
+            raise typer.BadParameter(str(exc), param_hint="--gpus") from None
         began = time.monotonic()
         box = Sandbox(
             data_dir,
@@ -71,8 +66,7 @@ def register(app: typer.Typer) -> None:
         try:
             state = box.up(nodes=nodes, gpus=gpus, cpu=cpu, memory=memory, timeout_s=timeout)
         except SandboxError as exc:
-            _err(str(exc))
-            raise typer.Exit(1) from None
+            raise fail(str(exc), FAILURE) from None
         typer.echo(
             f"[sandbox] ready in {time.monotonic() - began:.1f} s: API {state.api_url}, "
             f"dashboard {state.scheduler_url}/ui, nodes {', '.join(n.name for n in state.nodes)}",
@@ -87,8 +81,7 @@ def register(app: typer.Typer) -> None:
         try:
             stopped = box.down()
         except SandboxError as exc:
-            _err(str(exc))
-            raise typer.Exit(1) from None
+            raise fail(str(exc), FAILURE) from None
         typer.echo(f"stopped {len(stopped)} process(es); removed {box.data_dir}")
 
     @sandbox_app.command()
@@ -96,12 +89,12 @@ def register(app: typer.Typer) -> None:
         data_dir: DataDir = None,
         output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     ) -> None:
-        """Say what runs: every process, the API server, and each node's readiness and GPUs."""
+        """Say what runs: every process and the API server (exit 1 when something is down)."""
+        check_choice(output, ("table", "json"), "--output")
         box = Sandbox(data_dir)
         records = box.table.records()
         if not records:
-            _err(f"no sandbox in {box.data_dir or default_data_dir()}")
-            raise typer.Exit(1)
+            raise fail(f"no sandbox in {box.data_dir or default_data_dir()}", FAILURE)
         procs = [{"name": r.name, "pid": r.pid, "running": alive(r), "log": r.log} for r in records]
         state = box.state()
         api = _api_ready(state) if state else "not recorded (up did not finish)"
@@ -131,7 +124,7 @@ def register(app: typer.Typer) -> None:
                 console.print(f"dashboard: {state.scheduler_url}/ui")
                 console.print(f"kubeconfig: {state.kubeconfig}")
         if not healthy:
-            raise typer.Exit(1)
+            raise typer.Exit(FAILURE)
 
     app.add_typer(sandbox_app, name="sandbox")
 

@@ -36,7 +36,7 @@ from scheduler.kube.lock_view import NodeLockView
 from scheduler.kube.owners import ApiOwnerLookup
 from scheduler.kube.podgrouper import GroupSpec, group_for_pod
 from scheduler.kube.podgroups import PodGroupEnsurer
-from scheduler.kube.recorder import EventRecorder
+from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
 from scheduler.model import PodInfo
 
@@ -242,6 +242,23 @@ class KubeCluster:
             if group_cache.get(key) is not None:
                 namespace, name = key.split("/", 1)
                 self.group_status.write(namespace, name, group_status)
+
+    def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
+        key = f"{namespace}/{name}" if namespace else name
+        obj = self.informers[kind].get(key) if kind in self.informers else None
+        if obj is None:
+            log.warning("%s %s: %s", kind, key, message)
+            return
+        ref = ObjectRef.of({"kind": kind, **obj})
+        self.recorder.record(
+            ObjectRef(
+                kind, namespace or "default", name, ref.uid, ref.api_version, cluster_scoped=not namespace
+            ),
+            reason,
+            message,
+            type_="Warning",
+            rate_limited=True,
+        )
 
     # ---- pod events --------------------------------------------------------------------------------------
     def _on_priority_class(self, ev: ResourceEvent) -> None:

@@ -244,8 +244,8 @@ def test_nodes_command_reads_the_cluster(kube_api: FakeKubeAPI, scene: Scene, tm
 
 def test_nodes_command_without_a_cluster_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli(), ["nodes", "--kubeconfig", str(tmp_path / "missing")])
-    assert result.exit_code == 1
-    assert result.stderr.startswith("tessera nodes: cannot read GPUNodeReports from the cluster:")
+    assert result.exit_code == 2  # the user has to point us at a cluster
+    assert result.stderr.startswith("error: no usable kubeconfig:")
     assert result.stderr.count("\n") == 1
 
 

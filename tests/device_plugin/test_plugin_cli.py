@@ -78,8 +78,8 @@ def test_bad_fake_gpu_spec_is_a_one_line_error(plugin_dir: Path) -> None:
         timeout=30,
     )
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and "NOPE" in errors[0], proc.stderr
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "NOPE" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

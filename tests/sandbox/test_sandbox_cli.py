@@ -39,5 +39,5 @@ def test_a_second_up_refuses_with_one_line(
     assert proc.returncode == 1
     assert (
         proc.stderr.strip()
-        == f"tessera sandbox: a sandbox is already running in {data_dir} (tessera sandbox down first)"
+        == f"error: a sandbox is already running in {data_dir} (tessera sandbox down first)"
     )
