@@ -1,16 +1,18 @@
 """Every file in examples/ on the real API server of `tessera sandbox`.
 
-- examples/install/ is what docs/install.md has users apply: applied with kubectl as they are, and each
-  workload must run (the gang of 4 whole GPUs takes the sandbox's 4 GPUs; the half-GPU pod runs once the
-  gang's Job is deleted).
-- examples/scenarios/ are simulated-only: each brings its own Nodes and a timeline in simulated time
-  (`tessera.dev/sim-arrival`), which a real cluster has not. The real API server must still accept every
-  object in them (CRD schemas and CEL rules, the admission webhooks): `kubectl apply --dry-run=server`.
+- examples/install/ is what docs/install.md has users apply, in its order: applied with kubectl as they
+  are, and each workload must run (the half-GPU pod at once; the gang of 4 whole GPUs, all of the
+  sandbox's, once the half-GPU pod is gone, never partly before).
+- examples/scenarios/ and examples/simulate/ are simulated-only: each brings its own Nodes and a timeline
+  in simulated time (`tessera.dev/sim-arrival`), which a real cluster has not. The real API server must
+  still accept every object in them (CRD schemas and CEL rules, the admission webhooks):
+  `kubectl apply --dry-run=server`.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -21,40 +23,46 @@ from tests.sandbox.env import SandboxEnv, wait_for
 pytestmark = pytest.mark.apiserver
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-INSTALL = ["queues.yaml", "gang-job.yaml", "fractional-pod.yaml"]
+INSTALL = ["queues.yaml", "fractional-pod.yaml", "gang-job.yaml"]  # in docs/install.md's order
+
+
+def _gang(sandbox: SandboxEnv) -> list[dict]:
+    out = sandbox.kubectl("get", "pods", "-n", "default", "-l", "job-name=resnet-ddp", "-o", "json").stdout
+    return list(json.loads(out)["items"])
 
 
 def test_install_examples_run_on_the_sandbox(sandbox: SandboxEnv) -> None:
     assert sorted(p.name for p in (EXAMPLES / "install").glob("*.yaml")) == sorted(INSTALL)
     files = [str(EXAMPLES / "install" / name) for name in INSTALL]
     try:
-        for path in files:
-            sandbox.kubectl("apply", "-f", path)
-
-        def gang() -> list[dict] | None:
-            out = sandbox.kubectl(
-                "get", "pods", "-n", "default", "-l", "job-name=resnet-ddp", "-o", "json"
-            ).stdout
-            pods = json.loads(out)["items"]
-            return (
-                pods if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods) else None
-            )
-
-        pods = wait_for("the 4-worker gang running", gang, 60)
-        assert len({p["spec"]["nodeName"] for p in pods}) == 2  # 2 whole GPUs on each node
-        phase = sandbox.kubectl(
-            "get", "podgroup", "resnet-ddp", "-n", "default", "-o", "jsonpath={.status.phase}"
-        )
-        assert phase.stdout == "Running"
-        assert sandbox.phase("default", "half-gpu") == "Pending"  # every GPU is the gang's
-        sandbox.kubectl(
-            "delete", "job", "resnet-ddp", "-n", "default", "--cascade=foreground", "--timeout=90s"
-        )
+        sandbox.kubectl("apply", "-f", files[0])
+        sandbox.kubectl("apply", "-f", files[1])
         half = sandbox.running("default", "half-gpu", timeout_s=60)
         (gpu,) = sandbox.assignment(half).gpus
         assert gpu.milli == 500
         (alloc,) = sandbox.container_record("default", "half-gpu", "cuda")["allocations"]
         assert alloc["envs"]["NVIDIA_VISIBLE_DEVICES"] == gpu.uuid
+
+        # The gang of 4 whole GPUs does not fit next to the half GPU (3 GPUs left): no worker is bound.
+        sandbox.kubectl("apply", "-f", files[2])
+        wait_for("4 workers created", lambda: len(_gang(sandbox)) == 4)
+        time.sleep(3)  # three scheduling cycles
+        assert [p["spec"].get("nodeName") for p in _gang(sandbox)] == [None] * 4
+        # Once the half-GPU pod is gone, the gang runs whole, 2 workers on each node.
+        sandbox.kubectl("delete", "pod", "half-gpu", "-n", "default", "--grace-period=1", "--timeout=60s")
+
+        def gang_running() -> list[dict] | None:
+            pods = _gang(sandbox)
+            return (
+                pods if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods) else None
+            )
+
+        pods = wait_for("the 4-worker gang running", gang_running, 60)
+        assert len({p["spec"]["nodeName"] for p in pods}) == 2
+        phase = sandbox.kubectl(
+            "get", "podgroup", "resnet-ddp", "-n", "default", "-o", "jsonpath={.status.phase}"
+        )
+        assert phase.stdout == "Running"
     finally:
         for path in reversed(files):
             sandbox.kubectl(
@@ -64,8 +72,8 @@ def test_install_examples_run_on_the_sandbox(sandbox: SandboxEnv) -> None:
 
 
 def test_scenario_objects_are_accepted_by_the_real_api_server(sandbox: SandboxEnv) -> None:
-    files = sorted((EXAMPLES / "scenarios").glob("*.yaml"))
-    assert files
+    files = sorted(p for p in EXAMPLES.rglob("*.yaml") if p.parent.name != "install")
+    assert {p.parent.name for p in files} == {"scenarios", "simulate"}
     docs = {path: [d for d in yaml.safe_load_all(path.read_text()) if d] for path in files}
     everything = [d for file_docs in docs.values() for d in file_docs]
     namespaces = sorted(
