@@ -107,8 +107,9 @@ def serve(
 def bench(
     pods: Annotated[int, typer.Option(help="Pods allocated on the node, one after another.")] = 100,
     gpus: Annotated[str, typer.Option(help="Fake GPUs of the node.")] = "2xA100-80GB",
-    kube_url: Annotated[
-        str | None, typer.Option(help="API server URL; default: a local fake API server from tests/fakes.")
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(help="Kubeconfig of the API server; default: a throw-away local control plane."),
     ] = None,
     node_name: Annotated[str, typer.Option(help="Node to create and allocate on.")] = "bench-node",
 ) -> None:
@@ -117,7 +118,7 @@ def bench(
 
     logging.basicConfig(level=logging.ERROR)
     try:
-        result = run_bench(pods=pods, gpu_spec=gpus, kube_url=kube_url, node_name=node_name)
+        result = run_bench(pods=pods, gpu_spec=gpus, kubeconfig=kubeconfig, node_name=node_name)
     except (RuntimeError, ValueError) as exc:
         raise fail(f"bench failed: {first_line(exc)}", FAILURE) from None
     typer.echo(json.dumps(result, indent=2))

@@ -67,9 +67,12 @@ class KubeCluster:
         self.recorder = EventRecorder(self.core, instance=identity, min_interval_s=event_interval_s)
         self.binder = Binder(self.core, lock_timeout_s=lock_timeout_s)
         self.evictor = Evictor(self.core, self.recorder)
-        self.pending = PendingPodReporter(self.core, self.recorder)
-        self.queue_status = QueueStatusWriter(self.custom)
-        self.group_status = PodGroupStatusWriter(self.custom)
+        # Status writers compare with the objects' current status in the watch caches (informers below).
+        self.pending = PendingPodReporter(
+            self.core, self.recorder, lambda key: self.informers["Pod"].get(key)
+        )
+        self.queue_status = QueueStatusWriter(self.custom, lambda key: self.informers["Queue"].get(key))
+        self.group_status = PodGroupStatusWriter(self.custom, lambda key: self.informers["PodGroup"].get(key))
         self.owner_lookup = ApiOwnerLookup(api_client)
         self.podgroups = PodGroupEnsurer(self.custom)
         self.podgrouper = podgrouper
@@ -242,6 +245,12 @@ class KubeCluster:
             if group_cache.get(key) is not None:
                 namespace, name = key.split("/", 1)
                 self.group_status.write(namespace, name, group_status)
+        for group in group_cache.snapshot():
+            # The cycle reports only groups with pods: one whose pods are all gone runs nothing any more.
+            meta = group.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            if key not in groups and _claims_pods(group):
+                self.group_status.write(str(meta.get("namespace")), str(meta.get("name")), PodGroupStatus())
 
     def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
         key = f"{namespace}/{name}" if namespace else name
@@ -346,6 +355,14 @@ class KubeCluster:
             if self.informers["PodGroup"].get(key) is None and self.podgroups.ensure(spec) == "created":
                 out.append(WatchEvent("PodGroup", "ADDED", spec.to_podgroup()))
         return out
+
+
+def _claims_pods(group: Obj) -> bool:
+    """Whether a PodGroup's status says some of its pods run or why they wait."""
+    status = group.get("status") or {}
+    return bool(
+        status.get("running") or status.get("conditions") or status.get("phase") not in (None, "Pending")
+    )
 
 
 def _copy_pod(obj: Obj) -> Obj:

@@ -16,16 +16,8 @@ from device_plugin.config import PluginConfig
 from device_plugin.manager import DevicePluginManager
 from node_agent.nvml.fake import FakeNVML
 from tests.device_plugin.fake_kubelet import FakeKubelet
-from tests.fakes import kubeapi
 
 NODE = "gpu-node-1"
-
-
-@pytest.fixture(autouse=True)
-def _api_server_without_nagle(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A real API server (Go) sets TCP_NODELAY; the fake's http.server does not, and each keep-alive request
-    # then waits ~40 ms for a delayed ACK. Only affects connections accepted from now on.
-    monkeypatch.setattr(kubeapi._Handler, "disable_nagle_algorithm", True, raising=False)
 
 
 @pytest.fixture

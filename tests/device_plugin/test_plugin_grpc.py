@@ -1,4 +1,5 @@
-"""The plugin driven through real gRPC by an in-process fake kubelet, pods looked up in a local API server."""
+"""The plugin driven through real gRPC by an in-process fake kubelet, pods looked up in the real API server
+with the device plugin's ServiceAccount."""
 
 from __future__ import annotations
 
@@ -15,55 +16,52 @@ from device_plugin.v1beta1 import api_pb2, api_pb2_grpc
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
 from scheduler.api.bind_lock import BindLock
 from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
+from tests.controlplane.scene import Scene
 from tests.device_plugin.conftest import NODE, StartPlugin
 from tests.device_plugin.fake_kubelet import FakeKubelet
-from tests.fakes.kubeapi import FakeKubeAPI
 
 SLICE_SOCK, WHOLE_SOCK = "tessera-gpu-slice.sock", "nvidia-gpu.sock"
 
 
 class Scheduler:
-    """Plays the scheduler's side of the hand-off through the real client: pods with assignments, locks."""
+    """Plays the scheduler's side of the hand-off on the real API server: a user's pod bound to the node with
+    its assignment, and the node's bind lock taken by the scheduler's ServiceAccount."""
 
-    def __init__(self, api: FakeKubeAPI, node: str = NODE) -> None:
-        self.api = api
-        self.core = k8s.CoreV1Api(api.client())
+    def __init__(self, scene: Scene, node: str = NODE) -> None:
+        self.scene = scene
+        self.core = k8s.CoreV1Api(scene.tessera.scheduler_client())
         self.node = node
-        self.core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=node)))
+        scene.node(node, gpus=2)
 
     def bind(self, name: str, gpus: list[AssignedGPU], *, node: str | None = None, lock: bool = True) -> str:
         assignment = GPUAssignment(node=node or self.node, gpus=gpus)
-        pod = self.core.create_namespaced_pod(
-            "default",
-            k8s.V1Pod(
-                metadata=k8s.V1ObjectMeta(
-                    name=name, annotations={GPU_ASSIGNMENT: assignment.to_annotation()}
-                ),
-                spec=k8s.V1PodSpec(
-                    node_name=self.node, containers=[k8s.V1Container(name="main", image="cuda")]
-                ),
-            ),
-        )
-        assert pod.metadata is not None and pod.metadata.uid is not None
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "annotations": {GPU_ASSIGNMENT: assignment.to_annotation()}},
+                "spec": {"nodeName": self.node, "containers": [{"name": "main", "image": "cuda"}]}}  # fmt: skip
+        uid = str(self.scene.create_pod(body)["metadata"]["uid"])
         if lock:
-            self.lock(name, pod.metadata.uid)
-        return str(pod.metadata.uid)
+            self.lock(name, uid)
+        return uid
 
     def lock(self, name: str, uid: str) -> None:
-        value = BindLock.for_pod("default", name, uid).to_annotation()
+        value = BindLock.for_pod(self.scene.ns, name, uid).to_annotation()
         self.core.patch_node(self.node, {"metadata": {"annotations": {BIND_LOCK: value}}})
 
     def lock_holder(self) -> str | None:
-        raw = (self.api.get("nodes", self.node)["metadata"].get("annotations") or {}).get(BIND_LOCK)
+        raw = (self.scene.node_obj(self.node)["metadata"].get("annotations") or {}).get(BIND_LOCK)
         return None if raw is None else BindLock.from_annotation(raw).pod
 
     def allocated(self, name: str) -> bool:
-        return GPU_ALLOCATED in (self.api.get("pods", name, "default")["metadata"].get("annotations") or {})
+        return GPU_ALLOCATED in (self.scene.pod(name)["metadata"].get("annotations") or {})
+
+    def plugin_cluster(self) -> KubePodCluster:
+        """The device plugin's API access, as the node's ServiceAccount (the chart's device-plugin role)."""
+        return KubePodCluster.connect(kubeconfig=str(self.scene.tessera.node_kubeconfig))
 
 
 @pytest.fixture
-def scheduler(kube_api: FakeKubeAPI) -> Scheduler:
-    return Scheduler(kube_api)
+def scheduler(scene: Scene) -> Scheduler:
+    return Scheduler(scene)
 
 
 def allocate(stub: api_pb2_grpc.DevicePluginStub, *containers: list[str]) -> api_pb2.AllocateResponse:
@@ -150,8 +148,9 @@ def test_reregisters_after_kubelet_restart_and_after_its_socket_is_deleted(
         restarted.stop()
 
 
+@pytest.mark.apiserver
 def test_allocate_fraction(kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
     scheduler.bind("frac", [AssignedGPU(index=1, uuid=gpu1, milli=500)])
@@ -175,10 +174,11 @@ def test_allocate_fraction(kubelet: FakeKubelet, start_plugin: StartPlugin, sche
     assert scheduler.allocated("frac") and scheduler.lock_holder() is None
 
 
+@pytest.mark.apiserver
 def test_allocate_memory_and_two_devices(
     kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
 ) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
     stub = kubelet.plugin(SLICE_SOCK)
@@ -198,8 +198,9 @@ def test_allocate_memory_and_two_devices(
     assert scheduler.allocated("mem") and scheduler.allocated("two") and scheduler.lock_holder() is None
 
 
+@pytest.mark.apiserver
 def test_allocate_whole_gpus(kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
     scheduler.bind(
@@ -210,10 +211,11 @@ def test_allocate_whole_gpus(kubelet: FakeKubelet, start_plugin: StartPlugin, sc
     assert scheduler.allocated("whole") and scheduler.lock_holder() is None
 
 
+@pytest.mark.apiserver
 def test_wrong_node_assignment_is_rejected(
     kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
 ) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0 = uuids(plugin)[0]
     scheduler.bind("lost", [AssignedGPU(index=0, uuid=gpu0, milli=500)], node="gpu-node-7")
@@ -221,15 +223,17 @@ def test_wrong_node_assignment_is_rejected(
         allocate(kubelet.plugin(SLICE_SOCK), [f"{gpu0}::0"])
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert (
-        "pod default/lost is assigned to node gpu-node-7 but this is node gpu-node-1" in err.value.details()
+        f"pod {scheduler.scene.ns}/lost is assigned to node gpu-node-7 but this is node gpu-node-1"
+        in err.value.details()
     )
-    assert not scheduler.allocated("lost") and scheduler.lock_holder() == "default/lost"
+    assert not scheduler.allocated("lost") and scheduler.lock_holder() == f"{scheduler.scene.ns}/lost"
 
 
+@pytest.mark.apiserver
 def test_two_concurrent_allocations_are_kept_apart(
     kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
 ) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
     scheduler.bind("a", [AssignedGPU(index=0, uuid=gpu0, milli=300)])
