@@ -132,34 +132,15 @@ class Sandbox:
         wait = Waiter(cp, timeout_s)
         self.say("applying the chart's manifests (CRDs, RBAC, PriorityClasses, default Queue)")
         crds = manifests.crds()
-        cp.kubectl(
-            "apply", "--server-side", "--field-manager=tessera-sandbox", "-f", "-", input=manifests.dump(crds)
-        )
-        cp.kubectl(
-            "wait",
-            "--for=condition=Established",
-            f"--timeout={int(timeout_s)}s",
-            "-f",
-            "-",
-            input=manifests.dump(crds),
-            timeout_s=timeout_s,
-        )
+        _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=crds)
+        _kubectl(cp, "wait", "--for=condition=Established", f"--timeout={int(timeout_s)}s", docs=crds)
         now, webhooks = manifests.for_sandbox(manifests.chart_objects())
-        cp.kubectl(
-            "apply", "--server-side", "--field-manager=tessera-sandbox", "-f", "-", input=manifests.dump(now)
-        )
+        _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=now)
 
         scheduler_url, webhook_url = self._start_scheduler(cp, wait)
         self.say(f"scheduler and webhook up ({scheduler_url}); registering the webhooks")
         hooks = manifests.local_webhooks(webhooks, webhook_url, cp.ca_file.read_bytes())
-        cp.kubectl(
-            "apply",
-            "--server-side",
-            "--field-manager=tessera-sandbox",
-            "-f",
-            "-",
-            input=manifests.dump(hooks),
-        )
+        _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=hooks)
 
         started = [self._start_node(cp, wait, name, gpus, cpu, memory) for name in names]
         self.say(f"waiting for {len(names)} node(s) to be Ready with their GPUs and reports")
@@ -298,3 +279,11 @@ class Sandbox:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.data_dir)
         return stopped
+
+
+def _kubectl(cp: ControlPlane, *args: str, docs: list[manifests.Manifest]) -> None:
+    """Run kubectl on `docs` (as `-f -`); a refusal is a SandboxError with kubectl's first line."""
+    proc = cp.kubectl(*args, "-f", "-", input=manifests.dump(docs), check=False, timeout_s=300)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
+        raise SandboxError(f"kubectl {args[0]} of the chart's manifests failed: {why}")
