@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,16 +40,16 @@ class GPUIdentities:
     _unknown_memory: set[str] = field(default_factory=set)  # nodes already reported as such
     _held: set[str] = field(default_factory=set)  # nodes whose GPUs `measure` held back (memory unknown)
 
-    def complete(self, node: NodeInfo, errors: list[str] | None = None) -> NodeInfo:
+    def complete(self, node: NodeInfo, report_error: Callable[[str], None] | None = None) -> NodeInfo:
         """`node` (just parsed from its Node object) with what its report says; remembered for later
-        reports. A GPU node whose memory nobody told us is reported once in `errors`."""
+        reports. A GPU node whose memory nobody told us is reported once to `report_error`."""
         self._declared[node.name] = node
         done = self._completed(node)
         if done.gpu_count and done.gpu_memory_mib <= 0:
-            if node.name not in self._unknown_memory and errors is not None:
+            if node.name not in self._unknown_memory and report_error is not None:
                 product = node.labels.get(GPU_PRODUCT_LABEL)
                 named = f"its product {product!r} names no known model" if product else "no product label"
-                errors.append(
+                report_error(
                     f"node {node.name} has {node.gpu_count} GPUs of unknown memory (no {GPU_MEMORY_LABEL} "
                     f"label, {named}, no GPUNodeReport yet): they take no GPU pod until its node agent "
                     f"reports or you label it {GPU_MEMORY_LABEL}=<MiB>"

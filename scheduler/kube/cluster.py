@@ -19,7 +19,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from kubernetes import client
@@ -29,9 +29,10 @@ from scheduler.api.keys import GROUP, KAI_POD_GROUP, POD_GROUP, QUEUE_LABEL, SCH
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, EvictError, Kind, WatchEvent
+from scheduler.cluster import BindError, BindResult, EvictError, Kind, WatchEvent
 from scheduler.kube.backoff import Backoff
-from scheduler.kube.binder import Binder, BindResult
+from scheduler.kube.binder import Binder
+from scheduler.kube.binder import BindResult as ApiBindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
@@ -42,6 +43,7 @@ from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
 from scheduler.model import PodInfo
+from scheduler.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +115,6 @@ class KubeCluster:
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
-        # Called with a node's name right after we took its bind lock, so the running cycle can stop placing
-        # GPU pods there at once (the runner taints the node in the cycle's state).
-        self.on_node_locked: Callable[[str], None] | None = None
         self._known_nodes: set[str] = set()  # nodes the cycle has been given
         self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
         self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
@@ -152,6 +151,9 @@ class KubeCluster:
 
     # ---- the Cluster interface ---------------------------------------------------------------------------
     def now(self) -> float:
+        return time.time()
+
+    def epoch_s(self) -> float:
         return time.time()
 
     def drain_events(self) -> list[WatchEvent]:
@@ -213,10 +215,10 @@ class KubeCluster:
             return
         out.append(event)
 
-    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         waiting = self.locks.waiting(assignment.node, pod.uid) if assignment.gpus else None
         result = (
-            BindResult(False, waiting, busy=True)
+            ApiBindResult(False, waiting, busy=True)
             if waiting
             else self.binder.bind(
                 pod.namespace,
@@ -231,15 +233,16 @@ class KubeCluster:
             with self._lock:
                 # Waiting for a node's lock is a turn in a queue, not a scheduling failure: not reported.
                 (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(pod.uid)
-            raise BindError(result.reason)
+            raise BindError(result.reason, node_busy=result.busy)
         with self._lock:
             self._bound[pod.uid] = assignment.node
             self._lock_waiters.discard(pod.uid)
-        if assignment.gpus:
-            hook = self.on_node_locked
-            self.locks.taken(assignment.node, pod.uid, pod.key, shown=hook is not None)
-            if hook is not None:
-                hook(assignment.node)
+        if not assignment.gpus:
+            return BindResult()
+        # The node's bind lock is ours until the device plugin serves this pod: the running cycle masks the
+        # node at once; the next ones see it locked in its node events (`NodeLockView.decorate`).
+        self.locks.taken(assignment.node, pod.uid, pod.key)
+        return BindResult(node_busy=True)
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
@@ -251,7 +254,7 @@ class KubeCluster:
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
         with self._lock:
             if pod.uid in self._lock_waiters:
-                if reason == "BindFailed":
+                if reason == Reason.BIND_FAILED:
                     return
                 self._lock_waiters.discard(pod.uid)
         self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
