@@ -3,8 +3,8 @@
 - examples/install/ is what docs/install.md has users apply, in its order: applied with kubectl as they
   are, and each workload must run (the half-GPU pod at once; the gang of 4 whole GPUs, all of the
   sandbox's, once the half-GPU pod is gone, never partly before).
-- examples/scenarios/ and examples/simulate/ are simulated-only: each brings its own Nodes and a timeline
-  in simulated time (`tessera.dev/sim-arrival`), which a real cluster has not. The real API server must
+- examples/scenarios/, examples/simulate/ and examples/kai/ are simulated-only: each brings its own Nodes
+  and a timeline in simulated time (`tessera.dev/sim-arrival`), which a real cluster has not. The real API server must
   still accept every object in them (CRD schemas and CEL rules, the admission webhooks):
   `kubectl apply --dry-run=server`.
 """
@@ -23,6 +23,7 @@ from tests.sandbox.env import SandboxEnv, wait_for
 pytestmark = pytest.mark.apiserver
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+KAI_CRDS = Path(__file__).resolve().parents[1] / "kube" / "crds" / "kai"
 INSTALL = ["queues.yaml", "fractional-pod.yaml", "gang-job.yaml"]  # in docs/install.md's order
 
 
@@ -71,18 +72,21 @@ def test_install_examples_run_on_the_sandbox(sandbox: SandboxEnv) -> None:
         wait_for("example pods gone", lambda: not sandbox.core.list_namespaced_pod("default").items, 60)
 
 
-def test_scenario_objects_are_accepted_by_the_real_api_server(sandbox: SandboxEnv) -> None:
+def test_simulated_examples_are_accepted_by_the_real_api_server(sandbox: SandboxEnv) -> None:
     files = sorted(p for p in EXAMPLES.rglob("*.yaml") if p.parent.name != "install")
-    assert {p.parent.name for p in files} == {"scenarios", "simulate"}
+    assert {p.parent.name for p in files} == {"scenarios", "simulate", "kai"}
     docs = {path: [d for d in yaml.safe_load_all(path.read_text()) if d] for path in files}
     everything = [d for file_docs in docs.values() for d in file_docs]
     namespaces = sorted(
         {str(d["metadata"]["namespace"]) for d in everything if d["metadata"].get("namespace")}
     )
     made = [ns for ns in namespaces if sandbox.kubectl("get", "namespace", ns, check=False).returncode != 0]
-    queues = sorted({d["metadata"]["name"] for d in everything if d["kind"] == "Queue"})
+    queues: list[dict] = []
     refused = []
     try:
+        # examples/kai is what a KAI Scheduler user has: KAI's CRDs are installed on such a cluster.
+        sandbox.kubectl("apply", "--server-side", "-f", str(KAI_CRDS))
+        sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(KAI_CRDS))
         for ns in made:
             sandbox.kubectl("create", "namespace", ns)
         for path, file_docs in docs.items():
@@ -91,12 +95,16 @@ def test_scenario_objects_are_accepted_by_the_real_api_server(sandbox: SandboxEn
             file_queues = [d for d in file_docs if d["kind"] == "Queue"]
             if file_queues:
                 sandbox.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(file_queues))
+                queues += file_queues
             proc = sandbox.kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
             if proc.returncode != 0 or proc.stdout.count("(server dry run)") != len(file_docs):
-                refused.append(f"{path.name}: {proc.stderr.strip() or proc.stdout}")
+                refused.append(f"{path.relative_to(EXAMPLES)}: {proc.stderr.strip() or proc.stdout}")
     finally:
         if queues:
-            sandbox.kubectl("delete", "queue", *queues, "--ignore-not-found", check=False)
+            sandbox.kubectl(
+                "delete", "--ignore-not-found", "-f", "-", input=yaml.safe_dump_all(queues), check=False
+            )
         for ns in made:
             sandbox.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        sandbox.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", str(KAI_CRDS), check=False)
     assert not refused, "\n".join(refused)
