@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 import urllib.request
@@ -42,6 +43,8 @@ class SandboxEnv:
     kubectl_bin: Path
 
     def __post_init__(self) -> None:
+        # kubectl's discovery cache, the sandbox's own (dropped by a test that removes an API group).
+        self.cache_dir = Path(self.state.data_dir) / "kubectl-cache"
         self.api = config.new_client_from_config(config_file=self.state.kubeconfig)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -50,7 +53,8 @@ class SandboxEnv:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, kubeconfig: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        cmd = [str(self.kubectl_bin), f"--kubeconfig={kubeconfig or self.state.kubeconfig}", *args]
+        config = f"--kubeconfig={kubeconfig or self.state.kubeconfig}"
+        cmd = [str(self.kubectl_bin), config, f"--cache-dir={self.cache_dir}", *args]
         proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=120)
         if check and proc.returncode != 0:
             raise AssertionError(
@@ -75,6 +79,10 @@ class SandboxEnv:
             )
             wait_for(f"pods of {name} gone", lambda: not self.core.list_namespaced_pod(name).items, 60)
             self.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+    def forget_discovery(self) -> None:
+        """Drop kubectl's cached discovery (after an API group went away, or `queues` still means it)."""
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
 
     def _has_default_sa(self, namespace: str) -> bool:
         return bool(

@@ -106,5 +106,6 @@ def test_simulated_examples_are_accepted_by_the_real_api_server(sandbox: Sandbox
             )
         for ns in made:
             sandbox.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        sandbox.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", str(KAI_CRDS), check=False)
+        sandbox.kubectl("delete", "--ignore-not-found", "--timeout=60s", "-f", str(KAI_CRDS), check=False)
+        sandbox.forget_discovery()  # `kubectl get queues` means Tessera's again
     assert not refused, "\n".join(refused)
