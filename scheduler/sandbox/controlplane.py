@@ -389,6 +389,30 @@ class ControlPlane:
         path = self.kubeconfig_dir / f"sa-{namespace}-{file_name or name}.kubeconfig"
         return self._write_kubeconfig(path, user, token=token)
 
+    def wait_established(self, crds: Path | Sequence[str], timeout_s: float = 60.0) -> None:
+        """Wait until each CRD (by name, or every CRD in a YAML file or a folder's *.yaml) is Established.
+        Polled through the API: `kubectl wait` on a CRD created a moment ago fails at once, while its
+        status has no conditions yet."""
+        if isinstance(crds, Path):
+            files = sorted(crds.glob("*.yaml")) if crds.is_dir() else [crds]
+            docs = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
+            names = [str(d["metadata"]["name"]) for d in docs if d.get("kind") == "CustomResourceDefinition"]
+        else:
+            names = list(crds)
+        api = client.ApiextensionsV1Api(self.client())
+
+        def established(name: str) -> bool:
+            crd = api.read_custom_resource_definition(name)
+            conditions = (crd.status.conditions if crd.status else None) or []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+        deadline = time.monotonic() + timeout_s
+        for name in names:
+            while not established(name):
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"CRD {name} not Established after {timeout_s:.0f} s")
+                time.sleep(0.1)
+
     def client(self, kubeconfig: Path | None = None) -> client.ApiClient:
         """An ApiClient for `kubeconfig` (default: admin)."""
         return config.new_client_from_config(config_file=str(kubeconfig or self.admin_kubeconfig))

@@ -109,7 +109,7 @@ class Sandbox:
             raise SandboxError(f"--data-dir {self.data_dir} is too long for the device plugins' Unix sockets")
         try:
             return self._up(names, gpus, cpu, memory, timeout_s)
-        except NotReady as exc:
+        except (NotReady, ControlPlaneError) as exc:
             self.table.stop_all()
             raise SandboxError(str(exc)) from None
         except BaseException:
@@ -133,7 +133,7 @@ class Sandbox:
         self.say("applying the chart's manifests (CRDs, RBAC, PriorityClasses, default Queue)")
         crds = manifests.crds()
         _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=crds)
-        _kubectl(cp, "wait", "--for=condition=Established", f"--timeout={int(timeout_s)}s", docs=crds)
+        cp.wait_established([crd["metadata"]["name"] for crd in crds], timeout_s)
         now, webhooks = manifests.for_sandbox(manifests.chart_objects())
         _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=now)
 

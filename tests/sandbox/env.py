@@ -80,6 +80,25 @@ class SandboxEnv:
             wait_for(f"pods of {name} gone", lambda: not self.core.list_namespaced_pod(name).items, 60)
             self.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
+    def wait_established(self, crd_files: Path) -> None:
+        """Every CRD in the folder Established (polled: `kubectl wait` fails at once on a CRD created a
+        moment ago, while its status has no conditions yet)."""
+        names = [
+            d["metadata"]["name"]
+            for f in sorted(crd_files.glob("*.yaml"))
+            for d in yaml.safe_load_all(f.read_text())
+            if d
+        ]
+        api = client.ApiextensionsV1Api(self.api)
+
+        def established() -> bool:
+            return all(
+                any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+                for crd in (api.read_custom_resource_definition(n) for n in names)
+            )
+
+        wait_for(f"CRDs {names} Established", established)
+
     def forget_discovery(self) -> None:
         """Drop kubectl's cached discovery (after an API group went away, or `queues` still means it)."""
         shutil.rmtree(self.cache_dir, ignore_errors=True)

@@ -86,7 +86,7 @@ def test_simulated_examples_are_accepted_by_the_real_api_server(sandbox: Sandbox
     try:
         # examples/kai is what a KAI Scheduler user has: KAI's CRDs are installed on such a cluster.
         sandbox.kubectl("apply", "--server-side", "-f", str(KAI_CRDS))
-        sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(KAI_CRDS))
+        sandbox.wait_established(KAI_CRDS)
         for ns in made:
             sandbox.kubectl("create", "namespace", ns)
         for path, file_docs in docs.items():
