@@ -97,22 +97,15 @@ def parse_node(obj: Obj) -> NodeInfo:
     if gpus and gpu_mem <= 0:
         product = labels.get(GPU_PRODUCT_LABEL, "")
         gpu_mem = memory_from_product(product) or 0
-        if gpu_mem <= 0:
-            raise InvalidObject(
-                f"node {name} has {gpus} GPUs but no {GPU_MEMORY_LABEL} label (MiB per GPU) and its "
-                f"{GPU_PRODUCT_LABEL} label ({product or 'missing'}) names no known model: label it "
-                f"{GPU_MEMORY_LABEL}=<MiB> (NVIDIA's GPU feature discovery does)"
+        if gpu_mem > 0:
+            warning = (
+                f"node {name} has no {GPU_MEMORY_LABEL} label; assuming {gpu_mem} MiB per GPU from its product "
+                f"{product!r}: label it (NVIDIA's GPU feature discovery does) for exact figures"
             )
-        warning = (
-            f"node {name} has no {GPU_MEMORY_LABEL} label; assuming {gpu_mem} MiB per GPU from its product "
-            f"{product!r}: label it (NVIDIA's GPU feature discovery does) for exact figures"
-        )
+        # Else 0: unknown until the node agent's GPUNodeReport says it (gpu_identity.py).
     taints = tuple(
         Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""), effect=str(t.get("effect", "")))
         for t in spec.get("taints") or []
-    )
-    uuids = tuple(
-        str(u) for u in (meta.get("annotations") or {}).get("tessera.dev/gpu-uuids", "").split(",") if u
     )
     return NodeInfo(
         name=name,
@@ -124,7 +117,6 @@ def parse_node(obj: Obj) -> NodeInfo:
         labels=labels,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
-        gpu_uuids=uuids,
         warning=warning,
     )
 

@@ -53,8 +53,7 @@ class TesseraInstall:
 
 def install(cp: ControlPlane) -> TesseraInstall:
     cp.kubectl("apply", "--server-side", "-f", str(CRDS))
-    names = [f"crd/{yaml.safe_load(p.read_text())['metadata']['name']}" for p in sorted(CRDS.glob("*.yaml"))]
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    cp.wait_established(CRDS)
     cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(chart_objects(_KINDS)))
     tokens = {sa: cp.service_account_token(RELEASE_NAMESPACE, sa) for sa in (SCHEDULER_SA, NODE_SA)}
     return TesseraInstall(
