@@ -7,6 +7,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from scheduler.api.keys import API_VERSION
+from scheduler.api.limits import (
+    MAX_OVER_QUOTA_WEIGHT,
+    MAX_PRIORITY,
+    MAX_QUEUE_CPU_MILLI,
+    MAX_QUEUE_GPUS,
+    MAX_QUEUE_MEMORY_MIB,
+    MIN_PRIORITY,
+)
 from scheduler.api.meta import ObjectMeta
 
 UNLIMITED = -1
@@ -15,10 +23,12 @@ UNLIMITED = -1
 class QueueResource(BaseModel):
     """One resource of a queue. quota -1 = unlimited deserved share; limit -1 = no cap."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    # Finite numbers only; the largest quota and limit (scheduler/api/limits.py) are checked by
+    # `QueueResources`, which knows each resource's unit.
+    model_config = ConfigDict(populate_by_name=True, allow_inf_nan=False)
 
     quota: float = 0
-    over_quota_weight: float = Field(default=1, ge=0, alias="overQuotaWeight")
+    over_quota_weight: float = Field(default=1, ge=0, le=MAX_OVER_QUOTA_WEIGHT, alias="overQuotaWeight")
     limit: float = UNLIMITED
 
     @model_validator(mode="after")
@@ -39,12 +49,27 @@ class QueueResources(BaseModel):
     cpu: QueueResource = Field(default_factory=QueueResource)
     memory: QueueResource = Field(default_factory=QueueResource)
 
+    @model_validator(mode="after")
+    def _bounded(self) -> QueueResources:
+        for name, maximum in (
+            ("gpu", MAX_QUEUE_GPUS),
+            ("cpu", MAX_QUEUE_CPU_MILLI),
+            ("memory", MAX_QUEUE_MEMORY_MIB),
+        ):
+            res: QueueResource = getattr(self, name)
+            for field, value in (("quota", res.quota), ("limit", res.limit)):
+                if value > maximum:
+                    raise ValueError(
+                        f"{name}.{field} {value:g} is more than the largest accepted ({maximum:g})"
+                    )
+        return self
+
 
 class QueueSpec(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     parent_queue: str | None = Field(default=None, alias="parentQueue")
-    priority: int = 100
+    priority: int = Field(default=100, ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)
     display_name: str | None = Field(default=None, alias="displayName")
     resources: QueueResources = Field(default_factory=QueueResources)
 
