@@ -191,6 +191,17 @@ def _sum_containers(spec: Obj, field: str) -> dict[str, Decimal]:
     return total
 
 
+def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
+    """The pod's effective (requests, limits) of cpu, memory and whole GPUs, bounded; InvalidObject with
+    a one-line reason when a value is not a quantity or out of its bound. (The webhook uses it too.)"""
+    requests = _sum_containers(spec, "requests")
+    limits = _sum_containers(spec, "limits")
+    # A container that sets only a limit gets a request equal to it (Kubernetes defaulting).
+    for k, v in limits.items():
+        requests.setdefault(k, v)
+    return requests, limits
+
+
 def _created_s(meta: Obj) -> float:
     raw = meta.get("creationTimestamp")
     try:
@@ -260,11 +271,7 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
     request = _NO_GPU
     cpu = mem = 0
     try:
-        requests = _sum_containers(spec, "requests")
-        limits = _sum_containers(spec, "limits")
-        # A container that sets only a limit gets a request equal to it (Kubernetes defaulting).
-        for k, v in limits.items():
-            requests.setdefault(k, v)
+        requests, limits = pod_resources(spec)
         cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
         mem = math.ceil(requests.get("memory", Decimal(0)) / MIB)
         request = _gpu_request(
