@@ -85,18 +85,35 @@ class _Refuse(asyncio.Protocol):
 
 
 class _CappedServer(web.Server):
-    """aiohttp's server with a cap on open connections: one more is answered 503 and closed."""
+    """aiohttp's server with a cap on open connections (one more is answered 503 and closed) and a
+    deadline for the first request: a connection that has not sent one complete request within
+    `first_request_s` is closed. (aiohttp closes idle keep-alive connections after an answer itself, and
+    recent releases also idle new ones; the deadline here does not depend on the release.)"""
 
-    def __init__(self, handler: Any, *, max_connections: int, **kwargs: Any) -> None:
+    def __init__(self, handler: Any, *, max_connections: int, first_request_s: float, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self.max_connections = max_connections
+        self.first_request_s = first_request_s
         self.refused = 0
+        self.answered: set[Any] = set()  # open connections that sent a request
 
     def __call__(self) -> Any:  # the protocol factory the listening socket calls per connection
         if len(self._connections) >= self.max_connections:
             self.refused += 1
             return _Refuse()
         return super().__call__()
+
+    def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        asyncio.get_running_loop().call_later(self.first_request_s, self._deadline, handler)
+
+    def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
+        super().connection_lost(handler, exc)
+        self.answered.discard(handler)
+
+    def _deadline(self, handler: Any) -> None:
+        if handler in self._connections and handler not in self.answered:
+            handler.force_close()
 
 
 class KeptServer:
@@ -137,6 +154,7 @@ class KeptServer:
         self._server = _CappedServer(
             self._serve,
             max_connections=limits.max_connections,
+            first_request_s=limits.idle_timeout_s,
             keepalive_timeout=limits.idle_timeout_s,
         )
         self._listener = await self._loop.create_server(
@@ -185,6 +203,8 @@ class KeptServer:
 
     # ---- one request -------------------------------------------------------------------------------
     async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        if self._server is not None:
+            self._server.answered.add(request.protocol)
         try:
             async with asyncio.timeout(self.limits.request_timeout_s):
                 body = await self._body(request)
