@@ -71,8 +71,11 @@ _NOT_FINITE = {"nan", "inf", "infinity"}
 _BLANKS = " \t\r\n"
 
 
-def _shown(raw: str) -> str:
-    return raw if len(raw) <= MAX_NUMBER_CHARS else raw[:MAX_NUMBER_CHARS] + "..."
+def _shown(raw: object) -> str:
+    """The value as it may appear in a one-line message: escaped (no newline gets through) and short."""
+    text = str(raw)
+    text = text if len(text) <= MAX_NUMBER_CHARS else text[:MAX_NUMBER_CHARS] + "..."
+    return text.encode("unicode_escape").decode("ascii").replace('"', '\\"')
 
 
 def _parse_fraction(raw: str) -> int:
@@ -111,7 +114,7 @@ def _parse_positive_int(raw: str, what: str, hint: str, maximum: int) -> int:
         raise InvalidGPURequest(f'{what}="{_shown(raw)}" is not a whole number; {hint}')
     value = int(text)
     if value < 1:
-        raise InvalidGPURequest(f'{what}="{raw}" must be at least 1; {hint}')
+        raise InvalidGPURequest(f'{what}="{_shown(raw)}" must be at least 1; {hint}')
     if value > maximum:
         raise InvalidGPURequest(f'{what}="{_shown(raw)}" must be at most {maximum}')
     return value
@@ -126,10 +129,10 @@ def _whole_gpu_limit(limits: Mapping[str, object]) -> int:
         value = parse_quantity(raw.strip(_BLANKS) if isinstance(raw, str) else raw)
     except InvalidQuantity as exc:
         if "negative" in str(exc):
-            raise InvalidGPURequest(f'{where}="{raw}" must not be negative') from None
+            raise InvalidGPURequest(f'{where}="{_shown(raw)}" must not be negative') from None
         raise InvalidGPURequest(f"{where}: {exc}; it must be a whole number of GPUs") from None
     if value != value.to_integral_value():
-        raise InvalidGPURequest(f'{where}="{raw}" must be a whole number of GPUs')
+        raise InvalidGPURequest(f'{where}="{_shown(raw)}" must be a whole number of GPUs')
     if value > MAX_GPUS_PER_NODE:
         raise InvalidGPURequest(
             f"{where}={value} is more GPUs than any node can have (at most {MAX_GPUS_PER_NODE})"

@@ -28,7 +28,7 @@ from scheduler.api.keys import (
     SCHEDULER_NAME,
     WHOLE_GPU_RESOURCE,
 )
-from scheduler.objects import InvalidObject, pod_resources
+from scheduler.objects import InvalidObject, parse_pod, pod_resources
 from scheduler.webhook import guards
 from scheduler.webhook.review import AdmissionRequest, AdmissionReview, response
 
@@ -128,6 +128,14 @@ def _admit_new_pod(
     request: AdmissionRequest, pod: Mapping[str, Any], config: AdmissionConfig
 ) -> dict[str, Any]:
     uid = request.uid
+    # The scheduler's parser must take the pod as a whole (a mutating webhook may see it before its
+    # generated name is set).
+    meta = guards.field_map(pod, "metadata")
+    named = {**pod, "metadata": {**meta, "name": meta.get("name") or request.name or "(generated)"}}
+    try:
+        parse_pod(named)
+    except InvalidObject as exc:
+        return response(uid, allowed=False, code=400, message=f"malformed pod: {exc}")
     try:
         _, limits = pod_resources(guards.field_map(pod, "spec"))
     except InvalidObject as exc:
