@@ -50,6 +50,7 @@ KIND_ORDER = [
     "Role",
     "RoleBinding",
     "Service",
+    "NetworkPolicy",
     "DaemonSet",
     "Deployment",
     "PodDisruptionBudget",
@@ -57,6 +58,8 @@ KIND_ORDER = [
     "Certificate",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 ]
 
 Manifest = dict[str, Any]
