@@ -16,9 +16,9 @@ from device_plugin.config import PluginConfig
 from device_plugin.manager import DevicePluginManager
 from node_agent.nvml.fake import FakeNVML
 from tests.device_plugin.fake_kubelet import FakeKubelet
+from tests.device_plugin.hand_off import NODE, Scheduler
 from tests.fakes import kubeapi
-
-NODE = "gpu-node-1"
+from tests.fakes.kubeapi import FakeKubeAPI
 
 
 @pytest.fixture(autouse=True)
@@ -88,3 +88,9 @@ def start_plugin(plugin_dir: Path) -> Iterator[StartPlugin]:
     yield start
     for running in started:
         running.stop()
+
+
+@pytest.fixture
+def scheduler(kube_api: FakeKubeAPI) -> Scheduler:
+    """The scheduler's side of the hand-off on a fresh API server with node NODE."""
+    return Scheduler(kube_api, NODE)

@@ -8,62 +8,15 @@ from typing import Any
 
 import grpc
 import pytest
-from kubernetes import client as k8s
 
 from device_plugin.cluster import KubePodCluster
 from device_plugin.v1beta1 import api_pb2, api_pb2_grpc
-from scheduler.api.assignment import AssignedGPU, GPUAssignment
-from scheduler.api.bind_lock import BindLock
-from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
-from tests.device_plugin.conftest import NODE, StartPlugin
+from scheduler.api.assignment import AssignedGPU
+from tests.device_plugin.conftest import StartPlugin
 from tests.device_plugin.fake_kubelet import FakeKubelet
-from tests.fakes.kubeapi import FakeKubeAPI
+from tests.device_plugin.hand_off import Scheduler
 
 SLICE_SOCK, WHOLE_SOCK = "tessera-gpu-slice.sock", "nvidia-gpu.sock"
-
-
-class Scheduler:
-    """Plays the scheduler's side of the hand-off through the real client: pods with assignments, locks."""
-
-    def __init__(self, api: FakeKubeAPI, node: str = NODE) -> None:
-        self.api = api
-        self.core = k8s.CoreV1Api(api.client())
-        self.node = node
-        self.core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=node)))
-
-    def bind(self, name: str, gpus: list[AssignedGPU], *, node: str | None = None, lock: bool = True) -> str:
-        assignment = GPUAssignment(node=node or self.node, gpus=gpus)
-        pod = self.core.create_namespaced_pod(
-            "default",
-            k8s.V1Pod(
-                metadata=k8s.V1ObjectMeta(
-                    name=name, annotations={GPU_ASSIGNMENT: assignment.to_annotation()}
-                ),
-                spec=k8s.V1PodSpec(
-                    node_name=self.node, containers=[k8s.V1Container(name="main", image="cuda")]
-                ),
-            ),
-        )
-        assert pod.metadata is not None and pod.metadata.uid is not None
-        if lock:
-            self.lock(name, pod.metadata.uid)
-        return str(pod.metadata.uid)
-
-    def lock(self, name: str, uid: str) -> None:
-        value = BindLock.for_pod("default", name, uid).to_annotation()
-        self.core.patch_node(self.node, {"metadata": {"annotations": {BIND_LOCK: value}}})
-
-    def lock_holder(self) -> str | None:
-        raw = (self.api.get("nodes", self.node)["metadata"].get("annotations") or {}).get(BIND_LOCK)
-        return None if raw is None else BindLock.from_annotation(raw).pod
-
-    def allocated(self, name: str) -> bool:
-        return GPU_ALLOCATED in (self.api.get("pods", name, "default")["metadata"].get("annotations") or {})
-
-
-@pytest.fixture
-def scheduler(kube_api: FakeKubeAPI) -> Scheduler:
-    return Scheduler(kube_api)
 
 
 def allocate(stub: api_pb2_grpc.DevicePluginStub, *containers: list[str]) -> api_pb2.AllocateResponse:
@@ -239,7 +192,7 @@ def test_two_concurrent_allocations_are_kept_apart(
         # The scheduler locks the node for b only once a's allocation released it.
         while scheduler.lock_holder() is not None:
             threading.Event().wait(0.01)
-        scheduler.lock("b", uid_b)
+        scheduler.place("b", uid_b)
 
     stub = kubelet.plugin(SLICE_SOCK)
     start = threading.Barrier(3)
