@@ -120,8 +120,23 @@ json_value = st.recursive(
 quantity_value = st.one_of(number_text, json_scalar, st.sampled_from([[1], {"a": 1}]))
 
 
-def _maybe(strategy: st.SearchStrategy[Any], absent: float = 0.5) -> st.SearchStrategy[Any]:
-    return st.one_of(st.just(None), strategy) if absent else strategy
+# Node names hostile pods may be bound to: the fuzzed cycles' good node, hostile nodes, nodes never seen.
+NODE_NAMES = ["good-0", "n1", "n2", "missing"]
+
+
+@st.composite
+def assignment_text(draw: st.DrawFn) -> str:
+    """A `tessera.dev/gpu-assignment` value: well-formed JSON with numbers from anywhere."""
+    import json
+
+    gpus = [
+        {"index": draw(st.one_of(st.integers(-2, 70), json_scalar)),
+         "milli": draw(st.one_of(st.integers(-5, 1200), json_scalar)),
+         "memoryMiB": draw(st.one_of(st.integers(-5, 2**40), json_scalar))}
+        for _ in range(draw(st.integers(0, 3)))
+    ]  # fmt: skip
+    node = draw(st.sampled_from(NODE_NAMES))
+    return json.dumps({"node": node, "gpus": gpus, "assumedAt": "2026-01-01T00:00:00Z"}, default=str)
 
 
 @st.composite
@@ -153,8 +168,10 @@ def hostile_pod(draw: st.DrawFn, *, name: str | None = None, namespace: str = "d
         "schedulerName": draw(st.sampled_from(["tessera", "tessera", "default-scheduler"])),
         "containers": [container] * draw(st.integers(1, 3)),
     }
-    if draw(st.integers(0, 4)) == 0:
-        spec["nodeName"] = draw(st.sampled_from(["n1", "n2", "missing"]))
+    status: dict[str, Any] | None = None
+    if draw(st.integers(0, 2)) == 0:  # already on a node (another scheduler's pod, or ours after a restart)
+        spec["nodeName"] = draw(st.sampled_from(NODE_NAMES))
+        status = {"phase": draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]))}
     if draw(st.integers(0, 4)) == 0:
         spec["priority"] = draw(st.one_of(st.integers(-(2**70), 2**70), json_scalar))
     if draw(st.integers(0, 4)) == 0:
@@ -166,6 +183,8 @@ def hostile_pod(draw: st.DrawFn, *, name: str | None = None, namespace: str = "d
         "labels": labels,
     }
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    if status is not None:
+        pod["status"] = status
     if draw(st.integers(0, 5)) == 0:  # a field of the wrong shape somewhere
         where = draw(st.sampled_from(["meta.labels", "meta.annotations", "spec.containers", "spec",
                                       "container.resources", "resources.limits", "spec.tolerations",
