@@ -159,14 +159,17 @@ def _admit_new_pod(
 
 
 def _slice_problem(pod: Mapping[str, Any], gpu: GPURequest) -> str | None:
-    """Tessera alone sets the slice limit, on the first container, to the number of devices."""
-    present = [
-        (i, kind, field)
+    """Tessera alone sets the slice limit, on the first container, to the number of devices. (The API
+    server copies a limit of an extended resource into the requests: an equal request is the same.)"""
+    spec = guards.field_map(pod, "spec")
+    present = {
+        (kind, i): {
+            f: guards.field_map(c, "resources", f).get(GPU_SLICE_RESOURCE) for f in ("limits", "requests")
+        }
         for kind in ("initContainers", "containers")
-        for i, c in enumerate(guards.field_map(pod, "spec").get(kind) or [])
-        for field in ("limits", "requests")
-        if GPU_SLICE_RESOURCE in guards.field_map(c, "resources", field)
-    ]
+        for i, c in enumerate(spec.get(kind) or [])
+        if any(GPU_SLICE_RESOURCE in guards.field_map(c, "resources", f) for f in ("limits", "requests"))
+    }
     if not present:
         return None
     if not gpu.is_fractional:
@@ -174,11 +177,15 @@ def _slice_problem(pod: Mapping[str, Any], gpu: GPURequest) -> str | None:
             f"resources.limits[{GPU_SLICE_RESOURCE}] is set by Tessera for gpu-fraction and gpu-memory "
             "pods only; remove it"
         )
-    first = guards.field_map(pod, "spec").get("containers") or []
-    value = guards.field_map(first[0], "resources", "limits").get(GPU_SLICE_RESOURCE) if first else None
-    if present != [(0, "containers", "limits")] or str(value) != str(gpu.num_devices):
+    first = present.get(("containers", 0), {})
+    wanted = str(gpu.num_devices)
+    if (
+        set(present) != {("containers", 0)}
+        or str(first["limits"]) != wanted
+        or first["requests"] not in (None, wanted)
+    ):
         return (
-            f"resources.limits[{GPU_SLICE_RESOURCE}]={value} disagrees with the GPU request "
+            f"resources.limits[{GPU_SLICE_RESOURCE}]={first.get('limits')} disagrees with the GPU request "
             f"({gpu.describe()}); leave it out, Tessera sets it"
         )
     return None
