@@ -182,7 +182,7 @@ def _slice_problem(pod: Mapping[str, Any], gpu: GPURequest) -> str | None:
     if (
         set(present) != {("containers", 0)}
         or str(first["limits"]) != wanted
-        or first["requests"] not in (None, wanted)
+        or (first["requests"] is not None and str(first["requests"]) != wanted)
     ):
         return (
             f"resources.limits[{GPU_SLICE_RESOURCE}]={first.get('limits')} disagrees with the GPU request "

@@ -126,6 +126,17 @@ def test_no_preset_node_for_a_gpu_pod() -> None:
     assert answer(new_pod(annotations={}, nodeName="n1"))["allowed"]  # no GPU: nothing to take
 
 
+def test_the_slice_request_the_api_server_copies_from_the_limit_is_accepted() -> None:
+    body = new_pod()
+    body["request"]["object"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"tessera.dev/gpu-slice": "1"},
+        "requests": {"tessera.dev/gpu-slice": "1"},
+    }
+    assert answer(body)["allowed"]
+    body["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["tessera.dev/gpu-slice"] = "2"
+    refused(body, "disagrees with the GPU request")
+
+
 def test_a_slice_limit_without_a_fractional_request_is_refused() -> None:
     refused(new_pod(annotations={}, limits={"tessera.dev/gpu-slice": "1"}), "for gpu-fraction and gpu-memory")
     two = new_pod()
