@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import re
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 from scheduler.api.gpu_request import GPURequest, InvalidGPURequest, parse_gpu_request
@@ -59,10 +59,17 @@ _MIB_LABEL = re.compile(r"[0-9]{1,12}", re.ASCII)
 
 
 def quantity(raw: object, *, what: str, maximum: Decimal | None = None) -> Decimal:
-    value = _parsed_quantity(raw, maximum) if isinstance(raw, str | int) else _parse_quantity(raw, maximum)
+    value = _quantity_or_reason(raw, maximum)
     if isinstance(value, str):
         raise InvalidObject(f"{what}: {value}")
     return value
+
+
+def _quantity_or_reason(raw: object, maximum: Decimal | None) -> Decimal | str:
+    # bool is an int: it must not share the memo with 1 and 0 (parse_quantity refuses it)
+    if type(raw) is str or (type(raw) is int):
+        return _parsed_quantity(raw, maximum)
+    return _parse_quantity(raw, maximum)
 
 
 def _parse_quantity(raw: object, maximum: Decimal | None) -> Decimal | str:
@@ -87,8 +94,10 @@ def memory_mib(raw: object, what: str = "memory") -> int:
 
 def _mapping(value: object, what: str) -> Mapping[str, Any]:
     """A map field (labels, resources...); absent is empty, any other shape is refused."""
+    if type(value) is dict:  # the common case first: isinstance against an ABC is slow
+        return value
     if value is None:
-        return {}
+        return _EMPTY
     if not isinstance(value, Mapping):
         raise InvalidObject(f"{what} must be a map, not a {type(value).__name__}")
     return value
@@ -98,9 +107,12 @@ def _items(value: object, what: str) -> list[Mapping[str, Any]]:
     """A list of maps (containers, taints, tolerations); absent is empty."""
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+    if type(value) is not list or not all(type(v) is dict or isinstance(v, Mapping) for v in value):
         raise InvalidObject(f"{what} must be a list of maps")
     return value
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def _strings(value: object, what: str) -> dict[str, str]:
@@ -171,32 +183,43 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
     )
 
 
-def _sum_containers(spec: Obj, field: str) -> dict[str, Decimal]:
-    """Effective pod requests/limits of the resources the scheduler reads (cpu, memory, whole GPUs):
-    max(sum of containers, any init container), as the kubelet does. Each value and each total is
-    bounded (scheduler/api/limits.py)."""
-    total: dict[str, Decimal] = {}
-    for kind, combine in (("containers", operator.add), ("initContainers", max)):
-        for c in _items(spec.get(kind), f"spec.{kind}"):
-            values = _mapping(_mapping(c.get("resources"), "resources").get(field), f"resources.{field}")
-            for k, maximum in _MAXIMUM.items():
-                v = values.get(k)
-                if v is None:
-                    continue
-                amount = quantity(v, what=f"container {c.get('name')} {field}.{k}", maximum=maximum)
-                total[k] = combine(total.get(k, Decimal(0)), amount)
-    for k, v in total.items():
-        if v > _MAXIMUM[k]:
-            raise InvalidObject(f"the pod's total {field}.{k} ({v}) is more than accepted ({_MAXIMUM[k]})")
-    return total
+def _add_container(container: Obj, field: str, values: object, total: dict[str, Decimal], init: bool) -> None:
+    if not values:
+        return
+    for k, raw in _mapping(values, f"resources.{field}").items():
+        maximum = _MAXIMUM.get(k)
+        if maximum is None:
+            continue  # a resource the scheduler does not read (the API server checked its syntax)
+        amount = _parsed_quantity(raw, maximum) if type(raw) is str else _quantity_or_reason(raw, maximum)
+        if type(amount) is str:
+            raise InvalidObject(f"container {container.get('name')} {field}.{k}: {amount}")
+        assert isinstance(amount, Decimal)
+        old = total.get(k)
+        total[k] = amount if old is None else (max(old, amount) if init else old + amount)
 
 
 def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
-    """The pod's effective (requests, limits) of cpu, memory and whole GPUs, bounded; InvalidObject with
-    a one-line reason when a value is not a quantity or out of its bound. (The webhook uses it too.)"""
-    requests = _sum_containers(spec, "requests")
-    limits = _sum_containers(spec, "limits")
-    # A container that sets only a limit gets a request equal to it (Kubernetes defaulting).
+    """The pod's effective (requests, limits) of the resources the scheduler reads (cpu, memory, whole
+    GPUs): max(sum of containers, any init container) as the kubelet computes it, a limit standing in for
+    a missing request (Kubernetes defaulting). Each value and each total is bounded
+    (scheduler/api/limits.py); InvalidObject with a one-line reason otherwise. (The webhook uses it too.)"""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    for kind in ("containers", "initContainers"):
+        init = kind == "initContainers"
+        for c in _items(spec.get(kind), f"spec.{kind}"):
+            resources = c.get("resources")
+            if not resources:
+                continue
+            resources = _mapping(resources, "resources")
+            _add_container(c, "requests", resources.get("requests"), requests, init)
+            _add_container(c, "limits", resources.get("limits"), limits, init)
+    for field, total in (("requests", requests), ("limits", limits)):
+        for k, v in total.items():
+            if v > _MAXIMUM[k]:
+                raise InvalidObject(
+                    f"the pod's total {field}.{k} ({v}) is more than accepted ({_MAXIMUM[k]})"
+                )
     for k, v in limits.items():
         requests.setdefault(k, v)
     return requests, limits
