@@ -133,7 +133,7 @@ def _admit_new_pod(
     meta = guards.field_map(pod, "metadata")
     named = {**pod, "metadata": {**meta, "name": meta.get("name") or request.name or "(generated)"}}
     try:
-        parse_pod(named)
+        parsed = parse_pod(named)
     except InvalidObject as exc:
         return response(uid, allowed=False, code=400, message=f"malformed pod: {exc}")
     try:
@@ -148,6 +148,8 @@ def _admit_new_pod(
         )
     except InvalidGPURequest as exc:
         return response(uid, allowed=False, message=f"invalid GPU request: {exc}")
+    if parsed.error:  # anything else the scheduler would refuse (a priority out of range...)
+        return response(uid, allowed=False, message=f"invalid pod: {parsed.error}")
     problem = (
         guards.placement_problem(pod, config.scheduler_name, gpu_request=gpu.kind != "none")
         or _check_queue(pod, config)

@@ -74,6 +74,10 @@ def test_create_uses_the_schedulers_parser_and_bounds(
     refused(new_pod(annotations=annotations, limits=limits), needle)
 
 
+def test_anything_else_the_scheduler_would_refuse_is_refused() -> None:
+    refused(new_pod(priority=2**31), "spec.priority=2147483648 is not a 32-bit integer")
+
+
 def test_a_bound_pods_queue_label_cannot_change() -> None:
     for label in ("tessera.dev/queue", "kai.scheduler/queue"):
         body = update(bound=True)
