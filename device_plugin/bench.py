@@ -1,5 +1,5 @@
 """Allocate latency benchmark: N pods allocated one after another on one node, through real gRPC and the
-real Kubernetes client against an API server (by default the local fake one from tests/fakes).
+real Kubernetes client against a real API server (a kubeconfig's, or a throw-away local control plane).
 
 For each pod the "scheduler" part (untimed) creates the pod with its assignment and sets the node's bind
 lock; the timed part is what the kubelet waits for: GetPreferredAllocation, then Allocate.
@@ -8,7 +8,6 @@ lock; the timed part is what the kubelet waits for: GetPreferredAllocation, then
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 import grpc
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from device_plugin.allocator import Allocator
@@ -34,24 +34,22 @@ from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT, GPU_SLICE_RESOURCE, MI
 NAMESPACE = "default"
 
 
-def _local_api(stack: ExitStack) -> str:
-    """Start the fake API server of a source checkout (tests/fakes/kubeapi.py under the current dir)."""
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
+def _local_control_plane(stack: ExitStack) -> Path:
+    """A throw-away real control plane (etcd, kube-apiserver, controller-manager) from a source checkout's
+    sandbox launcher and the binaries of scripts/build_control_plane.sh; returns its admin kubeconfig."""
     try:
-        from tests.fakes import kubeapi
+        from scheduler.sandbox import assets
+        from scheduler.sandbox.controlplane import ControlPlane
     except ImportError:
-        raise RuntimeError(
-            "no --kube-url given and tests/fakes/kubeapi.py is not importable: run from the repository root"
-        ) from None
-    # Go's net/http (the real API server) sets TCP_NODELAY on every connection; Python's http.server does
-    # not, and then each keep-alive request waits ~40 ms for a delayed ACK, which would measure the fake.
-    handler = getattr(kubeapi, "_Handler", None)
-    if handler is not None:
-        handler.disable_nagle_algorithm = True
-    api = stack.enter_context(kubeapi.FakeKubeAPI())
-    return str(api.url)
+        raise RuntimeError("no --kubeconfig given and the sandbox launcher is not installed") from None
+    try:
+        folder = assets.require()
+    except assets.AssetsMissing as exc:
+        raise RuntimeError(f"no --kubeconfig given and no local control plane: {exc}") from None
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tdp-bench-cp-")))
+    cp = ControlPlane(folder, workdir).start()
+    stack.callback(cp.stop)
+    return cp.admin_kubeconfig
 
 
 def _summary(samples_s: list[float]) -> dict[str, float]:
@@ -66,15 +64,17 @@ def _summary(samples_s: list[float]) -> dict[str, float]:
     }
 
 
-def run_bench(*, pods: int, gpu_spec: str, kube_url: str | None, node_name: str) -> dict[str, Any]:
+def run_bench(
+    *, pods: int, gpu_spec: str, kubeconfig: str | None, node_name: str, namespace: str = NAMESPACE
+) -> dict[str, Any]:
     result: dict[str, Any]
     from node_agent.nvml import open_backend
 
     if pods < 1:
         raise ValueError("--pods must be at least 1")
     with ExitStack() as stack:
-        url = kube_url or _local_api(stack)
-        core = k8s.CoreV1Api(k8s.ApiClient(k8s.Configuration(host=url)))
+        config = kubeconfig or str(_local_control_plane(stack))
+        core = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=config))
         try:
             core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=node_name)))
         except ApiException as exc:
@@ -85,7 +85,9 @@ def run_bench(*, pods: int, gpu_spec: str, kube_url: str | None, node_name: str)
         gpus = inventory.gpus()
         if not gpus:
             raise ValueError(f"GPU spec {gpu_spec!r} has no GPUs")
-        allocator = Allocator(node_name, inventory, KubePodCluster.connect(url), lock_wait_s=1.0)
+        allocator = Allocator(
+            node_name, inventory, KubePodCluster.connect(kubeconfig=config), lock_wait_s=1.0
+        )
         resource = Resource(GPU_SLICE_RESOURCE, "slice", MILLI_PER_GPU)
         plugin_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tdp-bench-")))
         endpoint = PluginEndpoint(
@@ -106,7 +108,7 @@ def run_bench(*, pods: int, gpu_spec: str, kube_url: str | None, node_name: str)
             )
             name = f"bench-{i}"
             pod = core.create_namespaced_pod(
-                NAMESPACE,
+                namespace,
                 k8s.V1Pod(
                     metadata=k8s.V1ObjectMeta(
                         name=name, annotations={GPU_ASSIGNMENT: assignment.to_annotation()}
@@ -126,7 +128,7 @@ def run_bench(*, pods: int, gpu_spec: str, kube_url: str | None, node_name: str)
                 ),
             )
             assert pod.metadata is not None and pod.metadata.uid is not None
-            lock = BindLock.for_pod(NAMESPACE, name, pod.metadata.uid).to_annotation()
+            lock = BindLock.for_pod(namespace, name, pod.metadata.uid).to_annotation()
             core.patch_node(node_name, {"metadata": {"annotations": {BIND_LOCK: lock}}})
             available = [f"{g.uuid}::{k}" for g in gpus for k in range(i // len(gpus), i // len(gpus) + 2)]
 
@@ -162,7 +164,7 @@ def run_bench(*, pods: int, gpu_spec: str, kube_url: str | None, node_name: str)
             "pods_on_node": pods,
             "gpus": gpu_spec,
             "fraction_per_pod": milli / MILLI_PER_GPU,
-            "api_server": "local fake (tests/fakes/kubeapi.py)" if kube_url is None else url,
+            "api_server": "local control plane (scheduler/sandbox)" if kubeconfig is None else config,
             "allocate_ms": _summary(allocate_s),
             "get_preferred_allocation_ms": _summary(preferred_s),
         }

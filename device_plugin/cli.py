@@ -16,10 +16,12 @@ import typer
 from device_plugin.cluster import ClusterError, KubePodCluster, PodCluster
 from device_plugin.config import DEFAULT_PLUGIN_DIR, PluginConfig
 from device_plugin.manager import DevicePluginManager
+from scheduler.api.cli import FAILURE, USAGE, VersionOption, check_choice, fail, first_line, new_app
 from scheduler.api.keys import GPU_SLICE_RESOURCE, MILLI_PER_GPU, WHOLE_GPU_RESOURCE
 
-app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
+app = new_app(__doc__, no_args_is_help=False)
 log = logging.getLogger("device_plugin")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _setup_logging(level: str) -> None:
@@ -62,12 +64,14 @@ def serve(
     lock_wait: Annotated[float, typer.Option(help="Seconds Allocate waits for the bind lock.")] = 3.0,
     watch_interval: Annotated[float, typer.Option(help="Seconds between socket checks.")] = 1.0,
     health_interval: Annotated[float, typer.Option(help="Seconds between GPU health samples.")] = 5.0,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    log_level: Annotated[str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    version: VersionOption = False,
 ) -> None:
     """Serve tessera.dev/gpu-slice (and whole GPUs) to the kubelet until SIGTERM."""
     if ctx.invoked_subcommand is not None:
         return
-    _setup_logging(log_level)
+    check_choice(log_level.upper(), LOG_LEVELS, "--log-level")
+    _setup_logging(log_level.upper())
     from node_agent.nvml import open_backend  # NVML only when serving, not for --help or bench
 
     node = node_name or (socket.gethostname() if fake_gpus else None)
@@ -84,9 +88,10 @@ def serve(
             health_interval_s=health_interval,
         )
         backend = open_backend(fake_gpus, seed=config.node_name)
-    except (ValueError, RuntimeError) as exc:
-        log.error("%s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        raise typer.Exit(2) from None
+    except ValueError as exc:
+        raise fail(first_line(exc), USAGE) from None
+    except RuntimeError as exc:  # NVML missing or failing
+        raise fail(f"{first_line(exc)} (use --fake-gpus SPEC to run without a GPU)", FAILURE) from None
     manager = DevicePluginManager(config, backend, _open_cluster(fake_gpus is not None, kube_url, kubeconfig))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -102,8 +107,9 @@ def serve(
 def bench(
     pods: Annotated[int, typer.Option(help="Pods allocated on the node, one after another.")] = 100,
     gpus: Annotated[str, typer.Option(help="Fake GPUs of the node.")] = "2xA100-80GB",
-    kube_url: Annotated[
-        str | None, typer.Option(help="API server URL; default: a local fake API server from tests/fakes.")
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(help="Kubeconfig of the API server; default: a throw-away local control plane."),
     ] = None,
     node_name: Annotated[str, typer.Option(help="Node to create and allocate on.")] = "bench-node",
 ) -> None:
@@ -112,10 +118,9 @@ def bench(
 
     logging.basicConfig(level=logging.ERROR)
     try:
-        result = run_bench(pods=pods, gpu_spec=gpus, kube_url=kube_url, node_name=node_name)
+        result = run_bench(pods=pods, gpu_spec=gpus, kubeconfig=kubeconfig, node_name=node_name)
     except (RuntimeError, ValueError) as exc:
-        typer.echo(f"bench failed: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise fail(f"bench failed: {first_line(exc)}", FAILURE) from None
     typer.echo(json.dumps(result, indent=2))
 
 

@@ -24,18 +24,14 @@ from node_agent.nvml import GPUSpecError, NVMLUnavailable, open_backend
 from node_agent.pods import KubePods, PodSource, StaticPods, pod_info
 from node_agent.publisher import ReportPublisher
 from node_agent.report import report_json
+from scheduler.api.cli import FAILURE, USAGE, VersionOption, check_choice, fail, new_app
 
-app = typer.Typer(
-    add_completion=False,
+app = new_app(
+    "Tessera node agent: NVML collector, GPUNodeReport publisher, Prometheus metrics, limit watchdog.",
     no_args_is_help=False,
-    help="Tessera node agent: NVML collector, GPUNodeReport publisher, Prometheus metrics, limit watchdog.",
 )
 log = logging.getLogger("tessera-agent")
-
-
-def fail(message: str) -> typer.Exit:
-    typer.echo(f"tessera-agent: {message}", err=True)
-    return typer.Exit(code=1)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def load_pods_file(path: Path) -> StaticPods:
@@ -85,22 +81,27 @@ def main(
     no_cluster: Annotated[
         bool, typer.Option("--no-cluster", help="Run without the Kubernetes API (no publishing).")
     ] = False,
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_level: Annotated[str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    version: VersionOption = False,
 ) -> None:
+    """Collect NVML figures every --interval, publish this node's GPUNodeReport, serve metrics."""
     if ctx.invoked_subcommand is not None:
         return
+    check_choice(log_level.upper(), LOG_LEVELS, "--log-level")
+    if enforce not in MODES:  # (also narrows the type for Watchdog)
+        raise typer.BadParameter(f"{enforce!r} is not one of {', '.join(MODES)}", param_hint="--enforce")
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    if enforce not in MODES:
-        raise fail(f"--enforce must be one of {', '.join(MODES)}, got {enforce!r}")
     node_name = node or socket.gethostname()
     try:
         backend = open_backend(fake_gpus, seed=node_name)
         pods: PodSource = load_pods_file(pods_file) if pods_file else StaticPods()
         host_port = parse_listen(listen) if listen else None
-    except (NVMLUnavailable, GPUSpecError, ValueError) as exc:
-        raise fail(str(exc)) from None
+    except (GPUSpecError, ValueError) as exc:
+        raise fail(str(exc), USAGE) from None
+    except NVMLUnavailable as exc:
+        raise fail(f"{exc} (use --fake-gpus SPEC to run without a GPU)", FAILURE) from None
     resolver = CgroupResolver(proc_root)
     if once:
         agent = Agent(node_name, backend, pods=pods, resolver=resolver, watchdog=Watchdog("off"))
@@ -117,7 +118,7 @@ def main(
 
             api = api_client(kubeconfig)
         except ClusterUnavailable as exc:
-            raise fail(f"{exc} (use --no-cluster to run without one)") from None
+            raise fail(f"{exc} (use --no-cluster to run without one)", USAGE) from None
         core = client.CoreV1Api(api)
         publisher = ReportPublisher(client.CustomObjectsApi(api), heartbeat_s=heartbeat)
         events = KubeEvents(core, node_name)
@@ -144,7 +145,7 @@ def main(
                 make_server(agent, *host_port, stale_after_s=max(10.0, 5 * interval))
             )
         except OSError as exc:
-            raise fail(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+            raise fail(f"cannot listen on {listen}: {exc.strerror or exc}", FAILURE) from None
         log.info("serving /metrics, /report and /healthz on %s", listen)
     log.info("agent on node %s: %d GPU(s), enforcement %s", node_name, len(backend.devices()), enforce)
     try:
@@ -168,7 +169,7 @@ def bench(
     try:
         result = run_bench(fake_gpus, seconds=seconds, interval=interval, procs_per_gpu=procs_per_gpu)
     except GPUSpecError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), USAGE) from None
     typer.echo(result.to_json())
 
 

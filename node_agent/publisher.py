@@ -109,6 +109,9 @@ class ReportPublisher:
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
+                    # A create must not carry the resourceVersion of a replace tried before (the real
+                    # API server answers 500 "resourceVersion should not be set on objects to be created").
+                    body["metadata"].pop("resourceVersion", None)
                     created = self._api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
                     self._resource_version = created["metadata"].get("resourceVersion")
                     return

@@ -58,3 +58,10 @@ class Cluster(Protocol):
     def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
         """Write Queue and PodGroup status (keys: queue name; namespace/name of the group)."""
         ...
+
+    def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
+        """Tell the user something is wrong with an object that does not stop scheduling (a queue whose
+        parent is missing, a pod naming a missing PodGroup, a node's assumed GPU memory): an Event on
+        it in Kubernetes, a line in the simulation's output. Called when the warning first appears or
+        its message changes."""
+        ...

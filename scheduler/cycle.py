@@ -18,6 +18,7 @@ from scheduler.placement.registry import make_policy
 from scheduler.session import PendingReason, Session
 
 log = logging.getLogger(__name__)
+WarningKey = tuple[str, str | None, str, str]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class Scheduler:
         self.actions = [a for a in self.config.actions if a in ACTIONS]
         self.last_reasons: dict[str, PendingReason] = {}
         self.last_session: Session | None = None
+        # (kind, namespace, name, reason) -> message of every warning that holds now (see `Cluster.warn`)
+        self.warnings: dict[WarningKey, str] = {}
 
     def run_cycle(self) -> CycleResult:
         t0 = time.perf_counter()
@@ -90,11 +93,36 @@ class Scheduler:
                 self.cluster.report_pending(pod, why.reason, why.message)
         self.last_reasons = session.reasons
         self.cluster.publish_status(queue_statuses(session), podgroup_statuses(session))
+        self._warn(session)
+
+    def _warn(self, session: Session) -> None:
+        """Warn about objects that are used, but not as their author meant; each warning once."""
+        now: dict[WarningKey, str] = {}
+        for name, message in session.tree.problems.items():
+            now[("Queue", None, name, "QueueMisconfigured")] = (
+                f"{message}; it is scheduled as a top-level queue"
+            )
+        for job in session.pending_jobs:
+            if job.is_gang and not job.explicit_group:
+                message = (
+                    f"PodGroup {job.key} does not exist: the {len(job.running) + len(job.pending)} pods naming it "
+                    "are scheduled as one gang of those present; create the PodGroup (minMember) or remove "
+                    "the annotation"
+                )
+                for pod in job.pending:
+                    now[("Pod", pod.namespace, pod.name, "PodGroupNotFound")] = message
+        for node in self.cache.state.nodes:
+            if node is not None and node.warning:
+                now[("Node", None, node.name, "GPUMemoryAssumed")] = node.warning
+        for key, message in now.items():
+            if self.warnings.get(key) != message:
+                self.cluster.warn(*key, message)
+        self.warnings = now
 
 
 def queue_statuses(session: Session) -> dict[str, QueueStatus]:
     return {
-        name: QueueStatus(
+        name: QueueStatus.from_internal(
             allocated=node.allocated.as_dict(),
             requested=node.requested.as_dict(),
             fair_share=node.fair_share.as_dict(),

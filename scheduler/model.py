@@ -48,6 +48,7 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     gpu_uuids: tuple[str, ...] = ()
+    warning: str | None = None  # usable, but something is assumed (e.g. GPU memory from the model name)
 
     def uuid(self, index: int) -> str:
         if index < len(self.gpu_uuids):

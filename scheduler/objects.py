@@ -41,6 +41,7 @@ from scheduler.api.limits import (
 )
 from scheduler.api.priority import resolve_priority
 from scheduler.api.quantity import InvalidQuantity, parse_quantity
+from scheduler.gpu_memory import memory_from_product
 from scheduler.model import NodeInfo, PodInfo, PodPhase, Taint, Toleration
 
 Obj = Mapping[str, Any]
@@ -161,8 +162,25 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
                 f"label {GPU_MEMORY_LABEL}={gpu_mem_raw} MiB is more than any GPU has "
                 f"(at most {MAX_GPU_MEMORY_MIB} MiB)"
             )
+    warning = None
     if gpus and gpu_mem <= 0:
-        raise InvalidObject(f"it has {gpus} GPUs but no {GPU_MEMORY_LABEL} label (MiB per GPU)")
+        product = labels.get(GPU_PRODUCT_LABEL, "")
+        gpu_mem = memory_from_product(product) or 0
+        if gpu_mem > MAX_GPU_MEMORY_MIB:
+            raise InvalidObject(
+                f"label {GPU_PRODUCT_LABEL}={product[:63]!r} names more memory than any GPU has "
+                f"(at most {MAX_GPU_MEMORY_MIB} MiB)"
+            )
+        if gpu_mem <= 0:
+            raise InvalidObject(
+                f"it has {gpus} GPUs but no {GPU_MEMORY_LABEL} label (MiB per GPU) and its "
+                f"{GPU_PRODUCT_LABEL} label ({product[:63] or 'missing'}) names no known model: label it "
+                f"{GPU_MEMORY_LABEL}=<MiB> (NVIDIA's GPU feature discovery does)"
+            )
+        warning = (
+            f"node {name} has no {GPU_MEMORY_LABEL} label; assuming {gpu_mem} MiB per GPU from its product "
+            f"{product!r}: label it (NVIDIA's GPU feature discovery does) for exact figures"
+        )
     taints = tuple(
         Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""), effect=str(t.get("effect", "")))
         for t in _items(spec.get("taints"), "spec.taints")
@@ -180,6 +198,7 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
         gpu_uuids=uuids,
+        warning=warning,
     )
 
 

@@ -56,12 +56,26 @@ _KNOWN_KEYS = {
     "format",
     "exclusiveMinimum",
     "exclusiveMaximum",
+    "x-kubernetes-int-or-string",
     *_VALUE_KEYS,
     *_DROPPED_KEYS,
 }
 
 # "-1 or >= 0": a structural schema may use anyOf for value checks as long as the branches carry no type.
 _MINUS_ONE_OR_NON_NEGATIVE: JSON = {"anyOf": [{"minimum": 0}, {"minimum": -1, "maximum": -1}]}
+_LIMIT_RULE_MESSAGE = "limit must be -1 (none) or at least the quota"
+# Quantities compare through Kubernetes' CEL quantity library; an integer is read as its string.
+_QUANTITY_LIMIT_RULE: JSON = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "!has(self.quota) || !has(self.limit) || string(self.quota) == '-1' || "
+            "string(self.limit) == '-1' || "
+            "quantity(string(self.limit)).compareTo(quantity(string(self.quota))) >= 0",
+            "message": _LIMIT_RULE_MESSAGE,
+        }
+    ]
+}
+_QUANTITY_RESOURCE: dict[str, JSON] = {"": _QUANTITY_LIMIT_RULE}
 
 # Model-level rules pydantic expresses in Python validators, restated for the API server. Keyed by the
 # model's $defs name, then by property ("" = the object itself). The generator fails if a key is unknown.
@@ -74,29 +88,48 @@ EXTRA_VALIDATION: dict[str, dict[str, JSON]] = {
                 {
                     "rule": "!has(self.quota) || !has(self.limit) || self.quota == -1.0 || "
                     "self.limit == -1.0 || self.limit >= self.quota",
-                    "message": "limit must be -1 (none) or at least the quota",
+                    "message": _LIMIT_RULE_MESSAGE,
                 }
             ]
         },
     },
+    "CPUQueueResource": _QUANTITY_RESOURCE,
+    "MemoryQueueResource": _QUANTITY_RESOURCE,
 }
 
 # Field documentation for `kubectl explain`; the models stay free of prose the scheduler never reads.
+_WEIGHT = "Share of the capacity left after every quota, relative to sibling queues of the same priority."
 DESCRIPTIONS: dict[str, dict[str, str]] = {
     "QueueSpec": {
         "parentQueue": "Name of the parent Queue; unset at the top level. Pods may only use leaf queues.",
-        "priority": "Queues of higher priority get over-quota resources first.",
-        "resources": "Quota, over-quota weight and limit per resource (GPUs, CPU cores, memory MiB).",
+        "priority": "Queues of higher priority get their quota, then capacity beyond quota, first. Default 100.",
+        "resources": "Per resource (gpu in GPUs, cpu in cores, memory as a quantity): quota, overQuotaWeight "
+        "and limit. A resource or field left unset is unlimited. See docs/queues.md.",
+    },
+    "QueueResources": {
+        "gpu": "GPUs, fractions allowed (2.5).",
+        "cpu": 'CPU cores, as on a pod: an integer (64) or a quantity string ("500m", "0.5").',
+        "memory": 'Memory, as on a pod: a quantity string ("256Gi", "512Mi") or an integer of bytes.',
     },
     "QueueResource": {
-        "quota": "Guaranteed (deserved) amount; -1 means unlimited.",
-        "overQuotaWeight": "Share of the unused capacity this queue gets relative to its siblings.",
-        "limit": "Hard cap on what the queue may use; -1 means no cap.",
+        "quota": "Deserved GPUs, guaranteed when the queue asks for them; -1 (default) means unlimited.",
+        "overQuotaWeight": _WEIGHT + " Default 1; 0 = nothing beyond quota.",
+        "limit": "Most GPUs the queue may use, borrowed ones included; -1 (default) means no cap.",
+    },
+    "CPUQueueResource": {
+        "quota": 'Deserved CPU cores (64, "500m"); -1 (default) means unlimited.',
+        "overQuotaWeight": _WEIGHT + " Default 1; 0 = nothing beyond quota.",
+        "limit": 'Most CPU cores the queue may use (64, "500m"); -1 (default) means no cap.',
+    },
+    "MemoryQueueResource": {
+        "quota": 'Deserved memory ("256Gi", or integer bytes); -1 (default) means unlimited.',
+        "overQuotaWeight": _WEIGHT + " Default 1; 0 = nothing beyond quota.",
+        "limit": 'Most memory the queue may use ("512Gi", or integer bytes); -1 (default) means no cap.',
     },
     "QueueStatus": {
-        "allocated": "Resources allocated to the queue's pods, by resource (written by the scheduler).",
-        "requested": "Resources requested by the queue's pods, by resource.",
-        "fairShare": "Fair share computed in the last scheduling cycle, by resource.",
+        "allocated": "Resources held by the queue's pods (gpu in GPUs, cpu in cores, memory in bytes).",
+        "requested": "Resources held and asked for by the queue's pods (GPUs, cores, bytes).",
+        "fairShare": "Fair share computed in the last scheduling cycle (GPUs, cores, bytes).",
     },
     "PodGroupSpec": {
         "minMember": "Pods that must be placed together before any of them is bound (gang size).",
@@ -154,6 +187,16 @@ def to_structural(node: JSON, defs: dict[str, JSON], where: str = "$") -> JSON:
     out = {}
     if "description" in node:
         out["description"] = node["description"]
+    if node.get("x-kubernetes-int-or-string"):
+        # A Kubernetes quantity (`64`, `"500m"`, `"256Gi"`): integer or string, the only typeless node
+        # a structural schema allows besides preserve-unknown-fields.
+        out["x-kubernetes-int-or-string"] = True
+        for key in ("pattern", "minimum"):  # the pattern checks strings, the minimum integers
+            if key in node:
+                out[key] = node[key]
+        if node.get("default") is not None:
+            out["default"] = node["default"]
+        return _finish(out)
     if "const" in node:
         out["enum"] = [node["const"]]
     kind = node.get("type")

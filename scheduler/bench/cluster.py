@@ -30,6 +30,7 @@ class BenchCluster:
     bound_at: list[float] = field(default_factory=list)  # perf_counter() of every bind, in order
     pending_reasons: dict[str, str] = field(default_factory=dict)
     evictions: int = 0
+    warnings: int = 0
     _events: list[WatchEvent] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ the interface
@@ -76,6 +77,9 @@ class BenchCluster:
 
     def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
         return None
+
+    def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
+        self.warnings += 1  # the benchmark's objects are well-formed; a count shows if that changes
 
     # ------------------------------------------------------------------------------------ world
     def create(self, kind: Kind, obj: Obj) -> None:

@@ -41,6 +41,16 @@ CORES_PER_GPU = 12
 GIB_PER_CORE = 4
 
 
+def mean_demand() -> tuple[float, float]:
+    """Expected (GPUs, CPU cores) of one pod of the mix (gangs aside), from the tables above."""
+    kinds = sum(w for _, w in KIND_WEIGHTS)
+    frac = sum(m * w for m, w in FRACTION_WEIGHTS) / sum(w for _, w in FRACTION_WEIGHTS) / 1000
+    cores = sum(c * w for c, w in CPU_WEIGHTS) / sum(w for _, w in CPU_WEIGHTS)
+    gpus = sum((frac if k == "frac" else 0 if k == "cpu" else int(k)) * w for k, w in KIND_WEIGHTS) / kinds
+    per_pod_cores = sum((int(k) if isinstance(k, int) else 1) * cores * w for k, w in KIND_WEIGHTS) / kinds
+    return gpus, per_pod_cores
+
+
 def _pick(rng: random.Random, table: tuple[tuple[Any, float], ...]) -> Any:
     return rng.choices([v for v, _ in table], weights=[w for _, w in table])[0]
 

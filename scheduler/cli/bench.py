@@ -9,25 +9,48 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from scheduler.api.cli import check_choice, fail, new_app, warning_line
 from scheduler.backend import BACKENDS, BackendError
 from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
+from scheduler.bench.workload import CORES_PER_GPU, mean_demand
 from scheduler.placement.registry import policy_names
 
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code)
+PODS_PER_NODE = 2  # the default load: 10,000 init and 10,000 measured pods on 5,000 nodes
+MAX_FILL = 0.9  # init pods may ask for at most this share of the cluster's GPUs (and cores)
 
 
 def _check_backend(backend: str | None) -> None:
-    if backend is not None and backend not in BACKENDS:
-        raise _fail(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if backend is not None:
+        check_choice(backend, BACKENDS, "--backend")
 
 
 def _check_output(output: str) -> None:
-    if output not in ("table", "json"):
-        raise _fail(f"--output must be table or json, not {output!r}")
+    check_choice(output, ("table", "json"), "--output")
+
+
+def sized_load(nodes: int, gpus_per_node: int, init_pods: int | None, pods: int | None) -> tuple[int, int]:
+    """--init-pods and --pods: by default PODS_PER_NODE each per node (the 10,000 + 10,000 of 5,000
+    nodes). Init pods that alone would ask the openb mix for more than MAX_FILL of the cluster's GPUs or
+    cores are refused: the cluster would be full before measuring, and the benchmark would time failures."""
+    init = PODS_PER_NODE * nodes if init_pods is None else init_pods
+    measured = PODS_PER_NODE * nodes if pods is None else pods
+    gpus_per_pod, cores_per_pod = mean_demand()
+    gpus = nodes * gpus_per_node
+    fit = int(MAX_FILL * min(gpus / gpus_per_pod, gpus * CORES_PER_GPU / cores_per_pod))
+    if init > fit:
+        raise typer.BadParameter(
+            f"{init:,} init pods would ask for about {init * gpus_per_pod:,.0f} GPUs of a {gpus:,}-GPU cluster "
+            f"(the openb mix averages {gpus_per_pod:.2f} GPU per pod), filling it before measuring; use at most "
+            f"{fit:,}, or add --nodes (default: {PODS_PER_NODE} per node)",
+            param_hint="--init-pods",
+        )
+    if init + measured > fit:
+        warning_line(
+            f"{init:,} init and {measured:,} measured pods ask for about {(init + measured) * gpus_per_pod:,.0f} "
+            f"of {gpus:,} GPUs: expect unschedulable pods (they count in `unschedulable`, not in pods/s)"
+        )
+    return init, measured
 
 
 def print_bench(console: Console, r: dict[str, Any]) -> None:
@@ -62,19 +85,23 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    bench_app = typer.Typer(
-        help="Benchmark the scheduler (modelled on Kubernetes' scheduler_perf).", add_completion=False
-    )
+    bench_app = new_app("Benchmark the scheduler (modelled on Kubernetes' scheduler_perf).")
+    short = "Benchmark the scheduler (like scheduler_perf)."
 
     @bench_app.callback(invoke_without_command=True)
     def bench(
         ctx: typer.Context,
         nodes: Annotated[int, typer.Option(min=1, help="GPU nodes in the synthetic cluster.")] = 5000,
         gpus_per_node: Annotated[int, typer.Option(min=1, max=64, help="GPUs per node.")] = 8,
-        init_pods: Annotated[int, typer.Option(min=0, help="Pods placed before measuring.")] = 10_000,
-        pods: Annotated[int, typer.Option(min=1, help="Measured pods (openb mix).")] = 10_000,
+        init_pods: Annotated[
+            int | None,
+            typer.Option(min=0, show_default="2 per node", help="Pods placed before measuring."),
+        ] = None,
+        pods: Annotated[
+            int | None, typer.Option(min=1, show_default="2 per node", help="Measured pods (openb mix).")
+        ] = None,
         policy: Annotated[
-            str, typer.Option(help=f"Placement policy ({', '.join(policy_names())}).")
+            str, typer.Option(metavar="NAME", help=f"Placement policy: {', '.join(policy_names())}.")
         ] = "binpack",
         gangs: Annotated[
             float, typer.Option(min=0.0, max=1.0, help="Share of measured pods that are gang members.")
@@ -84,24 +111,31 @@ def register(app: typer.Typer) -> None:
         repeat: Annotated[
             int, typer.Option(min=1, help="Runs; the best is reported (all averages too).")
         ] = 1,
-        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
-        backend: Annotated[str | None, typer.Option(help="Array backend: numpy, strict, cupy, auto.")] = None,
+        output: Annotated[
+            str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")
+        ] = "table",
+        backend: Annotated[
+            str | None, typer.Option(metavar="NAME", help=f"Array backend: {', '.join(BACKENDS)}.")
+        ] = None,
     ) -> None:
-        """Schedule --pods pods on a synthetic cluster with the real cycle and report the throughput."""
+        """Schedule --pods pods on a synthetic cluster with the real cycle and report the throughput.
+
+        Report pods per CPU-second (`pods_per_cpu_s`) when comparing machines: pods per second depend on
+        what else the machine runs."""
         if ctx.invoked_subcommand is not None:
             return
         _check_output(output)
         _check_backend(backend)
-        if policy not in policy_names():
-            raise _fail(f"unknown placement policy {policy!r}; choose one of {', '.join(policy_names())}")
+        check_choice(policy, policy_names(), "--policy")
+        init, measured = sized_load(nodes, gpus_per_node, init_pods, pods)
         cfg = BenchConfig(
-            nodes=nodes, gpus_per_node=gpus_per_node, init_pods=init_pods, pods=pods, policy=policy,
+            nodes=nodes, gpus_per_node=gpus_per_node, init_pods=init, pods=measured, policy=policy,
             gangs=gangs, batch=batch, backend=backend, seed=seed,
         )  # fmt: skip
         try:
             result = run_repeated(cfg, repeat)
         except BackendError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         if output == "json":
             typer.echo(json.dumps(result, indent=2))
         else:
@@ -115,8 +149,12 @@ def register(app: typer.Typer) -> None:
             int, typer.Option(min=1, help="Pod events (running pods, as after a relist).")
         ] = 150_000,
         seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
-        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
-        backend: Annotated[str | None, typer.Option(help="Array backend: numpy, strict, cupy, auto.")] = None,
+        output: Annotated[
+            str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")
+        ] = "table",
+        backend: Annotated[
+            str | None, typer.Option(metavar="NAME", help=f"Array backend: {', '.join(BACKENDS)}.")
+        ] = None,
     ) -> None:
         """Apply --pods pod events and one update per node to the scheduler's state; report the time."""
         _check_output(output)
@@ -125,7 +163,7 @@ def register(app: typer.Typer) -> None:
         try:
             r = run_events(cfg)
         except BackendError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         if output == "json":
             typer.echo(json.dumps(r, indent=2))
             return
@@ -142,4 +180,4 @@ def register(app: typer.Typer) -> None:
         if r["errors"]:
             console.print(f"[yellow]{r['errors']} events could not be applied[/]")
 
-    app.add_typer(bench_app, name="bench")
+    app.add_typer(bench_app, name="bench", short_help=short)

@@ -1,36 +1,29 @@
-"""`tessera`: simulate, replay traces, benchmark, inspect GPUs."""
+"""`tessera`: simulate, replay traces, benchmark, inspect and check a cluster."""
 
 from __future__ import annotations
 
 import logging
 import os
 
-import typer
+from scheduler.api.cli import VersionOption, new_app, run
+from scheduler.cli import bench, doctor, nodes, queues, replay, simulate, why
 
-from scheduler.cli import bench, nodes, replay, simulate
-
-app = typer.Typer(
+app = new_app(
+    "Tessera: a GPU-sharing batch scheduler for Kubernetes (fractional GPUs, gangs, fair-share queues).",
     name="tessera",
-    help="Tessera: a GPU-sharing batch scheduler for Kubernetes (fractional GPUs, gangs, fair-share queues).",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
 )
 
 
 @app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-) -> None:
-    """Tessera command line."""
-    if version:
-        from importlib.metadata import version as dist_version
+def _root(version: VersionOption = False) -> None:
+    """Tessera: a GPU-sharing batch scheduler for Kubernetes (fractional GPUs, gangs, fair-share queues).
 
-        typer.echo(dist_version("tessera"))
-        raise typer.Exit()
+    Try `tessera simulate` first: the real scheduler on a simulated cluster, no Kubernetes needed.
+    """
 
 
-for module in (simulate, replay, bench, nodes):
+for module in (simulate, replay, bench, nodes, queues, why, doctor):
     module.register(app)
 
 
@@ -39,7 +32,7 @@ def main() -> None:
         level=os.environ.get("TESSERA_LOG_LEVEL", "WARNING").upper(),
         format="%(levelname)s %(name)s: %(message)s",
     )
-    app()
+    run(app, "tessera")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.api import GPUNodeReport, GPUReport
+from scheduler.api.cli import FAILURE, check_choice, fail, warning_line
 from scheduler.api.keys import GROUP, VERSION
+from scheduler.cli.kube import REQUEST_TIMEOUT_S, ContextOption, KubeconfigOption, connect
+from scheduler.ui.fmt import gpus as in_gpus
 
 PLURAL = "gpunodereports"
 OUTPUTS = ("table", "wide", "json")
@@ -63,18 +66,13 @@ def load_file(path: Path, warn: list[str]) -> list[GPUNodeReport]:
 
 
 def load_cluster(kubeconfig: str | None, context: str | None, warn: list[str]) -> list[GPUNodeReport]:
-    from kubernetes import client, config
+    from kubernetes import client
 
+    api = client.CustomObjectsApi(connect(kubeconfig, context))
     try:
-        if kubeconfig is None and context is None:
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-        else:
-            config.load_kube_config(config_file=kubeconfig, context=context)
-        api = client.CustomObjectsApi()
-        listed: Any = api.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=30)
+        listed: Any = api.list_cluster_custom_object(
+            GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT_S
+        )
     except Exception as exc:
         raise ReportsUnavailable(f"cannot read GPUNodeReports from the cluster: {_first_line(exc)}") from None
     return parse_reports(listed.get("items") or [], warn)
@@ -102,7 +100,7 @@ def _health(gpu: GPUReport) -> str:
 
 def gpu_table(reports: list[GPUNodeReport], wide: bool) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    columns = ["NODE", "GPU", "MODEL", "MEMORY", "UTIL", "ASSIGNED", "PODS", "HEALTH"]
+    columns = ["NODE", "GPU", "MODEL", "MEMORY", "UTIL", "ASSIGNED", "PODS", "HEALTH"]  # ASSIGNED: GPUs
     if wide:
         columns[3:3] = ["UUID"]
         columns += ["TEMP", "POWER", "PROCS", "POD NAMES", "OBSERVED"]
@@ -117,7 +115,7 @@ def gpu_table(reports: list[GPUNodeReport], wide: bool) -> Table:
                 gpu.model,
                 _memory(gpu),
                 _opt(gpu.utilization_pct, "%"),
-                f"{gpu.assigned_milli}m",
+                in_gpus(gpu.assigned_milli, 3),
                 str(len(pods)),
                 _health(gpu),
             ]
@@ -147,7 +145,7 @@ def node_tables(report: GPUNodeReport) -> list[Table]:
     shares = Table(
         title="assigned shares", title_justify="left", box=None, header_style="bold", pad_edge=False
     )
-    for col in ("GPU", "NAMESPACE", "POD", "MILLI", "LIMIT", "USED", "STATE"):
+    for col in ("GPU", "NAMESPACE", "POD", "SHARE", "LIMIT", "USED", "STATE"):
         shares.add_column(col, no_wrap=True)
     for gpu in report.spec.gpus:
         for p in sorted(gpu.processes, key=lambda p: p.pid):
@@ -165,7 +163,7 @@ def node_tables(report: GPUNodeReport) -> list[Table]:
                 str(gpu.index),
                 s.namespace,
                 s.pod,
-                str(s.milli),
+                in_gpus(s.milli, 3),
                 f"{s.memory_limit_mib} MiB",
                 f"{s.memory_used_mib} MiB",
                 state,
@@ -179,33 +177,33 @@ def node_tables(report: GPUNodeReport) -> list[Table]:
 
 def nodes(
     node: Annotated[str | None, typer.Argument(help="Show one node in detail, with its processes.")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table (default), wide or json.")] = "table",
+    output: Annotated[
+        str, typer.Option("--output", "-o", metavar="FORMAT", help="table (default), wide or json.")
+    ] = "table",
     from_file: Annotated[
         Path | None,
-        typer.Option("--from-file", help="Read reports from a JSON/YAML file instead of the cluster."),
+        typer.Option(
+            "--from-file", metavar="FILE", help="Read reports from a JSON/YAML file, not the cluster."
+        ),
     ] = None,
-    kubeconfig: Annotated[
-        str | None, typer.Option(help="Kubeconfig file (default: in-cluster, then ~/.kube).")
-    ] = None,
-    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
-    """Every GPU as the node agents see it: memory, utilisation, assigned share, pods, health."""
-    if output not in OUTPUTS:
-        typer.echo(f"tessera nodes: -o must be one of {', '.join(OUTPUTS)}, got {output!r}", err=True)
-        raise typer.Exit(code=2)
+    """Every GPU as the node agents see it: memory, utilisation, assigned share (GPUs), pods, health."""
+    check_choice(output, OUTPUTS, "--output")
     warnings: list[str] = []
     try:
         reports = load_file(from_file, warnings) if from_file else load_cluster(kubeconfig, context, warnings)
     except ReportsUnavailable as exc:
-        typer.echo(f"tessera nodes: {exc}", err=True)
-        raise typer.Exit(code=1) from None
+        raise fail(str(exc), FAILURE) from None
     for line in warnings:
-        typer.echo(f"tessera nodes: {line}", err=True)
+        warning_line(line)
     if node is not None:
         reports = [r for r in reports if r.metadata.name == node]
         if not reports:
-            typer.echo(f"tessera nodes: no GPUNodeReport for node {node!r}", err=True)
-            raise typer.Exit(code=1)
+            raise fail(
+                f"no GPUNodeReport for node {node!r} (is the tessera node agent running there?)", FAILURE
+            )
     if output == "json":
         dumped = [r.model_dump(by_alias=True, exclude_none=True, mode="json") for r in reports]
         typer.echo(json.dumps(dumped[0] if node is not None else dumped, indent=2))
@@ -226,4 +224,4 @@ def nodes(
 
 def register(app: typer.Typer) -> None:
     """Add `tessera nodes` to the main command line."""
-    app.command("nodes")(nodes)
+    app.command("nodes", short_help="Every GPU, from the node agents' reports.")(nodes)

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from scheduler.api.cli import check_writable, fail
 from scheduler.backend import BACKENDS, BackendError, get_namespace
 from scheduler.placement.registry import policy_names
 from scheduler.replay.protocol import DEFAULT_TUNE, arrival_order, capacity_milli
@@ -49,8 +50,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
+    return fail(message, code)
 
 
 def _report_rows(err: Console, loaded: Loaded[TraceNode] | Loaded[TracePod]) -> None:
@@ -124,7 +124,7 @@ def _write_report(
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("replay")
+    @app.command("replay", short_help="Replay an openb trace under the FGD protocol.")
     def replay(
         nodes: Annotated[
             Path | None, typer.Option(help="openb node list CSV", show_default=str(DEFAULT_NODES))
@@ -166,6 +166,13 @@ def register(app: typer.Typer) -> None:
         if unknown:
             raise _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(policy_names())}")
         seed_list = parse_seeds(seeds)
+        check_writable(plot, "--plot")  # before the run, not after it
+        check_writable(report, "--report")
+        if plot is not None:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                raise _fail("--plot needs matplotlib: pip install 'tessera[plot]'") from None
         err = Console(stderr=True)
         try:
             node_rows = load_nodes(_resolve(nodes, DEFAULT_NODES, "--nodes"))

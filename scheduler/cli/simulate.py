@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scheduler.backend import BackendError
+from scheduler.api.cli import check_choice, check_writable, fail
+from scheduler.backend import BACKENDS, BackendError
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.placement.registry import policy_names
 from scheduler.sim.builtin import BUILTIN_UNTIL_S, builtin_manifests
@@ -20,11 +21,9 @@ from scheduler.sim.duration import parse_duration
 from scheduler.sim.loader import ManifestError, load_files
 from scheduler.sim.runner import SimResult, run_simulation
 from scheduler.sim.summary import summarize, to_json
+from scheduler.ui.fmt import gpus
 
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code)
+OUTPUTS = ("table", "json")
 
 
 def _fmt(res: dict[str, float], key: str = "gpu") -> str:
@@ -40,7 +39,7 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
     )
     console.print(
         f"GPUs allocated: [bold]{g['allocated']:g} of {g['capacity']}[/] ({g['allocated_pct']:.1f}%) · "
-        f"idle GPU milli stranded in fragments: {s['stranded_milli']}"
+        f"GPUs idle in fragments of partly used GPUs: {gpus(s['stranded_milli'], 2)}"
     )
     phases = ", ".join(f"{n} {p.lower()}" for p, n in sorted(s["pods_by_phase"].items()))
     console.print(f"Pods: {phases}")
@@ -95,39 +94,64 @@ def write_report(
     try:
         path.write_text(render_dashboard(view), encoding="utf-8")
     except OSError as exc:
-        raise _fail(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+        raise fail(f"cannot write the report to {path}: {exc.strerror or exc}", code=1) from None
     console.print(f"report written to [bold]{escape(str(path))}[/]")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(short_help="Run the real scheduler on a simulated cluster.")
     def simulate(
         files: Annotated[
             list[Path] | None,
-            typer.Option("-f", "--file", help="Manifests: Nodes, Pods, Queues, PodGroups (YAML)."),
+            typer.Option(
+                "-f",
+                "--file",
+                metavar="PATH",
+                help="Manifests (YAML file or folder): Nodes, Pods, Jobs, Queues, PodGroups.",
+            ),
         ] = None,
-        until: Annotated[str | None, typer.Option(help="Stop at this simulated time, e.g. 30m, 2h.")] = None,
+        until: Annotated[
+            str | None, typer.Option(metavar="TIME", help="Stop at this simulated time, e.g. 30m, 2h.")
+        ] = None,
         policy: Annotated[
-            str, typer.Option(help=f"Placement policy ({', '.join(policy_names())}).")
+            str, typer.Option(metavar="NAME", help=f"Placement policy: {', '.join(policy_names())}.")
         ] = "binpack",
-        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+        output: Annotated[
+            str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")
+        ] = "table",
         seed: Annotated[int, typer.Option(help="Seed of the built-in workload.")] = 7,
-        period: Annotated[float, typer.Option(help="Scheduling period in simulated seconds.")] = 1.0,
-        backend: Annotated[str | None, typer.Option(help="Array backend: auto, numpy, cupy, strict.")] = None,
+        period: Annotated[
+            float, typer.Option(metavar="SECONDS", help="Scheduling period in simulated seconds (> 0).")
+        ] = 1.0,
+        backend: Annotated[
+            str | None, typer.Option(metavar="NAME", help=f"Array backend: {', '.join(BACKENDS)}.")
+        ] = None,
         report: Annotated[
             Path | None,
             typer.Option(
+                metavar="FILE",
                 help="Also write the dashboard (GPU map, queues, pending, allocation over time) "
-                "as one self-contained HTML file."
+                "as one self-contained HTML file.",
             ),
         ] = None,
     ) -> None:
         """Run the scheduler on a simulated cluster: the built-in demo, or the manifests given with -f."""
-        if output not in ("table", "json"):
-            raise _fail(f"--output must be table or json, not {output!r}")
+        # Every option is checked before the (possibly long) run starts.
+        check_choice(output, OUTPUTS, "--output")
+        check_choice(policy, policy_names(), "--policy")
+        if backend is not None:
+            check_choice(backend, BACKENDS, "--backend")
+        if not period > 0 or period != period:
+            raise typer.BadParameter(
+                f"must be a number of seconds > 0, not {period:g}", param_hint="--period"
+            )
+        check_writable(report, "--report")
         try:
             # The built-in demo stops when its last pod has arrived: the busiest moment, worth a summary.
             until_s = parse_duration(until) if until is not None else (None if files else BUILTIN_UNTIL_S)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--until") from None
+        try:
             manifests = load_files(files) if files else builtin_manifests(seed)
             if not manifests.objects["Node"]:
                 raise ManifestError("no Node objects in the given manifests: the cluster would be empty")
@@ -136,7 +160,7 @@ def register(app: typer.Typer) -> None:
             config = SchedulerConfig(policy=policy, backend=backend, expected_nodes=max(n_nodes, 16))
             scheduler = Scheduler(sim, config)
         except (ManifestError, ValueError, BackendError) as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         console = Console(stderr=output == "json")
         with Progress(
             TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.fields[now]}"),

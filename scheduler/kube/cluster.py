@@ -36,7 +36,7 @@ from scheduler.kube.lock_view import NodeLockView
 from scheduler.kube.owners import ApiOwnerLookup
 from scheduler.kube.podgrouper import GroupSpec, group_for_pod
 from scheduler.kube.podgroups import PodGroupEnsurer
-from scheduler.kube.recorder import EventRecorder
+from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
 from scheduler.model import PodInfo
 
@@ -67,9 +67,12 @@ class KubeCluster:
         self.recorder = EventRecorder(self.core, instance=identity, min_interval_s=event_interval_s)
         self.binder = Binder(self.core, lock_timeout_s=lock_timeout_s)
         self.evictor = Evictor(self.core, self.recorder)
-        self.pending = PendingPodReporter(self.core, self.recorder)
-        self.queue_status = QueueStatusWriter(self.custom)
-        self.group_status = PodGroupStatusWriter(self.custom)
+        # Status writers compare with the objects' current status in the watch caches (informers below).
+        self.pending = PendingPodReporter(
+            self.core, self.recorder, lambda key: self.informers["Pod"].get(key)
+        )
+        self.queue_status = QueueStatusWriter(self.custom, lambda key: self.informers["Queue"].get(key))
+        self.group_status = PodGroupStatusWriter(self.custom, lambda key: self.informers["PodGroup"].get(key))
         self.owner_lookup = ApiOwnerLookup(api_client)
         self.podgroups = PodGroupEnsurer(self.custom)
         self.podgrouper = podgrouper
@@ -242,6 +245,29 @@ class KubeCluster:
             if group_cache.get(key) is not None:
                 namespace, name = key.split("/", 1)
                 self.group_status.write(namespace, name, group_status)
+        for group in group_cache.snapshot():
+            # The cycle reports only groups with pods: one whose pods are all gone runs nothing any more.
+            meta = group.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            if key not in groups and _claims_pods(group):
+                self.group_status.write(str(meta.get("namespace")), str(meta.get("name")), PodGroupStatus())
+
+    def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
+        key = f"{namespace}/{name}" if namespace else name
+        obj = self.informers[kind].get(key) if kind in self.informers else None
+        if obj is None:
+            log.warning("%s %s: %s", kind, key, message)
+            return
+        ref = ObjectRef.of({"kind": kind, **obj})
+        self.recorder.record(
+            ObjectRef(
+                kind, namespace or "default", name, ref.uid, ref.api_version, cluster_scoped=not namespace
+            ),
+            reason,
+            message,
+            type_="Warning",
+            rate_limited=True,
+        )
 
     # ---- pod events --------------------------------------------------------------------------------------
     def _on_priority_class(self, ev: ResourceEvent) -> None:
@@ -329,6 +355,14 @@ class KubeCluster:
             if self.informers["PodGroup"].get(key) is None and self.podgroups.ensure(spec) == "created":
                 out.append(WatchEvent("PodGroup", "ADDED", spec.to_podgroup()))
         return out
+
+
+def _claims_pods(group: Obj) -> bool:
+    """Whether a PodGroup's status says some of its pods run or why they wait."""
+    status = group.get("status") or {}
+    return bool(
+        status.get("running") or status.get("conditions") or status.get("phase") not in (None, "Pending")
+    )
 
 
 def _copy_pod(obj: Obj) -> Obj:

@@ -5,6 +5,10 @@ lease, so a standby would wait a full lease duration after a clean shutdown. Thi
 client-go's rules instead: a lease is expired when its record has not changed for `lease_duration_s` by
 our own clock (no trust in other machines' clocks); every write is guarded by the resourceVersion; a leader
 that cannot renew within `renew_deadline_s` stops leading; `stop()` releases the lease.
+
+A renewal is bounded in time, not only in outcome: while leading, each request may take only what is left
+of the renew deadline, so a leader whose API calls hang (a slow or partitioned API server) has stepped down
+before a standby, which waits a whole lease duration, can take over. Without that bound both led at once.
 """
 
 from __future__ import annotations
@@ -49,10 +53,14 @@ class LeaseElector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._last_renew = 0.0
+        self._state = threading.Lock()  # _lose runs on the loop and on the deadline watchdog
 
     def start(self) -> LeaseElector:
         self._thread = threading.Thread(target=self._run, name=f"leader-{self.identity}", daemon=True)
         self._thread.start()
+        threading.Thread(
+            target=self._watch_deadline, name=f"leader-deadline-{self.identity}", daemon=True
+        ).start()
         return self
 
     def stop(self, release: bool = True) -> None:
@@ -65,10 +73,11 @@ class LeaseElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()  # the lease cannot have been renewed before the attempt began
             ok = self.try_acquire_or_renew()
             now = time.monotonic()
             if ok:
-                self._last_renew = now
+                self._last_renew = started
                 if not self.is_leader.is_set():
                     log.info("%s became the leader (lease %s/%s)", self.identity, self.namespace, self.name)
                     self.is_leader.set()
@@ -82,9 +91,19 @@ class LeaseElector:
                 self._lose()
             self._stop.wait(self.retry_period_s)
 
+    def _watch_deadline(self) -> None:
+        """Step down once the renew deadline has passed, even while a renewal is still in flight."""
+        while not self._stop.wait(min(0.05, self.renew_deadline_s / 10)):
+            late = time.monotonic() - self._last_renew
+            if self.is_leader.is_set() and late > self.renew_deadline_s:
+                log.warning("%s could not renew its lease for %.1fs; stepping down", self.identity, late)
+                self._lose()
+
     def _lose(self) -> None:
-        if self.is_leader.is_set():
+        with self._state:
+            was_leader = self.is_leader.is_set()
             self.is_leader.clear()
+        if was_leader:
             self._callback(self.on_stopped_leading)
 
     @staticmethod
@@ -94,10 +113,25 @@ class LeaseElector:
         except Exception:  # a callback bug must not kill the election loop
             log.exception("leader election callback failed")
 
+    def _budget(self) -> float:
+        """Seconds a request may take: what is left of the renew deadline while leading."""
+        if not self.is_leader.is_set():
+            return self.renew_deadline_s
+        return max(0.05, self.renew_deadline_s - (time.monotonic() - self._last_renew))
+
     def try_acquire_or_renew(self) -> bool:
+        try:
+            return self._try_acquire_or_renew()
+        except ApiException:
+            raise
+        except Exception as exc:  # a timed-out or refused connection: this attempt failed
+            log.warning("%s: lease %s/%s unreachable: %s", self.identity, self.namespace, self.name, exc)
+            return False
+
+    def _try_acquire_or_renew(self) -> bool:
         now = datetime.now(UTC)
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=self._budget())
         except ApiException as exc:
             if exc.status != 404:
                 log.warning("reading lease %s/%s failed: %s", self.namespace, self.name, exc.reason)
@@ -107,7 +141,7 @@ class LeaseElector:
                 spec=self._spec(now, now, 0),
             )
             try:
-                self.api.create_namespaced_lease(self.namespace, body)
+                self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self._budget())
             except ApiException:
                 return False
             return True
@@ -124,7 +158,10 @@ class LeaseElector:
         acquired = spec.acquire_time if holder == self.identity and spec.acquire_time else now
         lease.spec = self._spec(acquired, now, transitions)
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # guarded by resourceVersion
+            # Guarded by the resourceVersion; bounded by what is left of the renew deadline.
+            self.api.replace_namespaced_lease(
+                self.name, self.namespace, lease, _request_timeout=self._budget()
+            )
         except ApiException as exc:
             log.info(
                 "%s lost the race for lease %s/%s: %s", self.identity, self.namespace, self.name, exc.reason

@@ -18,12 +18,15 @@ from pathlib import Path
 import typer
 from kubernetes import client, config
 
+from scheduler.api import cli as house
+from scheduler.api.cli import CommandError, HouseCommand, VersionOption, check_choice, first_line, new_app
 from scheduler.api.keys import SCHEDULER_NAME
 from scheduler.cycle import SchedulerConfig
 from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.queue_index import informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.metrics import SchedulerMetrics
+from scheduler.placement.registry import policy_names
 from scheduler.sim.duration import parse_duration
 from scheduler.webhook.admission import AdmissionConfig
 from scheduler.webhook.server import WebhookServer
@@ -32,16 +35,26 @@ log = logging.getLogger("tessera.scheduler")
 
 SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app = new_app()
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class NoCredentials(CommandError):
+    """Neither in-cluster credentials nor a usable kubeconfig."""
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig."""
     configuration = client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    except (config.ConfigException, OSError, ValueError) as exc:
+        raise NoCredentials(
+            f"no Kubernetes credentials: {first_line(exc)} (run in a pod, or pass --kubeconfig FILE)"
+        ) from None
     return client.ApiClient(configuration)
 
 
@@ -58,43 +71,91 @@ def own_service_account(token_file: Path = SA_TOKEN) -> str | None:
 
 def host_port(raw: str, what: str) -> tuple[str, int]:
     host, sep, port = raw.rpartition(":")
-    if not sep or not port.isdigit():
-        raise typer.BadParameter(f"{what} must be HOST:PORT, got {raw!r}")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise typer.BadParameter(f"must be HOST:PORT, got {raw!r}", param_hint=what)
     return host or "0.0.0.0", int(port)
 
 
-def seconds(raw: str, what: str) -> float:
+def seconds(raw: str, what: str, *, positive: bool = True) -> float:
     try:
-        return parse_duration(raw)
+        value = parse_duration(raw)
     except ValueError as exc:
-        raise typer.BadParameter(f"{what}: {exc}") from None
+        raise typer.BadParameter(str(exc), param_hint=what) from None
+    if positive and value <= 0:
+        raise typer.BadParameter(f"must be longer than 0, got {raw!r}", param_hint=what)
+    return value
 
 
-@app.command()
+@app.command(cls=HouseCommand)
 def run(
-    kubeconfig: str = typer.Option(None, help="Kubeconfig file (default: in-cluster, else ~/.kube/config)."),
-    scheduler_name: str = typer.Option(SCHEDULER_NAME, help="spec.schedulerName of the pods to schedule."),
-    listen: str = typer.Option("0.0.0.0:8080", help="HOST:PORT of /metrics, /healthz and /ui ('' = off)."),
-    cycle_period: str = typer.Option("1s", help="Time between scheduling cycles (e.g. 1s, 500ms)."),
-    log_level: str = typer.Option("info", help="debug, info, warning or error."),
-    placement: str = typer.Option("", help="Placement policy: binpack, spread or fgd ('' = default)."),
+    kubeconfig: str = typer.Option(
+        None, metavar="FILE", help="Kubeconfig file (default: in-cluster, else ~/.kube/config)."
+    ),
+    scheduler_name: str = typer.Option(
+        SCHEDULER_NAME, metavar="NAME", help="spec.schedulerName of the pods to schedule."
+    ),
+    listen: str = typer.Option(
+        "0.0.0.0:8080", metavar="HOST:PORT", help="Where /metrics, /healthz and /ui listen ('' = off)."
+    ),
+    cycle_period: str = typer.Option(
+        "1s", metavar="TIME", help="Time between scheduling cycles (1s, 500ms)."
+    ),
+    log_level: str = typer.Option("info", metavar="LEVEL", help="debug, info, warning or error."),
+    placement: str = typer.Option(
+        "", metavar="NAME", help=f"Placement policy ('' = default): {', '.join(policy_names())}."
+    ),
     leader_elect: bool = typer.Option(False, help="Elect a leader on a Lease (run 2+ replicas for HA)."),
-    leader_elect_namespace: str = typer.Option("tessera-system", help="Namespace of the leader Lease."),
-    leader_elect_lease_name: str = typer.Option("tessera-scheduler", help="Name of the leader Lease."),
-    leader_elect_identity: str = typer.Option(None, help="This replica's identity (default: hostname)."),
-    webhook_listen: str = typer.Option("", help="HOST:PORT of the admission webhook ('' = off)."),
-    webhook_cert_dir: str = typer.Option(None, help="Directory with tls.crt and tls.key for the webhook."),
+    leader_elect_namespace: str = typer.Option(
+        "tessera-system", metavar="NAMESPACE", help="Namespace of the leader Lease."
+    ),
+    leader_elect_lease_name: str = typer.Option(
+        "tessera-scheduler", metavar="NAME", help="Name of the leader Lease."
+    ),
+    leader_elect_identity: str = typer.Option(
+        None, metavar="ID", help="This replica's identity (default: hostname)."
+    ),
+    webhook_listen: str = typer.Option(
+        "", metavar="HOST:PORT", help="Where the admission webhook listens ('' = off)."
+    ),
+    webhook_cert_dir: str = typer.Option(
+        None, metavar="DIR", help="Directory with tls.crt and tls.key for the webhook."
+    ),
     webhook_allowed_users: str = typer.Option(
-        "", help="Users allowed to write tessera.dev/gpu-assignment, comma-separated (default: own SA)."
+        "",
+        metavar="USERS",
+        help="Users allowed to write tessera.dev/gpu-assignment, comma-separated (default: own SA).",
     ),
     webhook_device_plugin_users: str = typer.Option(
         "",
+        metavar="USERS",
         help="Users allowed to write tessera.dev/gpu-allocated, comma-separated "
         "(default: the <release>-device-plugin account next to our own).",
     ),
-    bind_lock_timeout: str = typer.Option("60s", help="Age after which a node's bind lock is stale."),
+    bind_lock_timeout: str = typer.Option(
+        "60s", metavar="TIME", help="Age after which a node's bind lock is stale."
+    ),
+    version: VersionOption = False,
 ) -> None:
     """Schedule the pods whose spec.schedulerName is --scheduler-name."""
+    # Every flag is checked before anything starts.
+    check_choice(log_level.lower(), LOG_LEVELS, "--log-level")
+    if placement:
+        check_choice(placement, policy_names(), "--placement")
+    period_s = seconds(cycle_period, "--cycle-period")
+    lock_timeout_s = seconds(bind_lock_timeout, "--bind-lock-timeout")
+    listen_at = host_port(listen, "--listen") if listen else None
+    webhook_at = host_port(webhook_listen, "--webhook-listen") if webhook_listen else None
+    if webhook_at is not None:
+        if not webhook_cert_dir:
+            raise typer.BadParameter(
+                "the webhook needs a certificate (the API server only calls HTTPS)",
+                param_hint="--webhook-cert-dir",
+            )
+        missing = [f for f in ("tls.crt", "tls.key") if not (Path(webhook_cert_dir) / f).is_file()]
+        if missing:
+            raise typer.BadParameter(
+                f"{webhook_cert_dir} has no {' or '.join(missing)}", param_hint="--webhook-cert-dir"
+            )
     logging.getLogger().setLevel(log_level.upper())
     me = leader_elect_identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     runner = SchedulerRunner(
@@ -102,25 +163,23 @@ def run(
         RunnerConfig(
             identity=me,
             scheduler_name=scheduler_name,
-            cycle_interval_s=seconds(cycle_period, "--cycle-period"),
+            cycle_interval_s=period_s,
             leader_elect=leader_elect,
             lease_namespace=leader_elect_namespace,
             lease_name=leader_elect_lease_name,
-            lock_timeout_s=seconds(bind_lock_timeout, "--bind-lock-timeout"),
+            lock_timeout_s=lock_timeout_s,
             scheduler=SchedulerConfig(policy=placement) if placement else SchedulerConfig(),
         ),
         SchedulerMetrics(),
     )
     http = None
-    if listen:
-        host, port = host_port(listen, "--listen")
+    if listen_at is not None:
+        host, port = listen_at
         http = SchedulerHTTPServer(runner.metrics.registry, host=host, port=port, view_source=runner.view,
                                    ready=lambda: runner.synced).start()  # fmt: skip
     webhook = None
-    if webhook_listen:
-        if not webhook_cert_dir:
-            raise typer.BadParameter("the webhook needs --webhook-cert-dir (the API server only calls HTTPS)")
-        host, port = host_port(webhook_listen, "--webhook-listen")
+    if webhook_at is not None and webhook_cert_dir:
+        host, port = webhook_at
         allowed = {u.strip() for u in webhook_allowed_users.split(",") if u.strip()}
         if not allowed and (sa := own_service_account()):
             allowed.add(sa)
@@ -154,7 +213,7 @@ def main() -> None:
         level=os.environ.get("TESSERA_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    app()
+    house.run(app, "tessera-scheduler")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ class ObjectRef:
     name: str
     uid: str = ""
     api_version: str = "v1"
+    cluster_scoped: bool = False  # a Node or Queue: the Event lives in `namespace`, the object in none
 
     @classmethod
     def of(cls, obj: dict[str, Any]) -> ObjectRef:
@@ -123,7 +124,7 @@ class EventRecorder:
             "involvedObject": {
                 "apiVersion": ref.api_version,
                 "kind": ref.kind,
-                "namespace": ref.namespace,
+                "namespace": "" if ref.cluster_scoped else ref.namespace,
                 "name": ref.name,
                 "uid": ref.uid,
             },

@@ -1,21 +1,30 @@
 """Status the scheduler writes back: PodGroup phase and conditions, Queue status, and the PodScheduled
 condition plus a rate-limited Event on every pod it cannot place, so each pending pod has a reason.
 
-Every writer remembers what it last wrote and skips unchanged writes: a cycle per second must not turn
-into a write per object per second.
+A cycle per second must not turn into a write per object per second, so every writer compares what it
+would write with the object's *current* status, from the informer's watch cache, and writes only what
+differs. Comparing with what it last wrote instead would never repair a status someone else overwrote.
+Until our own write has reached the cache (the cached resourceVersion is still the one we saw when we
+wrote), the same write is not sent again.
+
+Queue and PodGroup status is replaced whole (a JSON patch `add /status`): a merge patch would keep map keys
+the new status no longer has. A condition keeps its `lastTransitionTime` while its status stays the same.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
 
 from scheduler.api.keys import GROUP, VERSION
+from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.kube.binder import api_reason
@@ -23,82 +32,130 @@ from scheduler.kube.recorder import EventRecorder, ObjectRef
 
 log = logging.getLogger(__name__)
 
+Obj = dict[str, Any]
+# The object as the watch cache holds it, by informer key ("name" or "namespace/name"); None if unknown.
+Lookup = Callable[[str], Obj | None]
+JSON_PATCH = "application/json-patch+json"
+
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class _Dedup:
+def _rv(obj: Obj | None) -> str | None:
+    return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+
+
+class _InFlight:
+    """Our writes not yet seen in the watch cache: key -> (what we wrote, the cached resourceVersion then)."""
+
     def __init__(self) -> None:
-        self._last: dict[str, Any] = {}
+        self._writes: dict[str, tuple[Any, str | None]] = {}
         self._lock = threading.Lock()
 
-    def changed(self, key: str, value: Any) -> bool:
+    def pending(self, key: str, desired: Any, cached: Obj | None) -> bool:
         with self._lock:
-            if self._last.get(key) == value:
-                return False
-            self._last[key] = value
-            return True
+            written = self._writes.get(key)
+        return written is not None and written[0] == desired and written[1] == _rv(cached)
+
+    def wrote(self, key: str, desired: Any, cached: Obj | None) -> None:
+        with self._lock:
+            self._writes[key] = (desired, _rv(cached))
 
     def forget(self, key: str) -> None:
         with self._lock:
-            self._last.pop(key, None)
+            self._writes.pop(key, None)
+
+
+def _conditions_key(conditions: list[Condition]) -> list[tuple[str, str, str, str]]:
+    return [(c.type, c.status, c.reason, c.message) for c in conditions]
+
+
+def _stamped(conditions: list[Condition], current: list[Condition]) -> list[Condition]:
+    """`lastTransitionTime` carried over from the current condition of the same type and status."""
+    since = {(c.type, c.status): c.last_transition_time for c in current}
+    return [
+        c.model_copy(update={"last_transition_time": since.get((c.type, c.status)) or _now()})
+        if not c.last_transition_time
+        else c
+        for c in conditions
+    ]
 
 
 class PodGroupStatusWriter:
-    def __init__(self, custom: client.CustomObjectsApi) -> None:
+    def __init__(self, custom: client.CustomObjectsApi, current: Lookup) -> None:
         self.custom = custom
-        self._dedup = _Dedup()
+        self.current = current
+        self._in_flight = _InFlight()
 
     def write(self, namespace: str, name: str, status: PodGroupStatus) -> bool:
+        """Write `status` unless the PodGroup already has it; True when a write was sent and accepted."""
         key = f"{namespace}/{name}"
-        if not self._dedup.changed(key, status):
+        cached = self.current(key)
+        try:
+            now = PodGroupStatus.model_validate((cached or {}).get("status") or {})
+        except ValidationError:
+            now = None  # malformed (someone else wrote it): ours replaces it
+        desired = (status.phase, status.running, _conditions_key(status.conditions))
+        if (
+            now is not None
+            and cached is not None
+            and (now.phase, now.running, _conditions_key(now.conditions)) == desired
+        ):
             return False
-        stamped = [
-            c if c.last_transition_time else c.model_copy(update={"last_transition_time": _now()})
-            for c in status.conditions
+        if self._in_flight.pending(key, desired, cached):
+            return False
+        stamped = status.model_copy(
+            update={"conditions": _stamped(status.conditions, now.conditions if now else [])}
+        )
+        body = [
+            {"op": "add", "path": "/status", "value": stamped.model_dump(by_alias=True, exclude_none=True)}
         ]
-        body = {
-            "status": status.model_copy(update={"conditions": stamped}).model_dump(
-                by_alias=True, exclude_none=True
-            )
-        }
         try:
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, "podgroups", name, body, _preload_content=False
+                GROUP,
+                VERSION,
+                namespace,
+                "podgroups",
+                name,
+                body,
+                _content_type=JSON_PATCH,
+                _preload_content=False,
             )
         except ApiException as exc:
-            self._dedup.forget(key)
+            self._in_flight.forget(key)
             log.warning("could not write the status of PodGroup %s: %s", key, api_reason(exc))
             return False
+        self._in_flight.wrote(key, desired, cached)
         return True
 
 
 class QueueStatusWriter:
-    def __init__(self, custom: client.CustomObjectsApi) -> None:
+    def __init__(self, custom: client.CustomObjectsApi, current: Lookup) -> None:
         self.custom = custom
-        self._dedup = _Dedup()
+        self.current = current
+        self._in_flight = _InFlight()
 
-    def write(
-        self,
-        name: str,
-        status: QueueStatus,
-    ) -> bool:
-        if not self._dedup.changed(name, status):
+    def write(self, name: str, status: QueueStatus) -> bool:
+        """Write `status` unless the Queue already has it; True when a write was sent and accepted."""
+        cached = self.current(name)
+        try:
+            if cached is not None and QueueStatus.model_validate(cached.get("status") or {}) == status:
+                return False
+        except ValidationError:
+            pass  # malformed (someone else wrote it): ours replaces it
+        if self._in_flight.pending(name, status, cached):
             return False
+        body = [{"op": "add", "path": "/status", "value": status.model_dump(by_alias=True)}]
         try:
             self.custom.patch_cluster_custom_object_status(
-                GROUP,
-                VERSION,
-                "queues",
-                name,
-                {"status": status.model_dump(by_alias=True)},
-                _preload_content=False,
+                GROUP, VERSION, "queues", name, body, _content_type=JSON_PATCH, _preload_content=False
             )
         except ApiException as exc:
-            self._dedup.forget(name)
+            self._in_flight.forget(name)
             log.warning("could not write the status of Queue %s: %s", name, api_reason(exc))
             return False
+        self._in_flight.wrote(name, status, cached)
         return True
 
 
@@ -106,10 +163,11 @@ class PendingPodReporter:
     """Sets `PodScheduled=False, reason=Unschedulable` with the reason on the pod (as kube-scheduler does)
     and records a rate-limited Warning Event."""
 
-    def __init__(self, core: client.CoreV1Api, recorder: EventRecorder) -> None:
+    def __init__(self, core: client.CoreV1Api, recorder: EventRecorder, current: Lookup) -> None:
         self.core = core
         self.recorder = recorder
-        self._dedup = _Dedup()
+        self.current = current
+        self._in_flight = _InFlight()
 
     def unschedulable(
         self, namespace: str, name: str, uid: str, message: str, *, reason: str = "Unschedulable"
@@ -120,14 +178,32 @@ class PendingPodReporter:
         ref = ObjectRef("Pod", namespace, name, uid)
         self.recorder.record(ref, event_reason, message, type_="Warning", rate_limited=True)
         text = message if reason == "Unschedulable" else f"{reason}: {message}"
-        if not self._dedup.changed(uid, text):
+        cached = self.current(f"{namespace}/{name}")
+        if cached is not None and (cached.get("metadata") or {}).get("uid") != uid:
+            cached = None  # a new pod of the same name: nothing to compare with
+        scheduled = next(
+            (
+                c
+                for c in ((cached or {}).get("status") or {}).get("conditions") or []
+                if c.get("type") == "PodScheduled"
+            ),
+            None,
+        )
+        if scheduled and (scheduled.get("status"), scheduled.get("reason"), scheduled.get("message")) == (
+            "False", "Unschedulable", text,
+        ):  # fmt: skip
             return
+        if self._in_flight.pending(uid, text, cached):
+            return
+        since = (
+            scheduled.get("lastTransitionTime") if scheduled and scheduled.get("status") == "False" else None
+        )
         condition = {
             "type": "PodScheduled",
             "status": "False",
             "reason": "Unschedulable",
             "message": text,
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": since or _now(),
         }
         try:
             # A strategic merge patch merges conditions by type: other conditions are kept.
@@ -135,10 +211,12 @@ class PendingPodReporter:
                 name, namespace, {"status": {"conditions": [condition]}}, _preload_content=False
             )
         except ApiException as exc:
-            self._dedup.forget(uid)
+            self._in_flight.forget(uid)
             if exc.status != 404:
                 log.warning("could not set PodScheduled on %s/%s: %s", namespace, name, api_reason(exc))
+            return
+        self._in_flight.wrote(uid, text, cached)
 
     def forget(self, uid: str) -> None:
-        self._dedup.forget(uid)
+        self._in_flight.forget(uid)
         self.recorder.forget(uid)

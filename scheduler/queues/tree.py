@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from scheduler.api.keys import DEFAULT_QUEUE
 from scheduler.api.meta import ObjectMeta
-from scheduler.api.queue import Queue, QueueResource, QueueResources, QueueSpec
+from scheduler.api.queue import Queue, QueueResource, QueueSpec
 from scheduler.resources import RESOURCE_NAMES, Resources
 
 
@@ -37,11 +37,8 @@ class QueueNode:
 
 
 def _default_queue() -> Queue:
-    unlimited = QueueResource(quota=0, over_quota_weight=1, limit=-1)
-    return Queue(
-        metadata=ObjectMeta(name=DEFAULT_QUEUE),
-        spec=QueueSpec(resources=QueueResources(gpu=unlimited, cpu=unlimited, memory=unlimited)),
-    )
+    # Unset resources are unlimited (quota -1), as in a Queue object without them (docs/queues.md).
+    return Queue(metadata=ObjectMeta(name=DEFAULT_QUEUE), spec=QueueSpec())
 
 
 class QueueTree:
@@ -50,6 +47,7 @@ class QueueTree:
     def __init__(self, queues: Iterable[Queue]) -> None:
         self.nodes: dict[str, QueueNode] = {}
         self.errors: list[str] = []
+        self.problems: dict[str, str] = {}  # queue name -> what is wrong with it (also in `errors`)
         queues = list(queues)
         if not any(q.name == DEFAULT_QUEUE for q in queues):
             queues.append(_default_queue())  # pods without a queue label always have somewhere to go
@@ -60,7 +58,7 @@ class QueueTree:
                 continue
             parent = self.nodes.get(node.parent)
             if parent is None:
-                self.errors.append(f"queue {node.name}: parent queue {node.parent} does not exist")
+                self._problem(node.name, f"parent queue {node.parent} does not exist")
                 node.parent = None
                 continue
             parent.children.append(node.name)
@@ -74,7 +72,7 @@ class QueueTree:
             cur = node.parent
             while cur is not None:
                 if cur in seen:
-                    self.errors.append(f"queue {node.name}: parent chain loops through {cur}")
+                    self._problem(node.name, f"parent chain loops through {cur}")
                     parent = self.nodes[node.parent] if node.parent else None
                     if parent and node.name in parent.children:
                         parent.children.remove(node.name)
@@ -82,6 +80,10 @@ class QueueTree:
                     break
                 seen.add(cur)
                 cur = self.nodes[cur].parent
+
+    def _problem(self, name: str, what: str) -> None:
+        self.problems[name] = f"queue {name}: {what}"
+        self.errors.append(self.problems[name])
 
     @property
     def roots(self) -> list[str]:

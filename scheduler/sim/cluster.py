@@ -119,6 +119,10 @@ class SimCluster:
         self.queue_status = dict(queues)
         self.group_status = dict(groups)
 
+    def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
+        if message not in self.warnings:  # one line per problem, however many pods share it
+            self.warnings.append(message)
+
     # ------------------------------------------------------------------------------------- world
     def add_object(self, kind: Kind, obj: dict[str, Any]) -> None:
         if kind == "Node":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import yaml
 
 SUPPORTED = ("Node", "Pod", "Queue", "PodGroup")
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 class ManifestError(ValueError):
@@ -38,20 +40,62 @@ def load_documents(docs: Iterable[Any], source: str) -> Manifests:
                 out.warnings.append(f"{source}: document {i} is not a Kubernetes object; skipped")
                 continue
             kind = obj["kind"]
-            if kind not in SUPPORTED:
+            if kind not in (*SUPPORTED, "Job"):
                 out.warnings.append(f"{source}: document {i}: kind {kind} is not simulated; skipped")
                 continue
             if not (obj.get("metadata") or {}).get("name"):
                 out.warnings.append(f"{source}: document {i}: {kind} without metadata.name; skipped")
                 continue
-            out.objects[kind].append(obj)
+            if kind == "Job":  # the simulated cluster plays the Job controller: the Job's pods arrive
+                out.objects["Pod"].extend(job_pods(obj))
+            else:
+                out.objects[kind].append(obj)
+    return out
+
+
+def job_pods(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods a batch/v1 Job starts at once: `parallelism` (default 1, at most `completions`), named
+    `<job>-<index>` from the pod template."""
+    meta = job.get("metadata") or {}
+    spec = job.get("spec") or {}
+    template = spec.get("template") or {}
+    parallel = int(spec.get("parallelism", 1) or 0)
+    if spec.get("completions") is not None:
+        parallel = min(parallel, int(spec["completions"]))
+    pods = []
+    for i in range(max(parallel, 0)):
+        tmeta = copy.deepcopy(template.get("metadata") or {})
+        tmeta["name"] = f"{meta.get('name')}-{i}"
+        tmeta["namespace"] = meta.get("namespace") or "default"
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": meta.get("name"), "controller": True}
+        tmeta["ownerReferences"] = [owner]
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": tmeta,
+                "spec": copy.deepcopy(template.get("spec") or {}),
+            }
+        )
+    return pods
+
+
+def expand(paths: Iterable[Path]) -> list[Path]:
+    """Files as given; a directory stands for its manifest files, in name order (as `kubectl -f DIR`)."""
+    out: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            out.extend(sorted(p for p in path.iterdir() if p.suffix in MANIFEST_SUFFIXES and p.is_file()))
+        else:
+            out.append(path)
     return out
 
 
 def load_files(paths: Iterable[Path]) -> Manifests:
-    """Parse YAML files (multi-document); raises ManifestError with file and reason on unreadable input."""
+    """Parse YAML files (multi-document) and directories of them; raises ManifestError with file and
+    reason on unreadable input."""
     out = Manifests()
-    for path in paths:
+    for path in expand(paths):
         try:
             text = Path(path).read_text()
         except OSError as exc:

@@ -142,9 +142,16 @@ def _build(
         queues=tuple(queues),
         pending=tuple(pending),
         timeline=timeline,
-        warnings=tuple([*tree.errors, *cache.errors[-20:]]),
+        warnings=_warnings(scheduler, tree),
         queue_colors=colors,
     )
+
+
+def _warnings(scheduler: Scheduler, tree: QueueTree) -> tuple[str, ...]:
+    """What the scheduler warns about now (one line per problem), then objects it could not use."""
+    current = list(dict.fromkeys(scheduler.warnings.values()))
+    queue_errors = [e for e in tree.errors if e not in tree.problems.values() or not current]
+    return tuple(dict.fromkeys([*current, *queue_errors, *scheduler.cache.errors[-20:]]))
 
 
 def _measured(report: GPUNodeReport, gpu: GPUReport) -> Measured:

@@ -1,7 +1,13 @@
-"""Inline SVG line charts (no JavaScript, no external library): allocation over time, replay curves."""
+"""Inline SVG line charts (no JavaScript, no external library): allocation over time, replay curves.
+
+A series sampled when something changed (the simulator samples once per cycle and skips idle stretches)
+is a step function: `step=True` draws each value flat until the next sample, so a drop at 100 s is
+drawn at 100 s, not as a slope from the sample before. Axis ticks fall on round values: 1/2/5 x 10^k
+for numbers, whole seconds, minutes or hours for durations."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,6 +20,7 @@ class Series:
     points: tuple[tuple[float, float], ...]
     color: str
     dashed: bool = False
+    step: bool = False  # the value holds until the next point (sampled on change)
 
 
 def nice_step(span: float, ticks: int = 6) -> float:
@@ -32,15 +39,30 @@ def _ticks(lo: float, hi: float, step: float) -> list[float]:
 
 
 def _fmt(v: float) -> str:
-    return f"{v:g}"
+    return f"{round(v, 9):g}"  # ticks are multiples of a round step; drop float noise (0.30000000000000004)
+
+
+# Round steps for a time axis, in seconds: 1, 2, 5, 10, 15, 30 s; 1, 2, 5, 10, 15, 30 min; 1, 2, 3, 6, 12 h; days.
+TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def time_step(span_s: float, ticks: int = 6) -> float:
+    """The round duration giving about `ticks` ticks over `span_s` seconds."""
+    raw = span_s / ticks if span_s > 0 and math.isfinite(span_s) else 1.0
+    return float(next((s for s in TIME_STEPS if s >= raw), 86400 * math.ceil(raw / 86400)))
 
 
 def duration_label(seconds: float) -> str:
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{seconds / 3600:g}h"
-    if seconds >= 60:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"
+    """A whole duration, compactly: 45s, 2m, 1m30s, 1h, 2h30m, 1d6h."""
+    s = round(seconds)
+    if s == 0:
+        return "0"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size:
+            parts.append(f"{s // size}{unit}")
+            s %= size
+    return "".join(parts[:2])
 
 
 def line_chart(
@@ -100,6 +122,9 @@ def line_chart(
         shown = [(x, y) for x, y in s.points if x_min <= x <= x_hi]
         if not shown:
             continue
+        if s.step:  # hold each value until the next sample, then jump; the last holds to the axis end
+            held = [p for a, b in itertools.pairwise(shown) for p in (a, (b[0], a[1]))]
+            shown = [*held, shown[-1], (x_hi, shown[-1][1])]
         pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in shown)
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         out.append(

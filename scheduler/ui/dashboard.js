@@ -1,37 +1,16 @@
-// Tessera dashboard: filters, pagination and the GPU detail panel. Read-only; no network requests.
+// Tessera dashboard: filters, pagination, the GPU detail panel, and live refresh. Read-only: the only
+// request it makes is a GET of its own page (served pages only; a saved report never fetches anything).
 (function () {
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
-
-  // Queue tables: one per resource, the radio buttons pick which is shown.
-  document.querySelectorAll('input[name="q-res"]').forEach(function (radio) {
-    radio.addEventListener("change", function () {
-      document.querySelectorAll("table.queues").forEach(function (t) {
-        t.hidden = t.getAttribute("data-res") !== radio.value;
-      });
-    });
-  });
-
-  var dataEl = $("map-data");
-  var map = $("gpu-map");
-  if (!dataEl || !map) { return; }
-  var data = JSON.parse(dataEl.textContent);
-  var rows = Array.prototype.slice.call(map.querySelectorAll(".node"));
-  var page = 0;
-
-  // Lower-case text a row is found by: its nodes' names and every pod on them.
-  var haystack = rows.map(function (row) {
-    var g = data.groups[Number(row.getAttribute("data-g"))];
-    var words = g.members.slice();
-    g.members.forEach(function (name) {
-      (data.nodes[name] || []).forEach(function (cell) {
-        cell[6].forEach(function (s) { words.push(s[0]); });
-      });
-    });
-    return words.join(" ").toLowerCase();
-  });
+  var REFRESH_MS = 10000;
+  // What the user chose, kept across refreshes: the page is re-rendered by the server, the view is theirs.
+  var state = { pool: "", model: "", queue: "", text: "", size: null, page: 0, res: "gpu", detail: null,
+                warningsOpen: false };
+  var data = null, map = null, rows = [], haystack = [];
 
   function fmtMiB(v) { return v >= 1024 ? (v / 1024).toFixed(1) + " GiB" : v + " MiB"; }
+  function fmtGPU(milli) { return String(Math.round(milli) / 1000); }
   function el(tag, text, cls) {
     var e = document.createElement(tag);
     if (text !== undefined && text !== null) { e.textContent = String(text); }
@@ -55,40 +34,50 @@
     wrap.appendChild(document.createTextNode(queue));
     return wrap;
   }
+  function setSelect(id, value) {  // a value that disappeared since (a pool, a queue) falls back to "all"
+    var sel = $(id);
+    if (!sel) { return; }
+    var ok = Array.prototype.some.call(sel.options, function (o) { return o.value === value; });
+    sel.value = ok ? value : "";
+  }
 
-  function matches(row, i, pool, model, queue, text) {
-    if (pool && row.getAttribute("data-pool") !== pool) { return false; }
-    if (model && row.getAttribute("data-model") !== model) { return false; }
-    if (queue && (" " + row.getAttribute("data-queues") + " ").indexOf(" " + queue + " ") < 0) { return false; }
-    if (text && haystack[i].indexOf(text) < 0) { return false; }
+  function showQueues() {
+    document.querySelectorAll("table.queues").forEach(function (t) {
+      t.hidden = t.getAttribute("data-res") !== state.res;
+    });
+  }
+
+  function matches(r, i) {
+    if (state.pool && r.getAttribute("data-pool") !== state.pool) { return false; }
+    if (state.model && r.getAttribute("data-model") !== state.model) { return false; }
+    if (state.queue && (" " + r.getAttribute("data-queues") + " ").indexOf(" " + state.queue + " ") < 0) { return false; }
+    if (state.text && haystack[i].indexOf(state.text) < 0) { return false; }
     return true;
   }
 
   function apply() {
-    var pool = $("f-pool").value, model = $("f-model").value, queue = $("f-queue").value;
-    var text = $("f-text").value.trim().toLowerCase();
-    var size = Number($("f-page-size").value);
+    var size = Number(state.size);
     var hits = [];
     var nodes = 0;
     rows.forEach(function (r, i) {
-      if (matches(r, i, pool, model, queue, text)) {
+      if (matches(r, i)) {
         hits.push(r);
         nodes += Number(r.getAttribute("data-count"));
       }
     });
     var pages = size > 0 ? Math.max(1, Math.ceil(hits.length / size)) : 1;
-    page = Math.min(page, pages - 1);
-    var lo = size > 0 ? page * size : 0, hi = size > 0 ? lo + size : hits.length;
+    state.page = Math.min(state.page, pages - 1);
+    var lo = size > 0 ? state.page * size : 0, hi = size > 0 ? lo + size : hits.length;
     rows.forEach(function (r) { r.hidden = true; });
     hits.slice(lo, hi).forEach(function (r) { r.hidden = false; });
     map.querySelectorAll(".slice").forEach(function (s) {
-      s.classList.toggle("dim", !!queue && s.getAttribute("data-queue") !== queue);
+      s.classList.toggle("dim", !!state.queue && s.getAttribute("data-queue") !== state.queue);
     });
     $("f-status").textContent = nodes + " node" + (nodes === 1 ? "" : "s") + " match";
     $("p-info").textContent = hits.length ? "rows " + (lo + 1) + "–" + Math.min(hi, hits.length) + " of " +
-      hits.length + " · page " + (page + 1) + " of " + pages : "no rows";
-    $("p-prev").disabled = page === 0;
-    $("p-next").disabled = page >= pages - 1;
+      hits.length + " · page " + (state.page + 1) + " of " + pages : "no rows";
+    $("p-prev").disabled = state.page === 0;
+    $("p-next").disabled = state.page >= pages - 1;
   }
 
   function showDetail(cellEl) {
@@ -96,6 +85,7 @@
     cellEl.classList.add("sel");
     var g = data.groups[Number(cellEl.getAttribute("data-g"))];
     var index = Number(cellEl.getAttribute("data-i"));
+    state.detail = { node: g.members[0], index: index };
     var panel = $("detail");
     panel.textContent = "";
     var head = g.members.length > 1 ? g.members.length + " nodes alike" : g.members[0];
@@ -106,8 +96,8 @@
       if (!cell) { return; }
       if (g.members.length > 1) { panel.appendChild(el("h3", name)); }
       var used = cell[6].reduce(function (a, s) { return a + s[2]; }, 0);
-      panel.appendChild(el("p", cell[1] + " · " + fmtMiB(cell[2]) + " · " + used + " milli assigned, " +
-        cell[3] + " free" + (cell[4] ? "" : " · UNHEALTHY" + (cell[5] ? ": " + cell[5] : "")), cell[4] ? "" : "over"));
+      panel.appendChild(el("p", cell[1] + " · " + fmtMiB(cell[2]) + " · " + fmtGPU(used) + " of 1 GPU assigned, " +
+        fmtGPU(cell[3]) + " free" + (cell[4] ? "" : " · UNHEALTHY" + (cell[5] ? ": " + cell[5] : "")), cell[4] ? "" : "over"));
       var m = cell[7];
       var measuredBy = {};
       if (m) {
@@ -119,11 +109,11 @@
         panel.appendChild(el("p", bits.join(" · ")));
       }
       var t = el("table");
-      row(t, ["pod", "queue", "milli", "MiB", m ? "used" : ""], true);
+      row(t, ["pod", "queue", "GPU", "MiB", m ? "used" : ""], true);
       cell[6].forEach(function (s) {
         var meas = measuredBy[s[0]];
         var usedCell = meas ? el("span", fmtMiB(meas[1]) + (meas[3] ? " over limit" : ""), meas[3] ? "over" : "") : "";
-        row(t, [s[0] + (s[4] ? " (gang " + s[4] + ")" : ""), swatch(s[1]), s[2], s[3], usedCell]);
+        row(t, [s[0] + (s[4] ? " (gang " + s[4] + ")" : ""), swatch(s[1]), fmtGPU(s[2]), s[3], usedCell]);
       });
       if (!cell[6].length) { row(t, ["(free)", "", "", "", ""]); }
       panel.appendChild(t);
@@ -131,21 +121,100 @@
     if (g.members.length > 25) { panel.appendChild(el("p", "… and " + (g.members.length - 25) + " more nodes", "muted")); }
   }
 
-  map.addEventListener("click", function (ev) {
-    var cell = ev.target.closest ? ev.target.closest(".gpu") : null;
-    if (cell) { showDetail(cell); }
-  });
-  map.addEventListener("keydown", function (ev) {
-    if ((ev.key === "Enter" || ev.key === " ") && ev.target.classList.contains("gpu")) {
-      ev.preventDefault();
-      showDetail(ev.target);
+  function reselect() {  // the GPU the user was looking at, found again by node name and index
+    if (!state.detail) { return; }
+    var found = null;
+    map.querySelectorAll(".gpu").forEach(function (c) {
+      var g = data.groups[Number(c.getAttribute("data-g"))];
+      if (!found && g.members.indexOf(state.detail.node) >= 0 && Number(c.getAttribute("data-i")) === state.detail.index) {
+        found = c;
+      }
+    });
+    if (found) { showDetail(found); } else { state.detail = null; }
+  }
+
+  // Bind the page as the server rendered it, then put the user's choices back.
+  function init() {
+    document.querySelectorAll('input[name="q-res"]').forEach(function (radio) {
+      radio.checked = radio.value === state.res;
+      radio.addEventListener("change", function () { state.res = radio.value; showQueues(); });
+    });
+    showQueues();
+    var warnings = document.querySelector("#warnings details");
+    if (warnings) {
+      warnings.open = state.warningsOpen;
+      warnings.addEventListener("toggle", function () { state.warningsOpen = warnings.open; });
     }
-  });
-  ["f-pool", "f-model", "f-queue", "f-page-size"].forEach(function (id) {
-    $(id).addEventListener("change", function () { page = 0; apply(); });
-  });
-  $("f-text").addEventListener("input", function () { page = 0; apply(); });
-  $("p-prev").addEventListener("click", function () { page = Math.max(0, page - 1); apply(); });
-  $("p-next").addEventListener("click", function () { page += 1; apply(); });
-  apply();
+    var dataEl = $("map-data");
+    map = $("gpu-map");
+    if (!dataEl || !map) { return; }
+    data = JSON.parse(dataEl.textContent);
+    rows = Array.prototype.slice.call(map.querySelectorAll(".node"));
+    // Lower-case text a row is found by: its nodes' names and every pod on them.
+    haystack = rows.map(function (r) {
+      var g = data.groups[Number(r.getAttribute("data-g"))];
+      var words = g.members.slice();
+      g.members.forEach(function (name) {
+        (data.nodes[name] || []).forEach(function (cell) {
+          cell[6].forEach(function (s) { words.push(s[0]); });
+        });
+      });
+      return words.join(" ").toLowerCase();
+    });
+    setSelect("f-pool", state.pool);
+    setSelect("f-model", state.model);
+    setSelect("f-queue", state.queue);
+    $("f-text").value = state.text;
+    if (state.size === null) { state.size = $("f-page-size").value; } else { setSelect("f-page-size", state.size); }
+    map.addEventListener("click", function (ev) {
+      var cell = ev.target.closest ? ev.target.closest(".gpu") : null;
+      if (cell) { showDetail(cell); }
+    });
+    map.addEventListener("keydown", function (ev) {
+      if ((ev.key === "Enter" || ev.key === " ") && ev.target.classList.contains("gpu")) {
+        ev.preventDefault();
+        showDetail(ev.target);
+      }
+    });
+    [["f-pool", "pool"], ["f-model", "model"], ["f-queue", "queue"], ["f-page-size", "size"]].forEach(function (p) {
+      $(p[0]).addEventListener("change", function () { state[p[1]] = $(p[0]).value; state.page = 0; apply(); });
+    });
+    $("f-text").addEventListener("input", function () {
+      state.text = $("f-text").value.trim().toLowerCase();
+      state.page = 0;
+      apply();
+    });
+    $("p-prev").addEventListener("click", function () { state.page = Math.max(0, state.page - 1); apply(); });
+    $("p-next").addEventListener("click", function () { state.page += 1; apply(); });
+    apply();
+    reselect();
+  }
+
+  // Live refresh: only where the page was served (a saved report has nothing to ask).
+  var live = $("live");
+  function say(text) { if (live) { $("live-status").textContent = text; } }
+  function refresh(force) {
+    if (!force && (document.hidden || !$("live-on").checked)) { return; }
+    fetch(location.href, { cache: "no-store", headers: { "Accept": "text/html" } })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(new Error("HTTP " + r.status)); })
+      .then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = doc.querySelector("main");
+        if (!fresh) { throw new Error("no dashboard in the answer"); }
+        ["header.top", "main", "footer"].forEach(function (sel) {
+          var now = document.querySelector(sel), next = doc.querySelector(sel);
+          if (now && next) { now.replaceWith(document.importNode(next, true)); }
+        });
+        init();
+        say("updated " + new Date().toLocaleTimeString());
+      })
+      .catch(function (e) { say("refresh failed (" + e.message + "); retrying"); });
+  }
+  init();
+  if (live && data && /^https?:$/.test(location.protocol)) {
+    live.hidden = false;
+    setInterval(function () { refresh(false); }, REFRESH_MS);
+    document.addEventListener("visibilitychange", function () { if (!document.hidden) { refresh(false); } });
+    $("live-now").addEventListener("click", function () { refresh(true); });
+  }
 })();

@@ -44,7 +44,7 @@ def _cell(g: GPUCell, group: int, count: int, colors: dict[str, str]) -> str:
     parts = []
     for s in g.slices:
         who = s.pod if count == 1 else s.queue
-        tip = f"{who} · queue {s.queue} · {s.milli} milli · {mib(s.mib)}{times}"
+        tip = f"{who} · queue {s.queue} · {gpus(s.milli)} GPU · {mib(s.mib)}{times}"
         parts.append(
             f'<span class="slice" style="width:{s.milli / 10:g}%;background:{attr(colors.get(s.queue, "#999"))}" '
             f'data-pod="{attr(s.pod if count == 1 else "")}" data-queue="{attr(s.queue)}" '
@@ -56,7 +56,7 @@ def _cell(g: GPUCell, group: int, count: int, colors: dict[str, str]) -> str:
         tip = f"NVML: {mib(g.measured.memory_used_mib)} used of {mib(g.measured.memory_total_mib)}{util}"
         parts.append(f'<span class="meas" style="width:{pct:.1f}%" title="{attr(tip)}"></span>')
     state = "" if g.healthy else " unhealthy"
-    tip = f"GPU {g.index}: {gpus(g.used_milli)} of 1 GPU assigned, {g.free_milli} milli free" + (
+    tip = f"GPU {g.index}: {gpus(g.used_milli)} of 1 GPU assigned, {gpus(g.free_milli)} free" + (
         "" if g.healthy else f" · UNHEALTHY{': ' + g.health_reason if g.health_reason else ''}"
     )
     return (

@@ -7,7 +7,7 @@ from html import escape
 from importlib import resources
 from string import Template
 
-from scheduler.ui.chart import Series, duration_label, line_chart, nice_step
+from scheduler.ui.chart import Series, duration_label, line_chart, time_step
 from scheduler.ui.fmt import gpus
 from scheduler.ui.gpu_map import render_gpu_map
 from scheduler.ui.pending_panel import render_pending
@@ -68,11 +68,10 @@ def timeline_section(points: tuple[tuple[float, float], ...]) -> str:
     if not points:
         return ""
     end = max(x for x, _ in points) or 1.0
-    series = [Series("GPU allocated %", points, "#0072b2")]
+    series = [Series("GPU allocated %", points, "#0072b2", step=True)]
     svg = line_chart(
         series, x_label="simulated time", y_label="GPUs allocated (%)", x_max=end, y_max=100,
-        x_step=nice_step(end) if end < 600 else max(60.0, round(nice_step(end / 60) * 60)),
-        x_fmt=duration_label, title="GPU allocation over time",
+        x_step=time_step(end), x_fmt=duration_label, title="GPU allocation over time",
     )  # fmt: skip
     peak = max(p for _, p in points)
     return (

@@ -17,6 +17,10 @@ REASON_HELP = {
     "InvalidRequest": "the pod's GPU request is invalid: fix the pod",
     "InvalidQueue": "the pod's queue does not exist or is not a leaf",
     "BindFailed": "the API server refused the bind; retried next cycle",
+    "Fragmented": "enough GPU is free in total, but in pieces; consolidation may make room",
+    "QueueAtFairShare": "its queue has its fair share; it runs when others finish or need less",
+    "WaitingForReclaim": "room is being reclaimed from queues over their fair share",
+    "GangBelowMinMember": "a running gang lost members below minMember",
     "Waiting": "arrived after the last cycle",
 }
 

@@ -19,21 +19,20 @@ def _num(v: float | None) -> str:
     return "–" if v is None else f"{v:.2f}"
 
 
+def _unallocated(c: ReplayCurve) -> tuple[tuple[float, float], ...]:
+    """The curve as the table reports it: GPU share left unallocated, against arrived demand."""
+    return tuple((p.arrived_pct, max(0.0, 100.0 - p.allocated_pct)) for p in c.curve)
+
+
 def _series(curves: list[ReplayCurve], reference: list[ReplayCurve]) -> list[Series]:
     colors: dict[str, str] = {}
     for c in [*curves, *reference]:
         colors.setdefault(policy_key(c.policy), PALETTE[len(colors) % len(PALETTE)])
-    out = [
-        Series(
-            c.policy, tuple((p.arrived_pct, p.allocated_pct) for p in c.curve), colors[policy_key(c.policy)]
-        )
-        for c in curves
-    ]
+    out = [Series(c.policy, _unallocated(c), colors[policy_key(c.policy)]) for c in curves]
     out += [
-        Series(f"{c.policy} (published)", tuple((p.arrived_pct, p.allocated_pct) for p in c.curve),
-               colors[policy_key(c.policy)], dashed=True)
+        Series(f"{c.policy} (published)", _unallocated(c), colors[policy_key(c.policy)], dashed=True)
         for c in reference
-    ]  # fmt: skip
+    ]
     return out
 
 
@@ -90,16 +89,17 @@ def render_replay_report(
     x_hi = max((p.arrived_pct for c in [*mine, *ref] for p in c.curve), default=100.0)
     marker = [(100.0, "arrived = capacity")]
     full = line_chart(
-        series, x_label="arrived GPU demand (% of capacity)", y_label="GPUs allocated (% of capacity)",
-        x_max=max(x_hi, 100.0), y_max=100, v_markers=marker, width=700, title="allocation vs arrived demand",
+        series, x_label="arrived GPU demand (% of capacity)", y_label="GPUs unallocated (% of capacity)",
+        x_max=max(x_hi, 100.0), y_max=100, v_markers=marker, width=700,
+        title="unallocated GPUs vs arrived demand",
     )  # fmt: skip
     zoom_lo = 70.0
-    tail = [p.allocated_pct for c in [*mine, *ref] for p in c.curve if p.arrived_pct >= zoom_lo]
-    y_lo = max(0.0, (min(tail, default=70.0) // 5) * 5 - 5)
+    tail = [y for s in series for x, y in s.points if x >= zoom_lo]
+    y_hi = min(100.0, (max(tail, default=25.0) // 5) * 5 + 5)
     zoom = line_chart(
-        series, x_label="arrived GPU demand (% of capacity)", y_label="GPUs allocated (%)",
-        x_min=zoom_lo, x_max=max(x_hi, 100.0), y_min=y_lo, y_max=100, v_markers=marker, x_step=10,
-        width=700, title="allocation vs arrived demand, the tail",
+        series, x_label="arrived GPU demand (% of capacity)", y_label="GPUs unallocated (%)",
+        x_min=zoom_lo, x_max=max(x_hi, 100.0), y_min=0, y_max=y_hi, v_markers=marker, x_step=10,
+        width=700, title="unallocated GPUs vs arrived demand, the tail",
     )  # fmt: skip
     body = [
         '<section id="results"><h2>Results</h2><p class="muted">Pods arrive one by one and never leave; a pod '
@@ -107,8 +107,10 @@ def render_replay_report(
         "cluster's capacity, the less the policy fragmented the GPUs.</p>",
         _results_table(mine, ref),
         "</section>",
-        f'<section id="curves"><h2>Allocation curves</h2>{legend(series)}<div class="charts">{full}{zoom}</div>'
-        "</section>",
+        f'<section id="curves"><h2>Unallocated GPUs as demand arrives</h2><p class="muted">What the table '
+        "reports, at every point of the replay: the share of GPU capacity left unallocated. It falls as pods "
+        "arrive; where a policy's curve stays high past 100% arrived, fragments are stranding GPUs.</p>"
+        f'{legend(series)}<div class="charts">{full}{zoom}</div></section>',
     ]
     if errors:
         items = "".join(f"<li>{escape(e)}</li>" for e in errors[:50])

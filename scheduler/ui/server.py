@@ -2,8 +2,9 @@
 /ui), and `serve_ui`, a dashboard-only server for demos and tests.
 
 Read-only by construction: GET and HEAD only, no query parameter changes state, and the view holds no
-secrets (pod and queue names and numbers; never annotations, env or tokens). The page can fetch nothing:
-its Content-Security-Policy allows only its own inline style and, by hash, its own inline script.
+secrets (pod and queue names and numbers; never annotations, env or tokens). The page loads nothing: its
+Content-Security-Policy allows only its own inline style and, by hash, its own inline script, and lets it
+connect only to its own origin (the live refresh GETs the page again).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _script_hash() -> str:
 def security_headers() -> dict[str, str]:
     return {
         "Content-Security-Policy": (
-            f"default-src 'none'; script-src '{_script_hash()}'; style-src 'unsafe-inline'; "
+            # connect-src 'self': the page's live refresh GETs the page itself, nothing else.
+            f"default-src 'none'; script-src '{_script_hash()}'; style-src 'unsafe-inline'; connect-src 'self'; "
             "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
         ),
         "X-Content-Type-Options": "nosniff",

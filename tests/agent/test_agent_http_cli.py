@@ -80,17 +80,20 @@ def test_once_prints_one_report(tmp_path: Path, scene: Scene) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--fake-gpus", "8xH100", "--once"], "tessera-agent: bad GPU spec item '8xH100'"),
-        (["--fake-gpus", "1xT4-16GB", "--enforce", "nuke"], "--enforce must be one of off, report, kill"),
+        (["--fake-gpus", "8xH100", "--once"], "error: bad GPU spec item '8xH100'"),
+        (
+            ["--fake-gpus", "1xT4-16GB", "--enforce", "nuke"],
+            "--enforce: 'nuke' is not one of off, report, kill",
+        ),
         (["--fake-gpus", "1xT4-16GB", "--listen", "nope", "--no-cluster"], "--listen expects HOST:PORT"),
         (["--fake-gpus", "1xT4-16GB", "--once", "--pods-file", "/nonexistent.yaml"], "cannot read pods file"),
     ],
 )
 def test_bad_arguments_one_line(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the user's mistake
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
-    assert message in result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr
 
 
 @pytest.mark.skipif(driver_present(), reason="this machine has an NVIDIA driver")
@@ -102,7 +105,8 @@ def test_no_driver_exits_nonzero_with_one_line() -> None:
         timeout=60,
     )
     assert proc.returncode == 1
-    assert proc.stderr.strip().startswith("tessera-agent: NVML unavailable: NVML Shared Library Not Found")
+    assert proc.stderr.strip().startswith("error: NVML unavailable: NVML Shared Library Not Found")
+    assert "--fake-gpus" in proc.stderr  # says how to run without a GPU
     assert len(proc.stderr.strip().splitlines()) == 1
 
 

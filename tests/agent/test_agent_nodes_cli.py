@@ -7,20 +7,13 @@ import yaml
 from typer.testing import CliRunner
 
 from scheduler.api import GPUNodeReport
-from scheduler.cli.nodes import register
+from scheduler.cli.main import app as tessera
 
 from .conftest import Scene
 
 
 def cli() -> typer.Typer:
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def root() -> None:
-        """Root so that `nodes` stays a subcommand."""
-
-    return app
+    return tessera
 
 
 def sample_reports(scene: Scene) -> list[GPUNodeReport]:
@@ -53,7 +46,7 @@ def test_table_lists_every_gpu(tmp_path: Path, scene: Scene) -> None:
     assert lines[0].split() == ["NODE", "GPU", "MODEL", "MEMORY", "UTIL", "ASSIGNED", "PODS", "HEALTH"]
     rows = [line.split() for line in lines[1:]]
     assert [r[:2] for r in rows] == [["gpu-node-1", "0"], ["gpu-node-1", "1"], ["gpu-node-2", "0"]]
-    assert "26.4/40.0 GiB" in lines[1] and "87%" in lines[1] and "750m" in lines[1]
+    assert "26.4/40.0 GiB" in lines[1] and "87%" in lines[1] and "0.75" in lines[1]
     assert lines[1].split()[-2:] == ["2", "Healthy"]
     assert "Unhealthy (Xid 79)" in lines[2]
 
@@ -112,7 +105,7 @@ def test_bad_report_is_skipped_others_shown(tmp_path: Path, scene: Scene) -> Non
     path.write_text(json.dumps([good, bad]))
     result = CliRunner().invoke(cli(), ["nodes", "--from-file", str(path)])
     assert result.exit_code == 0
-    assert result.stderr.startswith("tessera nodes: skipping report broken: spec.")
+    assert result.stderr.startswith("warning: skipping report broken: spec.")
     assert "gpu-node-1" in result.stdout and "broken" not in result.stdout
 
 

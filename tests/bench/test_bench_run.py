@@ -9,20 +9,13 @@ from typer.testing import CliRunner
 
 from scheduler.bench.runner import BenchConfig, percentile, run_bench, throughput_windows
 from scheduler.bench.workload import make_nodes, make_pods
-from scheduler.cli.bench import register
+from scheduler.cli.main import app as tessera
 
 TINY = BenchConfig(nodes=12, gpus_per_node=8, init_pods=20, pods=60, gangs=0.3, batch=25, backend="numpy")
 
 
 def app() -> typer.Typer:
-    a = typer.Typer()
-
-    @a.callback()
-    def _root() -> None:
-        """test root"""
-
-    register(a)
-    return a
+    return tessera
 
 
 @pytest.mark.parametrize("policy", ["binpack", "spread"])
@@ -64,7 +57,7 @@ def test_cli_bench_json_and_events():
     res = runner.invoke(app(), ["bench", "--nodes", "6", "--gpus-per-node", "2", "--init-pods", "4", "--pods", "20",
                                 "--batch", "10", "--backend", "numpy", "--output", "json"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     assert out["config"]["nodes"] == 6 and out["scheduled"] + out["unschedulable"] == 20
     res = runner.invoke(
         app(), ["bench", "events", "--nodes", "5", "--pods", "200", "--backend", "numpy", "-o", "json"]
@@ -79,11 +72,13 @@ def test_cli_bench_json_and_events():
 
 def test_cli_rejects_bad_options_in_one_line():
     runner = CliRunner()
-    for args, word in ((["bench", "--policy", "nope"], "unknown placement policy"),
+    for args, word in ((["bench", "--policy", "nope"], "--policy: 'nope' is not one of"),
                        (["bench", "--backend", "gpu"], "--backend"),
-                       (["bench", "-o", "xml"], "--output")):  # fmt: skip
+                       (["bench", "-o", "xml"], "--output"),
+                       (["bench", "--nodes", "500", "--init-pods", "10000"], "use at most 4,817")):  # fmt: skip
         res = runner.invoke(app(), args)
-        assert res.exit_code == 2 and word in res.output
+        assert res.exit_code == 2 and word in res.output and res.output.startswith("error: ")
+        assert res.output.count("\n") == 1
 
 
 def test_workload_follows_the_openb_mix():

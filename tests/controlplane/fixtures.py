@@ -26,6 +26,10 @@ from kubernetes import client
 
 from scheduler.sandbox import assets
 from scheduler.sandbox.controlplane import ControlPlane
+from tests.controlplane.faultproxy import FaultProxy
+from tests.controlplane.install import TesseraInstall
+from tests.controlplane.install import install as install_tessera
+from tests.controlplane.scene import Scene
 
 
 def _required() -> bool:
@@ -84,3 +88,37 @@ def namespace(kube_admin: client.ApiClient) -> Iterator[str]:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+# ---- Tessera on the control plane (kubetests) --------------------------------------------------------------
+#
+#     tessera         the chart's CRDs (Established), PriorityClasses, ServiceAccounts and RBAC, installed once;
+#                     `.scheduler_client()`, `.agent_client()`, `.device_plugin_client()`: the components'
+#                     ServiceAccount identities
+#     scene           one test's namespace plus the Nodes, Queues, reports, schedulers and kubelet stand-ins
+#                     it makes (`tests/controlplane/scene.py`), all removed when the test ends
+#     fault_proxy     an HTTPS reverse proxy in front of the real server that injects 409/410/429/500, slow
+#                     answers and dropped watches (`tests/controlplane/faultproxy.py`)
+
+
+@pytest.fixture(scope="session")
+def tessera(control_plane: ControlPlane) -> TesseraInstall:
+    return install_tessera(control_plane)
+
+
+@pytest.fixture
+def scene(control_plane: ControlPlane, tessera: TesseraInstall, namespace: str) -> Iterator[Scene]:
+    world = Scene(control_plane, tessera, namespace)
+    try:
+        yield world
+    finally:
+        world.cleanup()
+
+
+@pytest.fixture
+def fault_proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(control_plane).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()

@@ -62,6 +62,8 @@ def _to_jsonschema(node: Any) -> Any:
         out = {k: _to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
         if node.get("x-kubernetes-preserve-unknown-fields"):
             out.setdefault("additionalProperties", True)
+        if node.get("x-kubernetes-int-or-string"):
+            out["type"] = ["integer", "string"]
         elif node.get("type") == "object" and "properties" in node and "additionalProperties" not in node:
             out["additionalProperties"] = False  # the API server prunes unknown fields; we flag them
         return out

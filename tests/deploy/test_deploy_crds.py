@@ -31,8 +31,8 @@ def queue_sample() -> dict[str, Any]:
                 "displayName": "Team A",
                 "resources": {
                     "gpu": {"quota": 4, "overQuotaWeight": 2, "limit": 8},
-                    "cpu": {"quota": -1, "limit": -1},
-                    "memory": {"quota": 65536.5, "overQuotaWeight": 0, "limit": 131072},
+                    "cpu": {"quota": "500m", "limit": 64},
+                    "memory": {"quota": "65536.5Mi", "overQuotaWeight": 0, "limit": "128Gi"},
                 },
             },
             "status": {
@@ -180,7 +180,8 @@ def _structural_problems(node: dict[str, Any], where: str) -> list[str]:
     problems = []
     if "$ref" in node or "definitions" in node:
         problems.append(f"{where}: references are not allowed")
-    if "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+    typeless_ok = node.get("x-kubernetes-preserve-unknown-fields") or node.get("x-kubernetes-int-or-string")
+    if "type" not in node and not typeless_ok:
         problems.append(f"{where}: no type")
     if "properties" in node and "additionalProperties" in node:
         problems.append(f"{where}: properties and additionalProperties together")
@@ -246,6 +247,11 @@ INVALID = [
     ("Queue", "spec.resources.gpu.quota", -2),
     ("Queue", "spec.resources.gpu.limit", -0.5),
     ("Queue", "spec.resources.cpu.overQuotaWeight", -1),
+    ("Queue", "spec.resources.cpu.quota", -2),
+    ("Queue", "spec.resources.cpu.quota", 0.5),  # a fraction of a core is a string, as in any CRD
+    ("Queue", "spec.resources.cpu.limit", "lots"),
+    ("Queue", "spec.resources.memory.quota", "-5Gi"),
+    ("Queue", "spec.resources.memory.limit", True),
     ("Queue", "spec.priority", "high"),
     ("Queue", "status.fairShare.gpu", "lots"),
     ("PodGroup", "spec.minMember", 0),

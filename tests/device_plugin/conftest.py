@@ -16,16 +16,8 @@ from device_plugin.config import PluginConfig
 from device_plugin.manager import DevicePluginManager
 from node_agent.nvml.fake import FakeNVML
 from tests.device_plugin.fake_kubelet import FakeKubelet
-from tests.device_plugin.hand_off import NODE, Scheduler
-from tests.fakes import kubeapi
-from tests.fakes.kubeapi import FakeKubeAPI
 
-
-@pytest.fixture(autouse=True)
-def _api_server_without_nagle(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A real API server (Go) sets TCP_NODELAY; the fake's http.server does not, and each keep-alive request
-    # then waits ~40 ms for a delayed ACK. Only affects connections accepted from now on.
-    monkeypatch.setattr(kubeapi._Handler, "disable_nagle_algorithm", True, raising=False)
+NODE = "gpu-node-1"
 
 
 @pytest.fixture
@@ -88,9 +80,3 @@ def start_plugin(plugin_dir: Path) -> Iterator[StartPlugin]:
     yield start
     for running in started:
         running.stop()
-
-
-@pytest.fixture
-def scheduler(kube_api: FakeKubeAPI) -> Scheduler:
-    """The scheduler's side of the hand-off on a fresh API server with node NODE."""
-    return Scheduler(kube_api, NODE)

@@ -13,8 +13,8 @@ import pytest
 
 from device_plugin.bench import run_bench
 from device_plugin.v1beta1 import api_pb2
+from tests.controlplane.scene import Scene
 from tests.device_plugin.fake_kubelet import FakeKubelet
-from tests.fakes.kubeapi import FakeKubeAPI
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,19 +78,19 @@ def test_bad_fake_gpu_spec_is_a_one_line_error(plugin_dir: Path) -> None:
         timeout=30,
     )
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and "NOPE" in errors[0], proc.stderr
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "NOPE" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_bench_allocates_every_pod_on_its_gpu(kube_api: FakeKubeAPI) -> None:
+@pytest.mark.apiserver
+def test_bench_allocates_every_pod_on_its_gpu(scene: Scene) -> None:
+    scene.track("nodes", "bench")
     started = time.monotonic()
-    result = run_bench(pods=20, gpu_spec="2xA100-80GB", kube_url=kube_api.url, node_name="bench")
+    result = run_bench(pods=20, gpu_spec="2xA100-80GB", kubeconfig=str(scene.cp.admin_kubeconfig),
+                       node_name="bench", namespace=scene.ns)  # fmt: skip
     assert result["pods_on_node"] == 20 and result["fraction_per_pod"] == 0.1
     stats = result["allocate_ms"]
     assert 0 < stats["p50"] <= stats["p99"] <= stats["max"]
-    assert (
-        len([p for p in kube_api.objects("pods", "default") if p["metadata"]["name"].startswith("bench-")])
-        == 20
-    )
+    assert len([p for p in scene.pods() if p["metadata"]["name"].startswith("bench-")]) == 20
     assert time.monotonic() - started < 30

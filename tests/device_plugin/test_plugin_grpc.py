@@ -1,4 +1,5 @@
-"""The plugin driven through real gRPC by an in-process fake kubelet, pods looked up in a local API server."""
+"""The plugin driven through real gRPC by an in-process fake kubelet, pods looked up in the real API server
+with the device plugin's ServiceAccount."""
 
 from __future__ import annotations
 
@@ -8,15 +9,74 @@ from typing import Any
 
 import grpc
 import pytest
+from kubernetes import client as k8s
 
 from device_plugin.cluster import KubePodCluster
 from device_plugin.v1beta1 import api_pb2, api_pb2_grpc
-from scheduler.api.assignment import AssignedGPU
-from tests.device_plugin.conftest import StartPlugin
+from scheduler.api.assignment import AssignedGPU, GPUAssignment
+from scheduler.api.bind_lock import BindLock
+from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
+from tests.controlplane.scene import Scene
+from tests.device_plugin.conftest import NODE, StartPlugin
 from tests.device_plugin.fake_kubelet import FakeKubelet
-from tests.device_plugin.hand_off import Scheduler
 
 SLICE_SOCK, WHOLE_SOCK = "tessera-gpu-slice.sock", "nvidia-gpu.sock"
+
+
+class Scheduler:
+    """Plays the scheduler's side of the hand-off on the real API server: a user's pod bound to the node with
+    its assignment, and the node's bind lock taken by the scheduler's ServiceAccount."""
+
+    def __init__(self, scene: Scene, node: str = NODE) -> None:
+        self.scene = scene
+        self.core = k8s.CoreV1Api(scene.tessera.scheduler_client())
+        self.node = node
+        scene.node(node, gpus=2)
+
+    def bind(self, name: str, gpus: list[AssignedGPU], *, node: str | None = None, lock: bool = True) -> str:
+        """A user's pod with the scheduler's assignment; as the binder does, the node is locked for it and
+        then it is bound (with `lock=False` it waits unbound until `place`). It asks for what the webhook
+        leaves a pod: one slice per GPU of a fraction, or the whole GPUs."""
+        assignment = GPUAssignment(node=node or self.node, gpus=gpus)
+        resource = "nvidia.com/gpu" if assignment.whole_gpus else "tessera.dev/gpu-slice"
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "annotations": {GPU_ASSIGNMENT: assignment.to_annotation()}},
+                "spec": {"schedulerName": "tessera",
+                         "containers": [{"name": "main", "image": "cuda",
+                                         "resources": {"limits": {resource: str(len(gpus))}}}]}}  # fmt: skip
+        uid = str(self.scene.create_pod(body)["metadata"]["uid"])
+        if lock:
+            self.place(name, uid)
+        return uid
+
+    def place(self, name: str, uid: str) -> None:
+        """Lock the node for the pod, then bind it there (the scheduler's account)."""
+        self.lock(name, uid)
+        binding = k8s.V1Binding(
+            metadata=k8s.V1ObjectMeta(name=name, uid=uid),
+            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=self.node),
+        )
+        self.core.create_namespaced_pod_binding(name, self.scene.ns, binding, _preload_content=False)
+
+    def lock(self, name: str, uid: str) -> None:
+        value = BindLock.for_pod(self.scene.ns, name, uid).to_annotation()
+        self.core.patch_node(self.node, {"metadata": {"annotations": {BIND_LOCK: value}}})
+
+    def lock_holder(self) -> str | None:
+        raw = (self.scene.node_obj(self.node)["metadata"].get("annotations") or {}).get(BIND_LOCK)
+        return None if raw is None else BindLock.from_annotation(raw).pod
+
+    def allocated(self, name: str) -> bool:
+        return GPU_ALLOCATED in (self.scene.pod(name)["metadata"].get("annotations") or {})
+
+    def plugin_cluster(self) -> KubePodCluster:
+        """The device plugin's API access, as the node's ServiceAccount (the chart's device-plugin role)."""
+        return KubePodCluster.connect(kubeconfig=str(self.scene.tessera.device_plugin_kubeconfig))
+
+
+@pytest.fixture
+def scheduler(scene: Scene) -> Scheduler:
+    return Scheduler(scene)
 
 
 def allocate(stub: api_pb2_grpc.DevicePluginStub, *containers: list[str]) -> api_pb2.AllocateResponse:
@@ -103,8 +163,9 @@ def test_reregisters_after_kubelet_restart_and_after_its_socket_is_deleted(
         restarted.stop()
 
 
+@pytest.mark.apiserver
 def test_allocate_fraction(kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
     scheduler.bind("frac", [AssignedGPU(index=1, uuid=gpu1, milli=500)])
@@ -128,10 +189,11 @@ def test_allocate_fraction(kubelet: FakeKubelet, start_plugin: StartPlugin, sche
     assert scheduler.allocated("frac") and scheduler.lock_holder() is None
 
 
+@pytest.mark.apiserver
 def test_allocate_memory_and_two_devices(
     kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
 ) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
     stub = kubelet.plugin(SLICE_SOCK)
@@ -151,8 +213,9 @@ def test_allocate_memory_and_two_devices(
     assert scheduler.allocated("mem") and scheduler.allocated("two") and scheduler.lock_holder() is None
 
 
+@pytest.mark.apiserver
 def test_allocate_whole_gpus(kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
     scheduler.bind(
@@ -163,10 +226,11 @@ def test_allocate_whole_gpus(kubelet: FakeKubelet, start_plugin: StartPlugin, sc
     assert scheduler.allocated("whole") and scheduler.lock_holder() is None
 
 
+@pytest.mark.apiserver
 def test_wrong_node_assignment_is_rejected(
     kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
 ) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0 = uuids(plugin)[0]
     scheduler.bind("lost", [AssignedGPU(index=0, uuid=gpu0, milli=500)], node="gpu-node-7")
@@ -174,15 +238,17 @@ def test_wrong_node_assignment_is_rejected(
         allocate(kubelet.plugin(SLICE_SOCK), [f"{gpu0}::0"])
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert (
-        "pod default/lost is assigned to node gpu-node-7 but this is node gpu-node-1" in err.value.details()
+        f"pod {scheduler.scene.ns}/lost is assigned to node gpu-node-7 but this is node gpu-node-1"
+        in err.value.details()
     )
-    assert not scheduler.allocated("lost") and scheduler.lock_holder() == "default/lost"
+    assert not scheduler.allocated("lost") and scheduler.lock_holder() == f"{scheduler.scene.ns}/lost"
 
 
+@pytest.mark.apiserver
 def test_two_concurrent_allocations_are_kept_apart(
     kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
 ) -> None:
-    plugin = start_plugin(KubePodCluster.connect(scheduler.api.url))
+    plugin = start_plugin(scheduler.plugin_cluster())
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
     scheduler.bind("a", [AssignedGPU(index=0, uuid=gpu0, milli=300)])

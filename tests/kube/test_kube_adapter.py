@@ -1,67 +1,83 @@
-"""Adapter details: standby writes nothing, queue lookups for the webhook from the watch cache."""
+"""Adapter details: a standby writes nothing, queue lookups for the webhook come from the watch cache (on
+the real API server); the translation of watch events into what the cycle sees (no server needed)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from scheduler.api.keys import GROUP, VERSION
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.queue_index import informer_queue_lookup
-from tests.fakes.kubeapi import FakeKubeAPI
-from tests.kube.helpers import node_body, pod_body, wait_for
+from tests.controlplane.scene import Scene, wait_until
+from tests.kube.helpers import node_body, pod_body
 
-G = "scheduling.tessera.dev/v1alpha1"
-
-
-def test_standby_derives_groups_but_creates_them_only_when_leading(kube_api: FakeKubeAPI) -> None:
-    job = kube_api.seed({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-                         "metadata": {"name": "ddp", "namespace": "default"},
-                         "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}}})  # fmt: skip
-    pod = pod_body("ddp-worker-0")
-    pod["metadata"]["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ddp",
-                                           "uid": job["metadata"]["uid"], "controller": True}]  # fmt: skip
-    kube_api.seed(node_body("gpu-1", gpus=1))
-    kube_api.seed(pod)
-    cluster = KubeCluster(kube_api.client()).start()
-    try:
-        assert cluster.wait_synced(5)
-        cluster.writable = False
-        events = cluster.drain_events()
-        (pod_event,) = [e for e in events if e.kind == "Pod"]
-        group = pod_event.obj["metadata"]["annotations"]["tessera.dev/pod-group"]
-        assert not kube_api.requests_matching("POST") and not [e for e in events if e.kind == "PodGroup"]
-        cluster.writable = True
-        first = cluster.drain_events()
-        assert [(e.kind, e.type) for e in first[:1]] == [("PodGroup", "ADDED")]
-        assert first[0].obj["spec"] == {"minMember": 2, "queue": "default"}
-        assert kube_api.get("podgroups", group, "default")["spec"]["minMember"] == 2
-    finally:
-        cluster.stop()
+G = f"{GROUP}/{VERSION}"
 
 
-def test_queue_lookup_from_the_watch_cache(kube_api: FakeKubeAPI) -> None:
-    kube_api.seed({"apiVersion": G, "kind": "Queue", "metadata": {"name": "org"}})
-    kube_api.seed(
-        {"apiVersion": G, "kind": "Queue", "metadata": {"name": "team"}, "spec": {"parentQueue": "org"}}
-    )
-    cluster = KubeCluster(kube_api.client()).start()
-    try:
-        assert cluster.wait_synced(5)
-        lookup = informer_queue_lookup(cluster.informers["Queue"])
-        assert (lookup("org"), lookup("team"), lookup("nope")) == ("parent", "leaf", None)
-        kube_api.seed(
-            {"apiVersion": G, "kind": "Queue", "metadata": {"name": "sub"}, "spec": {"parentQueue": "team"}}
-        )
-        wait_for(lambda: lookup("team") == "parent")
-    finally:
-        cluster.stop()
+def _offline() -> client.ApiClient:
+    """A client for a cluster object whose translation is tested without any request being made."""
+    return client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
 
 
-def test_bound_pod_waits_for_its_node_and_locked_nodes_are_tainted(kube_api: FakeKubeAPI) -> None:
+@pytest.mark.apiserver
+def test_standby_derives_groups_but_creates_them_only_when_leading(scene: Scene) -> None:
+    """The Job controller makes an Indexed Job's two pods; a standby replica derives their PodGroup from
+    the Job but creates it only once it leads."""
+    scene.node("gpu-1", gpus=2)
+    template: dict[str, Any] = {
+        "spec": {
+            "schedulerName": "tessera",
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox"}],
+        }
+    }
+    client.BatchV1Api(scene.admin).create_namespaced_job(scene.ns, {
+        "metadata": {"name": "ddp"},
+        "spec": {"completionMode": "Indexed", "parallelism": 2, "completions": 2, "template": template}})  # fmt: skip
+    wait_until(lambda: len(scene.pods()) == 2)
+    cluster = KubeCluster(scene.tessera.scheduler_client())
+    cluster.writable = False
+    cluster.start()
+    scene.on_cleanup(cluster.stop)
+    assert cluster.wait_synced(10)
+    events = cluster.drain_events()
+    groups = {e.obj["metadata"]["annotations"]["tessera.dev/pod-group"] for e in events if e.kind == "Pod"
+              and e.obj["metadata"]["namespace"] == scene.ns}  # fmt: skip
+    (group,) = groups
+    assert not [e for e in events if e.kind == "PodGroup"]
+    assert scene.custom.list_namespaced_custom_object(GROUP, VERSION, scene.ns, "podgroups")["items"] == []
+    cluster.writable = True
+    first = cluster.drain_events()
+    assert [(e.kind, e.type) for e in first[:1]] == [("PodGroup", "ADDED")]
+    assert first[0].obj["spec"] == {"minMember": 2, "queue": "default"}
+    stored = scene.get("podgroups", group)
+    assert stored["spec"]["minMember"] == 2 and stored["metadata"]["ownerReferences"][0]["kind"] == "Job"
+
+
+@pytest.mark.apiserver
+def test_queue_lookup_from_the_watch_cache(scene: Scene) -> None:
+    scene.queue("org-lookup")
+    scene.queue("team-lookup", {"parentQueue": "org-lookup"})
+    cluster = KubeCluster(scene.tessera.scheduler_client()).start()
+    scene.on_cleanup(cluster.stop)
+    assert cluster.wait_synced(10)
+    lookup = informer_queue_lookup(cluster.informers["Queue"])
+    assert (lookup("org-lookup"), lookup("team-lookup"), lookup("nope")) == ("parent", "leaf", None)
+    scene.queue("sub-lookup", {"parentQueue": "team-lookup"})
+    wait_until(lambda: lookup("team-lookup") == "parent")
+
+
+def test_bound_pod_waits_for_its_node_and_locked_nodes_are_tainted() -> None:
     """Events arrive from independent watches in any order: a bound pod must reach the cycle after its node
     (else its GPU share is never accounted); a node whose bind lock waits for the device plugin is shown
     tainted, so the cycle places GPU pods elsewhere."""
     from scheduler.api.bind_lock import BindLock
     from scheduler.kube.event_queue import ResourceEvent
 
-    cluster = KubeCluster(kube_api.client())
+    cluster = KubeCluster(_offline())
     running = pod_body("a", node="gpu-1", annotations={"gpu-fraction": "0.5"})
     running["metadata"]["uid"] = "uid-a"
     cluster.events.put(ResourceEvent("Pod", "ADDED", running))
@@ -94,11 +110,11 @@ def test_bound_pod_waits_for_its_node_and_locked_nodes_are_tainted(kube_api: Fak
     assert not refreshed[0].obj.get("spec", {}).get("taints")
 
 
-def test_a_configured_scheduler_name_is_what_the_cycle_calls_ours(kube_api: FakeKubeAPI) -> None:
+def test_a_configured_scheduler_name_is_what_the_cycle_calls_ours() -> None:
     from scheduler.kube.event_queue import ResourceEvent
     from scheduler.objects import parse_pod
 
-    cluster = KubeCluster(kube_api.client(), scheduler_name="gpu-sched", podgrouper=False)
+    cluster = KubeCluster(_offline(), scheduler_name="gpu-sched", podgrouper=False)
     for name, scheduler in (
         ("mine", "gpu-sched"),
         ("builtin-name", "tessera"),
@@ -113,10 +129,10 @@ def test_a_configured_scheduler_name_is_what_the_cycle_calls_ours(kube_api: Fake
     }  # unbound pods of other schedulers (even one named tessera) are dropped
 
 
-def test_a_malformed_object_does_not_lose_the_other_events(kube_api: FakeKubeAPI) -> None:
+def test_a_malformed_object_does_not_lose_the_other_events() -> None:
     from scheduler.kube.event_queue import ResourceEvent
 
-    cluster = KubeCluster(kube_api.client())
+    cluster = KubeCluster(_offline())
     bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad", "uid": "u1"}, "spec": ["oops"]}
     cluster.events.put(ResourceEvent("Pod", "ADDED", bad))
     cluster.events.put(ResourceEvent("Node", "ADDED", node_body("n1")))

@@ -1,99 +1,112 @@
-"""The informer against the fake API server: list, watch, bookmarks, relist on 410, backoff."""
+"""The informer against the real API server: paged list, watch, bookmarks, and, through the fault proxy,
+a lost watch whose history is gone (410: relist and emit only the difference) and backoff on errors."""
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.informer import Informer, WatchTarget
-from tests.fakes.kubeapi import FakeKubeAPI
-from tests.kube.helpers import pod_body, wait_for
+from tests.controlplane.faultproxy import FaultProxy
+from tests.controlplane.scene import Scene, wait_until
+from tests.kube.helpers import pod_body
+
+pytestmark = pytest.mark.apiserver
 
 
-def _informer(kube_api: FakeKubeAPI, queue: EventQueue, **kw: object) -> Informer:
-    core = client.CoreV1Api(kube_api.client())
-    target = WatchTarget("Pod", core.list_pod_for_all_namespaces, **kw)  # type: ignore[arg-type]
-    return Informer(
-        target, queue.put, backoff=Backoff(initial_s=0.05, max_s=0.2), watch_timeout_s=5, page_size=2
+def _informer(
+    scene: Scene, proxy: FaultProxy, queue: EventQueue, watch_timeout_s: int = 30, **kw: object
+) -> Informer:
+    """Pods of the test's namespace, as the scheduler's ServiceAccount, through the proxy."""
+    core = client.CoreV1Api(proxy.client(scene.tessera.scheduler_token))
+    target = WatchTarget("Pod", core.list_namespaced_pod, (scene.ns,), **kw)  # type: ignore[arg-type]
+    informer = Informer(
+        target,
+        queue.put,
+        backoff=Backoff(initial_s=0.05, max_s=0.2),
+        watch_timeout_s=watch_timeout_s,
+        page_size=2,
     )
+    scene.on_cleanup(informer.stop)
+    return informer
 
 
 def _seen(events: list[ResourceEvent]) -> list[tuple[str, str]]:
-    return [(e.type, e.key) for e in events]
+    return [(e.type, e.key.split("/", 1)[1]) for e in events]
 
 
-def test_lists_in_pages_then_streams_changes(kube_api: FakeKubeAPI) -> None:
+def test_lists_in_pages_then_streams_changes(scene: Scene, fault_proxy: FaultProxy) -> None:
     for name in ("a", "b", "c"):
-        kube_api.seed(pod_body(name))
+        scene.create_pod(pod_body(name))
     queue = EventQueue()
-    informer = _informer(kube_api, queue).start()
-    try:
-        assert informer.synced.wait(5)
-        assert sorted(_seen(queue.drain())) == [
-            ("ADDED", "default/a"),
-            ("ADDED", "default/b"),
-            ("ADDED", "default/c"),
-        ]
-        lists = kube_api.requests_matching("GET", "/api/v1/pods$")
-        assert [r.param("limit") for r in lists[:2]] == ["2", "2"] and lists[1].param("continue")
-        kube_api.seed(pod_body("d"))
-        kube_api.modify("pods", "a", lambda p: p["metadata"]["labels"].update(x="1"))
-        kube_api.remove("pods", "b")
-        got: list[ResourceEvent] = []
-        wait_for(lambda: got.extend(queue.drain()) or len(got) >= 3)
-        assert _seen(got) == [("ADDED", "default/d"), ("MODIFIED", "default/a"), ("DELETED", "default/b")]
-        assert got[1].old is not None and got[1].old["metadata"]["labels"] == {}
-        assert sorted(informer.cache) == ["default/a", "default/c", "default/d"]
-    finally:
-        informer.stop()
+    informer = _informer(scene, fault_proxy, queue).start()
+    assert informer.synced.wait(10)
+    assert sorted(_seen(queue.drain())) == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
+    lists = [r for r in fault_proxy.requests_matching("GET", f"/namespaces/{scene.ns}/pods$") if not r.watch]
+    assert [r.param("limit") for r in lists] == ["2", "2"] and lists[1].param("continue")
+    scene.create_pod(pod_body("d"))
+    scene.core.patch_namespaced_pod("a", scene.ns, {"metadata": {"labels": {"x": "1"}}})
+    scene.core.delete_namespaced_pod("b", scene.ns)  # not bound: deleted at once
+    got: list[ResourceEvent] = []
+    wait_until(lambda: got.extend(queue.drain()) or ("DELETED", "b") in _seen(got))
+    # The real server announces a deletion first (MODIFIED, with deletionTimestamp), even of an unbound pod.
+    assert _seen(got) == [("ADDED", "d"), ("MODIFIED", "a"), ("MODIFIED", "b"), ("DELETED", "b")]
+    assert got[2].obj["metadata"]["deletionTimestamp"]
+    assert got[1].old is not None and got[1].old["metadata"].get("labels") in (None, {})
+    assert sorted(k.split("/")[1] for k in informer.cache) == ["a", "c", "d"]
 
 
-def test_field_selector_and_bookmarks_advance_resource_version(kube_api: FakeKubeAPI) -> None:
+def test_field_selector_and_bookmarks_advance_resource_version(scene: Scene, fault_proxy: FaultProxy) -> None:
     queue = EventQueue()
-    informer = _informer(kube_api, queue, field_selector="spec.schedulerName=tessera").start()
-    try:
-        assert informer.synced.wait(5)
-        kube_api.seed(pod_body("ours"))
-        kube_api.seed(pod_body("theirs", scheduler="default-scheduler"))
-        wait_for(lambda: "default/ours" in informer.cache)
-        kube_api.seed(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "noise", "namespace": "default"}}
-        )
-        rv_after_noise = str(kube_api.resource_version)
-        wait_for(lambda: informer.resource_version == rv_after_noise)  # only a bookmark can tell us
-        assert "default/theirs" not in informer.cache
-        assert _seen(queue.drain()) == [("ADDED", "default/ours")]
-    finally:
-        informer.stop()
+    # The server sends a bookmark about 2 s before a watch's timeout (a short timeout makes one come soon),
+    # carrying the resourceVersion its pod watch cache has reached.
+    informer = _informer(
+        scene, fault_proxy, queue, watch_timeout_s=4, field_selector="spec.schedulerName=tessera"
+    )
+    informer.start()
+    assert informer.synced.wait(10)
+    scene.create_pod(pod_body("ours"))
+    wait_until(lambda: f"{scene.ns}/ours" in informer.cache)
+    theirs = scene.create_pod(pod_body("theirs", scheduler="default-scheduler"))  # filtered out by the server
+    after_theirs = int(theirs["metadata"]["resourceVersion"])
+    # Only a bookmark can tell the informer that the history moved past the pods it watches.
+    wait_until(lambda: int(informer.resource_version) >= after_theirs, timeout=15)
+    assert f"{scene.ns}/theirs" not in informer.cache
+    assert _seen(queue.drain()) == [("ADDED", "ours")]
 
 
-def test_relists_on_410_and_emits_only_the_difference(kube_api: FakeKubeAPI) -> None:
-    kube_api.seed(pod_body("keep"))
-    kube_api.seed(pod_body("drop"))
+def test_relists_on_410_and_emits_only_the_difference(scene: Scene, fault_proxy: FaultProxy) -> None:
+    scene.create_pod(pod_body("keep"))
+    scene.create_pod(pod_body("drop"))
     queue = EventQueue()
-    informer = _informer(kube_api, queue).start()
-    try:
-        assert informer.synced.wait(5)
-        queue.drain()
-        informer_rv_before = informer.resource_version
-        # While the watch is down, the world changes and the history is compacted.
-        kube_api.fail_next("GET", r"/api/v1/pods$", code=503, times=1)
-        kube_api.drop_watches()
-        kube_api.remove("pods", "drop")
-        kube_api.seed(pod_body("new"))
-        kube_api.expire_history()
-        wait_for(lambda: informer.lists >= 2)
-        got: list[ResourceEvent] = []
-        wait_for(lambda: got.extend(queue.drain()) or len(got) >= 2)
-        assert sorted(_seen(got)) == [("ADDED", "default/new"), ("DELETED", "default/drop")]
-        assert informer.resource_version != informer_rv_before and informer.errors >= 1
-        watches = [r for r in kube_api.requests_matching("GET", r"/api/v1/pods$") if r.param("watch")]
-        assert any(r.status == 503 for r in watches) or informer.errors >= 1
-        kube_api.seed(pod_body("after"))
-        wait_for(lambda: "default/after" in informer.cache)
-    finally:
-        informer.stop()
+    informer = _informer(scene, fault_proxy, queue).start()
+    assert informer.synced.wait(10)
+    path = f"/namespaces/{scene.ns}/pods$"
+    wait_until(lambda: fault_proxy.watching(path))
+    queue.drain()
+    rv_before = informer.resource_version
+    # The watch is lost and every re-watch fails (503, backoff) while the world changes; then the history
+    # is compacted: the next re-watch is told 410 Expired, and the informer relists.
+    fault_proxy.fail("GET", path, 503, watch=True, times=1000)
+    assert fault_proxy.drop_watches(path) == 1
+    scene.core.delete_namespaced_pod("drop", scene.ns)
+    scene.create_pod(pod_body("new"))
+    wait_until(lambda: [r for r in fault_proxy.requests_matching("GET", path) if r.injected])
+    fault_proxy.clear()
+    fault_proxy.expire_watches(path)
+    wait_until(lambda: informer.lists >= 2)
+    got: list[ResourceEvent] = []
+    wait_until(lambda: got.extend(queue.drain()) or len(got) >= 2)
+    # The watch was cut before it could deliver them: the relist emits exactly the difference.
+    assert sorted(_seen(got)) == [("ADDED", "new"), ("DELETED", "drop")]
+    assert informer.resource_version != rv_before and informer.errors >= 1
+    watches = [r for r in fault_proxy.requests_matching("GET", path) if r.watch]
+    injected = [r.status for r in watches if r.injected]
+    assert set(injected[:-1]) == {503} and injected[-1] == 200  # ... then the 410 inside a 200 stream
+    scene.create_pod(pod_body("after"))
+    wait_until(lambda: f"{scene.ns}/after" in informer.cache)
 
 
 def test_backoff_grows_and_resets() -> None:

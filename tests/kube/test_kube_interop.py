@@ -1,14 +1,14 @@
-"""The whole hand-off with the real parts: the webhook's patch, the scheduler (cycle + Kubernetes adapter),
-and the device plugin's Allocator on its Kubernetes client, all through the fake API server. Only the
-kubelet is played here: it calls Allocate for each bound pod's slice and starts the pod."""
+"""The whole hand-off with the real parts on the real API server: the API server calls our webhook (the
+chart's configurations), the scheduler (cycle + Kubernetes adapter) binds as its ServiceAccount, and the
+device plugin's Allocator, as the node's ServiceAccount, serves what a kubelet asks for each bound pod's
+slice. Only the kubelet is played here: it calls Allocate and reports the pod Running."""
 
 from __future__ import annotations
 
-import base64
-import json
 import threading
-from typing import Any
+from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 from device_plugin.allocator import AllocationError, Allocator
@@ -17,32 +17,24 @@ from device_plugin.inventory import Inventory
 from device_plugin.resources import Resource
 from node_agent.nvml.facade import DeviceInfo
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
-from scheduler.kube.runner import SchedulerRunner
-from scheduler.webhook.admission import AdmissionConfig, admit
-from tests.fakes.kubeapi import FakeKubeAPI
-from tests.fakes.patches import json_patch
-from tests.kube.helpers import node_body, pod_body, wait_for
-from tests.kube.test_kube_e2e import runner_config
+from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT, GPU_SLICE_RESOURCE
+from scheduler.kube.queue_index import informer_queue_lookup
+from scheduler.webhook.admission import AdmissionConfig
+from tests.controlplane import webhooks
+from tests.controlplane.scene import Scene, wait_until
+from tests.kube.helpers import pod_body
+
+pytestmark = pytest.mark.apiserver
 
 UUIDS = ["GPU-3f6c1d2e-aaaa", "GPU-3f6c1d2e-bbbb"]
-SLICE = Resource("tessera.dev/gpu-slice", "slice", slices_per_gpu=10)
-
-
-def admitted(body: dict[str, Any]) -> dict[str, Any]:
-    """The pod as the API server stores it after the mutating webhook."""
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {"uid": "r1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                          "resource": {"group": "", "version": "v1", "resource": "pods"},
-                          "operation": "CREATE", "userInfo": {"username": "alice"}, "object": body}}  # fmt: skip
-    answer = admit(review, AdmissionConfig())["response"]
-    assert answer["allowed"], answer
-    return dict(json_patch(body, json.loads(base64.b64decode(answer["patch"]))))
+SLICE = Resource(GPU_SLICE_RESOURCE, "slice", slices_per_gpu=10)
 
 
 class Kubelet:
-    def __init__(self, api: FakeKubeAPI, allocator: Allocator) -> None:
-        self.api, self.allocator = api, allocator
+    """Calls Allocate for each pod bound to gpu-1 (any free slices, as the kubelet offers them)."""
+
+    def __init__(self, scene: Scene, allocator: Allocator) -> None:
+        self.scene, self.allocator = scene, allocator
         self.envs: dict[str, dict[str, str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -56,42 +48,39 @@ class Kubelet:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            for pod in self.api.objects("pods"):
+        while not self._stop.wait(0.05):
+            for pod in self.scene.pods():
                 name = pod["metadata"]["name"]
                 if pod["spec"].get("nodeName") != "gpu-1" or name in self.envs:
                     continue
-                slices = int(pod["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-slice"])
-                offered = [f"{UUIDS[i]}::{i}" for i in range(slices)]  # any free slices, as the kubelet does
+                slices = int(pod["spec"]["containers"][0]["resources"]["limits"][GPU_SLICE_RESOURCE])
+                offered = [f"{UUIDS[i]}::{i}" for i in range(slices)]
                 try:
                     (response,) = self.allocator.allocate(SLICE, [offered])
                 except AllocationError:
                     continue  # not this pod's turn yet (the lock names another pod)
                 self.envs[name] = dict(response.envs)
-                self.api.set_pod_phase(name)
+                status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+                self.scene.core.patch_namespaced_pod_status(name, self.scene.ns, {"status": status})
 
 
-def test_webhook_scheduler_and_device_plugin_hand_off(kube_api: FakeKubeAPI) -> None:
-    node = node_body("gpu-1", gpus=2)
-    node["metadata"]["annotations"] = {"tessera.dev/gpu-uuids": ",".join(UUIDS)}
-    kube_api.seed(node)
+def test_webhook_scheduler_and_device_plugin_hand_off(scene: Scene, tmp_path: Path) -> None:
+    # TODO(sandbox): GPU identity from the report
+    scene.node("gpu-1", gpus=2, annotations={"tessera.dev/gpu-uuids": ",".join(UUIDS)})
+    scene.queue("default")  # as the chart installs it
+    runner = scene.scheduler()
+    config = AdmissionConfig(privileged_users=frozenset({scene.tessera.scheduler_user}),
+                             queue_lookup=informer_queue_lookup(runner.cluster.informers["Queue"]))  # fmt: skip
+    webhooks.register(scene, webhooks.start_server(scene, tmp_path / "certs", config).port)
     inventory = Inventory([DeviceInfo(i, u, "NVIDIA H100 80GB HBM3", 81920) for i, u in enumerate(UUIDS)])
-    allocator = Allocator(
-        "gpu-1", inventory, KubePodCluster(client.CoreV1Api(kube_api.client())), lock_wait_s=0.2
-    )
-    runner = SchedulerRunner(kube_api.client(), runner_config())
-    core = client.CoreV1Api(kube_api.client())
-    with Kubelet(kube_api, allocator) as kubelet:
-        runner.start()
-        try:
-            for name, fraction in (("infer-a", "0.5"), ("infer-b", "0.25"), ("infer-c", "0.5")):
-                body = admitted(pod_body(name, annotations={"gpu-fraction": fraction}))
-                core.create_namespaced_pod("default", body, _preload_content=False)
-            wait_for(lambda: len(kubelet.envs) == 3, timeout=15)
-        finally:
-            runner.stop()
+    plugin = KubePodCluster(client.CoreV1Api(scene.tessera.device_plugin_client()))
+    allocator = Allocator("gpu-1", inventory, plugin, lock_wait_s=0.2)
+    with Kubelet(scene, allocator) as kubelet:
+        for name, fraction in (("infer-a", "0.5"), ("infer-b", "0.25"), ("infer-c", "0.5")):
+            scene.create_pod(pod_body(name, annotations={"gpu-fraction": fraction}))  # mutated by the webhook
+        wait_until(lambda: len(kubelet.envs) == 3, timeout=20)
     for name, fraction in (("infer-a", 0.5), ("infer-b", 0.25), ("infer-c", 0.5)):
-        pod = kube_api.get("pods", name)
+        pod = scene.pod(name)
         assignment = GPUAssignment.from_annotation(pod["metadata"]["annotations"][GPU_ASSIGNMENT])
         (gpu,) = assignment.gpus
         assert GPU_ALLOCATED in pod["metadata"]["annotations"] and pod["status"]["phase"] == "Running"
@@ -99,4 +88,4 @@ def test_webhook_scheduler_and_device_plugin_hand_off(kube_api: FakeKubeAPI) -> 
         envs = kubelet.envs[name]
         assert envs["NVIDIA_VISIBLE_DEVICES"] == gpu.uuid
         assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={gpu.memory_mib}M"
-    assert BIND_LOCK not in (kube_api.get("nodes", "gpu-1")["metadata"].get("annotations") or {})
+    assert BIND_LOCK not in (scene.node_obj("gpu-1")["metadata"].get("annotations") or {})

@@ -7,12 +7,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from scheduler.api.cli import new_app
 from scheduler.cli.replay import parse_seeds, register
 from tests.replay.conftest import pod_row, write_pods
 
 
 def _app() -> typer.Typer:
-    app = typer.Typer()
+    app = new_app()
     register(app)
 
     @app.command()
@@ -122,4 +123,4 @@ def test_html_report(trace: tuple[Path, Path], tmp_path: Path) -> None:
     for entry in doc:  # every policy's headline figure is in the table
         assert entry["policy"] in html and f"{entry['unallocated_pct_at_100']:.2f}" in html
     bad = CliRunner().invoke(_app(), [*args, "--report", str(tmp_path / "missing" / "r.html")])
-    assert bad.exit_code != 0 and "cannot write report" in bad.output
+    assert bad.exit_code != 0 and "cannot write" in bad.output

@@ -56,4 +56,4 @@ def test_invalid_objects_are_reported_and_the_rest_applied():
     ])  # fmt: skip
     assert cache.state.row_of("good") is not None and cache.state.row_of("bad") is None
     assert any("no nvidia.com/gpu.memory label" in e for e in cache.errors)
-    assert any("limit 2.0 is below quota 4.0" in e for e in cache.errors)
+    assert any("limit 2 is below quota 4" in e for e in cache.errors)

@@ -117,7 +117,7 @@ def test_bad_manifests_fail_with_one_line(tmp_path, content, message):
 def test_missing_file_and_bad_options():
     assert "cannot read" in runner.invoke(app, ["simulate", "-f", "/nonexistent.yaml"]).output
     r = runner.invoke(app, ["simulate", "--policy", "nope"])
-    assert r.exit_code == 2 and "unknown placement policy" in r.output
+    assert r.exit_code == 2 and "--policy: 'nope' is not one of" in r.output
     r = runner.invoke(app, ["simulate", "--until", "soon"])
     assert r.exit_code == 2 and "not a duration" in r.output
 

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from scheduler.api.keys import GPU_FRACTION
 from scheduler.ui.replay_report import render_replay_report
 from scheduler.ui.server import UIServer, serve_ui
+from tests.scheduler.helpers import pod
 from tests.ui import browser
-from tests.ui.scenario import big_cluster, report_for, small_cluster
+from tests.ui.scenario import LONG, big_cluster, report_for, small_cluster
 
 WHY = browser.missing()
 if WHY:
@@ -80,7 +82,8 @@ def test_clicking_a_gpu_shows_pods_and_nvml(page: Any) -> None:
     text = page.find_element(By.ID, "detail").text
     assert "a100-0 · GPU 0" in text
     assert "team-a/half" in text and "team-b/quarter" in text
-    assert "500" in text and "250" in text
+    assert "team-a 0.5 20480" in text and "team-b 0.25 10240" in text  # shares in GPUs, not milli
+    assert "0.75 of 1 GPU assigned, 0.25 free" in text
     assert "NVML: 17.6 GiB of 40.0 GiB used" in text and "87% util" in text
 
 
@@ -123,6 +126,63 @@ def test_queue_resource_tabs_and_pending(page: Any) -> None:
     assert shown == ["memory"]
     reasons = [e.get_attribute("data-reason") for e in page.find_elements(By.CSS_SELECTOR, "details.reason")]
     assert reasons == ["GangUnschedulable", "InvalidRequest", "Unschedulable"]
+
+
+def test_the_page_refreshes_itself_and_keeps_the_users_view(driver: Any) -> None:
+    """The served dashboard fetches itself again: new pods appear; filters, search, the chosen queue
+    tab and the open GPU detail stay as the user left them. A saved report never refreshes."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from tests.scheduler.helpers import run
+
+    sim, sched = small_cluster()
+    lock = threading.Lock()
+    with serve_ui(sched, "127.0.0.1", 0, lock=lock) as srv:
+        driver.get(srv.url)
+        assert driver.find_element(By.ID, "live").is_displayed()
+        Select(driver.find_element(By.ID, "f-model")).select_by_value("A100")
+        driver.find_element(By.ID, "f-text").send_keys("a100-0")
+        driver.find_element(By.CSS_SELECTOR, 'input[name="q-res"][value="cpu"]').click()
+        driver.find_element(By.CSS_SELECTOR, '.node[data-g="0"] .gpu[data-i="1"]').click()
+        with lock:  # the cluster moves on: a new pod lands on the node the user is looking at
+            sim.submit_pod(
+                pod("late", "team-a", arrival_s=0, duration_s=LONG, annotations={GPU_FRACTION: "0.5"})
+            )
+            run(sim, sched, cycles=2)
+        driver.find_element(By.ID, "live-now").click()
+        WebDriverWait(driver, 10).until(lambda d: "updated" in d.find_element(By.ID, "live-status").text)
+        assert "team-a/late" in driver.page_source
+        assert (
+            Select(driver.find_element(By.ID, "f-model")).first_selected_option.get_attribute("value")
+            == "A100"
+        )
+        assert driver.find_element(By.ID, "f-text").get_attribute("value") == "a100-0"
+        visible = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".node:not([hidden]) .nname")]
+        assert visible == ["a100-0"]
+        shown = [
+            t.get_attribute("data-res")
+            for t in driver.find_elements(By.CSS_SELECTOR, "table.queues")
+            if t.is_displayed()
+        ]
+        assert shown == ["cpu"]
+        assert "a100-0 · GPU 1" in driver.find_element(By.ID, "detail").text
+        assert browser.console_errors(driver) == []
+
+
+def test_a_saved_report_never_refreshes(driver: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    from scheduler.ui import build_view, render_dashboard
+
+    _, sched = small_cluster()
+    path = tmp_path / "report.html"
+    path.write_text(render_dashboard(build_view(sched)))
+    driver.get(path.as_uri())
+    assert not driver.find_element(By.ID, "live").is_displayed()
+    assert browser.console_errors(driver) == []
 
 
 def test_1200_nodes_page_and_fold(driver: Any) -> None:

@@ -28,4 +28,4 @@ def test_unwritable_report_is_a_clear_error(tmp_path: Path) -> None:
     out = tmp_path / "missing-dir" / "report.html"
     result = CliRunner().invoke(app, ["simulate", "--until", "2s", "--report", str(out)])
     assert result.exit_code == 2
-    assert "cannot write the report" in result.output and not out.exists()
+    assert "--report: cannot write" in result.output and not out.exists()

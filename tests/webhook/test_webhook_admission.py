@@ -13,11 +13,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from scheduler.webhook.admission import AdmissionConfig, admit
 from scheduler.webhook.server import WebhookServer
-from tests.fakes.patches import json_patch
 
 SCHEDULER_SA = "system:serviceaccount:tessera-system:tessera-scheduler"
 
@@ -80,7 +80,8 @@ def review(**changes: Any) -> dict[str, Any]:
 def patched(answer: dict[str, Any], review_body: dict[str, Any]) -> dict[str, Any]:
     res = answer["response"]
     assert res["allowed"] and res["patchType"] == "JSONPatch"
-    return json_patch(review_body["request"]["object"], json.loads(base64.b64decode(res["patch"])))
+    patch = json.loads(base64.b64decode(res["patch"]))
+    return dict(jsonpatch.apply_patch(review_body["request"]["object"], patch))
 
 
 def test_fractional_pod_gets_the_slice_limit_on_its_first_container() -> None:

@@ -1,0 +1,228 @@
+"""How every Tessera command line behaves: `tessera`, `kubectl-tessera`, `tessera-scheduler`,
+`tessera-agent` and `tessera-device-plugin` share it, so a user meets one style everywhere.
+
+- A mistake of the user (unknown option, bad value, missing file, no kubeconfig) is one line on stderr,
+  `error: <what is wrong and what to do>`, and exit status 2. A failure of something else (the cluster
+  unreachable, a check that found problems) is the same line with status 1. Never a traceback:
+  `TESSERA_DEBUG=1` shows one for a bug report.
+- `--version` on every entry point.
+- Help is plain text that fits 80 columns, flags shown without a type (`--once`, not `--once <bool>`).
+- Options are checked before any work starts (`parse_*` helpers below raise `typer.BadParameter`).
+
+The module is in `scheduler.api` because the three components share only that package.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
+
+try:  # typer >= 0.20 vendors click
+    from typer._click import exceptions as _click_exc
+except ImportError:  # pragma: no cover - older typer with click installed
+    from click import exceptions as _click_exc  # type: ignore[no-redef]
+
+USAGE = 2  # exit status of a user's mistake
+FAILURE = 1  # exit status of anything else that went wrong
+HELP_WIDTH = 80
+CONTEXT_SETTINGS: dict[str, Any] = {"max_content_width": HELP_WIDTH, "help_option_names": ["-h", "--help"]}
+
+
+class CommandError(Exception):
+    """Raise anywhere below a command to end it with `error: <message>` and `code` (no traceback)."""
+
+    def __init__(self, message: str, code: int = USAGE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def error_line(message: str) -> None:
+    """Print `error: <message>` on stderr, on one line whatever the terminal width."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+
+
+def warning_line(message: str) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[yellow]warning:[/] {escape(message)}")
+
+
+def fail(message: str, code: int = USAGE) -> typer.Exit:
+    """Print the error line and return the Exit to raise: `raise fail("...")`."""
+    error_line(message)
+    return typer.Exit(code)
+
+
+def package_version() -> str:
+    try:
+        return dist_version("tessera")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
+def _print_version(ctx: typer.Context, _param: Any, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        typer.echo(f"{ctx.find_root().info_name} {package_version()}")
+        raise typer.Exit()
+
+
+VersionOption = Annotated[
+    bool,
+    typer.Option(
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        expose_value=True,
+        help="Print the version and exit.",
+    ),
+]
+
+
+def _usage_line(exc: Any) -> str:
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else ""
+    message = exc.format_message().strip().rstrip(".")
+    if message[:2] != message[:2].upper():  # "No such option" -> "no such option"; keep "GPU ..."
+        message = message[:1].lower() + message[1:]
+    return f"{where}: {message} (see {where} --help)" if where else message
+
+
+def _handle(call: Callable[[], Any], prog_name: str) -> NoReturn:
+    """Run a command in non-standalone mode and turn every outcome into the house exit."""
+    debug = os.environ.get("TESSERA_DEBUG", "") not in ("", "0")
+    try:
+        rv = call()
+    except _click_exc.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        sys.exit(0)
+    except _click_exc.ClickException as exc:
+        error_line(_usage_line(exc))
+        sys.exit(exc.exit_code if exc.exit_code else USAGE)
+    except CommandError as exc:
+        if debug:
+            traceback.print_exc()
+        error_line(exc.message)
+        sys.exit(exc.code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(130)
+    except BrokenPipeError:  # `tessera ... | head`: the reader left; nothing to report
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stderr at exit
+        sys.exit(FAILURE)
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        error_line(
+            f"{prog_name} failed: {type(exc).__name__}: {first_line(exc)} (TESSERA_DEBUG=1 shows where)"
+        )
+        sys.exit(FAILURE)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _house_main(
+    parent: Callable[..., Any],
+    args: Sequence[str] | None,
+    prog_name: str | None,
+    complete_var: str | None,
+    standalone_mode: bool,
+    extra: dict[str, Any],
+) -> Any:
+    if not standalone_mode:
+        return parent(
+            args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra
+        )
+    name = prog_name or os.path.basename(sys.argv[0] or "tessera")
+    _handle(
+        lambda: parent(
+            args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra
+        ),
+        name,
+    )
+
+
+class HouseGroup(TyperGroup):
+    """Typer's group, but however it is invoked (console script, CliRunner, `python -m`), errors come
+    out in the house style."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        return _house_main(super().main, args, prog_name, complete_var, standalone_mode, extra)
+
+
+class HouseCommand(TyperCommand):
+    """`HouseGroup` for apps of one command."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        return _house_main(super().main, args, prog_name, complete_var, standalone_mode, extra)
+
+
+def new_app(help_text: str | None = None, **kwargs: Any) -> typer.Typer:
+    """A Typer app in the house style (plain help at 80 columns, one-line errors, no completion
+    installer). Single-command apps take `cls=HouseCommand` on their `@app.command()`."""
+    return typer.Typer(
+        help=help_text,
+        cls=HouseGroup,
+        add_completion=False,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings=CONTEXT_SETTINGS,
+        **kwargs,
+    )
+
+
+def run(app: typer.Typer, prog_name: str, args: Sequence[str] | None = None) -> NoReturn:
+    """Run `app` as a console script; exits with the command's status."""
+    command = typer.main.get_command(app)
+    _handle(lambda: command.main(args=list(args) if args is not None else None, prog_name=prog_name,
+                                 standalone_mode=False), prog_name)  # fmt: skip
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# ------------------------------------------------------------------------------- option checks
+def check_writable(path: Path | None, option: str) -> None:
+    """Fail now, not after a long run, when `path` cannot be written (its folder missing or read-only)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a directory; give a file name", param_hint=option)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise typer.BadParameter(f"cannot write {path}: folder {folder} does not exist", param_hint=option)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise typer.BadParameter(f"cannot write {path}: permission denied", param_hint=option)
+    if not path.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        raise typer.BadParameter(f"cannot write {path}: folder {folder} is not writable", param_hint=option)
+
+
+def check_choice(value: str, choices: Sequence[str], option: str) -> str:
+    if value not in choices:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}", param_hint=option)
+    return value

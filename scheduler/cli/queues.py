@@ -1,0 +1,187 @@
+"""`tessera queues` (also `kubectl tessera queues`): the queue tree with quota, limit, fair share and
+allocation, in GPUs, cores and GiB, and every problem the scheduler has with a queue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from scheduler.api.cli import FAILURE, check_choice, fail, warning_line
+from scheduler.api.queue import Queue, QueueStatus
+from scheduler.cli.cluster_reader import KubeReader, ReadError
+from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
+from scheduler.queues.tree import QueueTree
+
+OUTPUTS = ("table", "json")
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    name: str
+    parent: str | None
+    depth: int
+    leaf: bool
+    priority: int
+    spec: dict[str, dict[str, float]]  # resource -> quota/limit/overQuotaWeight, internal units
+    status: dict[str, dict[str, float]]  # allocated/fairShare/requested -> resource -> internal units
+    implicit: bool = False  # the scheduler's own `default`, when no Queue object has that name
+
+    def to_json(self) -> Obj:
+        return {
+            "name": self.name,
+            "parent": self.parent,
+            "leaf": self.leaf,
+            "priority": self.priority,
+            "implicit": self.implicit,
+            "gpu": {"quota": self.spec["gpu"]["quota"], "limit": self.spec["gpu"]["limit"]}
+            | {k: v.get("gpu") for k, v in self.status.items()},
+            "cpuCores": {
+                "quota": _cores(self.spec["cpu"]["quota"]),
+                "limit": _cores(self.spec["cpu"]["limit"]),
+            },
+            "memoryGiB": {
+                "quota": _gib(self.spec["memory"]["quota"]),
+                "limit": _gib(self.spec["memory"]["limit"]),
+            },
+        }
+
+
+def _cores(milli: float) -> float:
+    return milli if milli < 0 else milli / 1000
+
+
+def _gib(mib: float) -> float:
+    return mib if mib < 0 else round(mib / 1024, 3)
+
+
+def queue_rows(objects: Iterable[Obj]) -> tuple[list[QueueRow], list[str]]:
+    """The queue tree as the scheduler builds it, and one line per problem with a queue."""
+    problems: list[str] = []
+    queues: list[Queue] = []
+    for obj in objects:
+        name = (obj.get("metadata") or {}).get("name", "?")
+        try:
+            queues.append(Queue.model_validate(obj))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            problems.append(f"queue {name} is invalid and ignored by the scheduler: {where}: {err['msg']}")
+    tree = QueueTree(queues)
+    problems += [f"{e} (treated as a top-level queue)" if "does not exist" in e else e for e in tree.errors]
+    statuses = {q.name: q.status or QueueStatus() for q in queues}
+    rows: list[QueueRow] = []
+
+    def visit(name: str, depth: int) -> None:
+        node = tree.nodes[name]
+        status = statuses.get(name, QueueStatus())
+        spec = {
+            r: {
+                "quota": node.resource(r).quota,
+                "limit": node.resource(r).limit,
+                "overQuotaWeight": node.resource(r).over_quota_weight,
+            }
+            for r in ("gpu", "cpu", "memory")
+        }
+        figures = {
+            "allocated": status.allocated,
+            "fairShare": status.fair_share,
+            "requested": status.requested,
+        }
+        implicit = name not in statuses
+        rows.append(
+            QueueRow(name, node.parent, depth, node.is_leaf, node.spec.priority, spec, figures, implicit)
+        )
+        for child in node.children:
+            visit(child, depth + 1)
+
+    for root in tree.roots:
+        visit(root, 0)
+    return rows, problems
+
+
+def _amount(v: float | None, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    if v < 0:
+        return "∞"
+    return f"{v:,.2f}".rstrip("0").rstrip(".") + unit
+
+
+def queue_table(rows: list[QueueRow]) -> Table:
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("QUEUE", "PRIO", "GPU ALLOC", "FAIR SHARE", "QUOTA", "LIMIT", "CPU QUOTA", "MEM QUOTA"):
+        t.add_column(col, justify="left" if col == "QUEUE" else "right", no_wrap=True)
+    for r in rows:
+        label = "  " * r.depth + r.name + ("" if r.leaf else "/") + (" (implicit)" if r.implicit else "")
+        t.add_row(
+            escape(label),
+            str(r.priority),
+            _amount(r.status["allocated"].get("gpu", 0.0)),
+            _amount(r.status["fairShare"].get("gpu")),
+            _amount(r.spec["gpu"]["quota"]),
+            _amount(r.spec["gpu"]["limit"]),
+            _amount(_cores(r.spec["cpu"]["quota"])),
+            _amount(_gib(r.spec["memory"]["quota"]), " GiB"),
+        )
+    return t
+
+
+def load_queue_file(path: Path) -> list[Obj]:
+    import yaml
+
+    try:
+        docs = list(yaml.safe_load_all(path.read_text()))
+    except (OSError, yaml.YAMLError) as exc:
+        raise fail(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    out: list[Obj] = []
+    for d in docs:
+        items = d.get("items") if isinstance(d, dict) and "items" in d else [d]
+        out += [o for o in items or [] if isinstance(o, dict) and o.get("kind") == "Queue"]
+    return out
+
+
+def queues(
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")] = "table",
+    from_file: Annotated[
+        Path | None,
+        typer.Option("--from-file", metavar="FILE", help="Read Queues from a YAML file, not the cluster."),
+    ] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """The queue tree: priority, GPUs allocated against fair share, quota and limit, CPU and memory
+    quota; then every problem the scheduler has with a queue. ∞ = unlimited (-1)."""
+    check_choice(output, OUTPUTS, "--output")
+    if from_file is not None:
+        objects = load_queue_file(from_file)
+    else:
+        try:
+            objects = KubeReader(connect(kubeconfig, context)).list("Queue")
+        except ReadError as exc:
+            raise fail(str(exc), FAILURE) from None
+    rows, problems = queue_rows(objects)
+    if output == "json":
+        typer.echo(json.dumps({"queues": [r.to_json() for r in rows], "problems": problems}, indent=2))
+        return
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=200)
+    out.print(queue_table(rows))
+    if not any(o for o in objects):
+        out.print("No Queue objects: pods go to an implicit `default` queue (docs/queues.md).")
+    for p in problems:
+        warning_line(p)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("queues", short_help="The queue tree: quota, fair share, use.")(queues)

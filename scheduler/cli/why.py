@@ -1,0 +1,217 @@
+"""`tessera why POD` (also `kubectl tessera why POD`): where a pod runs, or why it waits.
+
+Reads what the scheduler published (the pod's PodScheduled condition and Events, Queue and PodGroup
+status) and checks the pod itself with the scheduler's own parser, so a bad annotation, an unknown or
+non-leaf queue or a missing PodGroup is named even when no scheduler is running."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from scheduler.api.assignment import GPUAssignment
+from scheduler.api.cli import FAILURE, check_choice, fail
+from scheduler.api.keys import GPU_ASSIGNMENT, SCHEDULER_NAME
+from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import Queue
+from scheduler.cli.cluster_reader import ClusterReader, KubeReader, ReadError
+from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
+from scheduler.objects import parse_pod
+from scheduler.queues.tree import QueueTree
+from scheduler.ui.fmt import gpus
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Explanation:
+    pod: str
+    state: str  # Running on <node> | Pending | Not Tessera's | Finished
+    facts: list[str] = field(default_factory=list)  # what is true of the pod
+    reasons: list[str] = field(default_factory=list)  # why it waits (empty when it runs)
+    events: list[str] = field(default_factory=list)
+
+    def to_json(self) -> Obj:
+        return {
+            "pod": self.pod,
+            "state": self.state,
+            "facts": self.facts,
+            "reasons": self.reasons,
+            "events": self.events,
+        }
+
+
+def _condition(pod: Obj, kind: str) -> Obj | None:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _queue_facts(reader: ClusterReader, queue: str, out: Explanation) -> None:
+    queues = []
+    for obj in reader.list("Queue"):
+        try:
+            queues.append(Queue.model_validate(obj))
+        except ValidationError:
+            if (obj.get("metadata") or {}).get("name") == queue:
+                out.reasons.append(
+                    f"queue {queue} is invalid, so the scheduler ignores it (see `tessera queues`)"
+                )
+                return
+    tree = QueueTree(queues)
+    problem = tree.leaf_error(queue)
+    if problem:
+        out.reasons.append(problem)
+        return
+    q = next((q for q in queues if q.name == queue), None)
+    res = tree.nodes[queue].resource("gpu")
+    quota = "unlimited" if res.quota < 0 else f"{res.quota:g}"
+    limit = "none" if res.limit < 0 else f"{res.limit:g}"
+    line = f"queue {queue}: GPU quota {quota}, limit {limit}"
+    if q is not None and q.status is not None:
+        alloc, share = q.status.allocated.get("gpu", 0.0), q.status.fair_share.get("gpu")
+        line += f", {alloc:g} allocated" + (f" of a fair share of {share:g}" if share is not None else "")
+    elif q is None:
+        line += " (implicit: no Queue object named default)"
+    out.facts.append(line)
+
+
+def _group_facts(reader: ClusterReader, group: str, out: Explanation) -> None:
+    namespace, name = group.split("/", 1)
+    obj = reader.get("PodGroup", name, namespace)
+    if obj is None:
+        out.reasons.append(
+            f"PodGroup {group} does not exist: the pods that name it are scheduled as one gang of those "
+            "present; create it (minMember) or remove the annotation"
+        )
+        return
+    try:
+        pg = PodGroup.model_validate(obj)
+    except ValidationError as exc:
+        out.reasons.append(f"PodGroup {group} is invalid: {exc.errors()[0]['msg']}")
+        return
+    status = pg.status
+    line = f"gang {group}: minMember {pg.spec.min_member}"
+    if status is not None:
+        line += f", {status.running} running, phase {status.phase}"
+        for c in status.conditions:
+            if c.status == "False" and c.message:
+                out.reasons.append(f"gang {group}: {c.message}")
+    out.facts.append(line)
+
+
+def explain(reader: ClusterReader, namespace: str, name: str) -> Explanation | None:
+    """Everything the cluster says about one pod; None when the pod does not exist."""
+    pod = reader.get("Pod", name, namespace)
+    if pod is None:
+        return None
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    out = Explanation(pod=f"{namespace}/{name}", state=str(status.get("phase") or "Pending"))
+    scheduler_name = spec.get("schedulerName") or "default-scheduler"
+    if scheduler_name != SCHEDULER_NAME:
+        out.state = "not scheduled by Tessera"
+        out.reasons.append(
+            f"spec.schedulerName is {scheduler_name!r}; Tessera only schedules pods with schedulerName: {SCHEDULER_NAME}"
+        )
+        return out
+    info = parse_pod(pod)
+    out.facts.append(
+        f"asks for {info.request.describe()}, {info.cpu_milli / 1000:g} CPU cores, {info.memory_mib / 1024:g} GiB memory; "
+        f"priority {info.priority} ({'preemptible' if info.preemptible else 'non-preemptible'})"
+    )
+    if info.error:
+        out.reasons.append(f"invalid request, never placed: {info.error}")
+    node = spec.get("nodeName")
+    if node:
+        out.state = f"{out.state} on {node}"
+        raw = (pod.get("metadata") or {}).get("annotations", {}).get(GPU_ASSIGNMENT)
+        if raw:
+            try:
+                a = GPUAssignment.from_annotation(raw)
+                shares = ", ".join(
+                    f"GPU {g.index} ({gpus(g.milli)} of it, {g.memory_mib} MiB)" for g in a.gpus
+                )
+                out.facts.append(f"placed by Tessera on {a.node}: {shares or 'no GPU'}")
+            except ValueError as exc:
+                out.reasons.append(f"its {GPU_ASSIGNMENT} annotation is unreadable: {exc}")
+    _queue_facts(reader, info.queue, out)
+    if info.group:
+        _group_facts(reader, info.group, out)
+    if not node and out.state not in ("Succeeded", "Failed"):
+        cond = _condition(pod, "PodScheduled")
+        if cond is not None and cond.get("status") == "False":
+            out.reasons.insert(
+                0, f"{cond.get('reason') or 'Unschedulable'}: {cond.get('message') or '(no message)'}"
+            )
+        elif not out.reasons:
+            out.reasons.append(
+                "the scheduler has not reported on it yet: is tessera-scheduler running? (`tessera doctor`)"
+            )
+    events = reader.list("Event", namespace, fields=f"involvedObject.name={name}")
+    events.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    for e in events[-8:]:
+        count = f" (x{e['count']})" if (e.get("count") or 1) > 1 else ""
+        out.events.append(f"{e.get('type', 'Normal')} {e.get('reason', '')}: {e.get('message', '')}{count}")
+    return out
+
+
+def render(console: Console, e: Explanation) -> None:
+    console.print(f"[bold]{escape(e.pod)}[/]: {escape(e.state)}")
+    for f in e.facts:
+        console.print(f"  {escape(f)}")
+    if e.reasons:
+        console.print("[bold]why it waits[/]" if "on " not in e.state else "[bold]problems[/]")
+        for r in e.reasons:
+            console.print(f"  [yellow]•[/] {escape(r)}")
+    if e.events:
+        console.print("[bold]recent events[/]")
+        for ev in e.events:
+            console.print(f"  {escape(ev)}")
+
+
+def why(
+    pod: Annotated[str, typer.Argument(metavar="POD", help="Pod name (or NAMESPACE/NAME).")],
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", "-n", metavar="NS", help="Namespace (default: the context's)."),
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="text or json.")] = "text",
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Where a pod runs and on which GPUs, or why it is still pending."""
+    check_choice(output, ("text", "json"), "--output")
+    if "/" in pod and namespace is None:
+        namespace, pod = pod.split("/", 1)
+    api = connect(kubeconfig, context)
+    ns = namespace or _context_namespace(kubeconfig, context)
+    try:
+        found = explain(KubeReader(api), ns, pod)
+    except ReadError as exc:
+        raise fail(str(exc), FAILURE) from None
+    if found is None:
+        raise fail(f"pod {ns}/{pod} not found (wrong namespace? pass -n NS)", FAILURE)
+    if output == "json":
+        typer.echo(json.dumps(found.to_json(), indent=2))
+    else:
+        render(Console(highlight=False), found)
+
+
+def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    from kubernetes import config
+
+    try:
+        _, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+        chosen = next((c for c in contexts if c["name"] == context), active) if context else active
+        return str((chosen or {}).get("context", {}).get("namespace") or "default")
+    except (config.ConfigException, OSError):
+        return "default"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("why", short_help="Where a pod runs, or why it waits.")(why)

@@ -1,0 +1,132 @@
+"""`kubectl tessera why POD` and `kubectl tessera queues` on the real API server, reading what the real
+scheduling loop wrote there."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from typer.testing import CliRunner
+
+from scheduler.cli.cluster_reader import KubeReader
+from scheduler.cli.kubectl import app as kubectl_app
+from scheduler.cli.queues import queue_rows
+from scheduler.cli.why import explain
+from scheduler.cycle import Scheduler, SchedulerConfig
+from scheduler.kube.cluster import KubeCluster
+from scheduler.sandbox.controlplane import ControlPlane
+from tests.kube.helpers import pod_body, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "deploy" / "helm" / "tessera" / "crds"
+G = "scheduling.tessera.dev"
+
+
+@pytest.mark.apiserver
+def test_why_and_queues_tell_what_the_scheduler_wrote(
+    control_plane: ControlPlane, kube_admin: client.ApiClient, namespace: str
+) -> None:
+    control_plane.kubectl("apply", "-f", str(CRDS))
+    control_plane.kubectl("wait", "--for", "condition=established", "--timeout=30s", "-f", str(CRDS))
+    suffix = uuid.uuid4().hex[:6]
+    team, parent = f"why-team-{suffix}", f"why-org-{suffix}"
+    custom, core = client.CustomObjectsApi(kube_admin), client.CoreV1Api(kube_admin)
+    for name, spec in (
+        (parent, {"resources": {"gpu": {"quota": 8}}}),
+        (
+            team,
+            {"parentQueue": parent, "resources": {"gpu": {"quota": 2, "limit": 4}, "cpu": {"quota": "500m"}}},
+        ),
+    ):
+        custom.create_cluster_custom_object(
+            G,
+            "v1alpha1",
+            "queues",
+            {"apiVersion": f"{G}/v1alpha1", "kind": "Queue", "metadata": {"name": name}, "spec": spec},
+        )
+    core.create_namespaced_pod(
+        namespace,
+        pod_body(
+            "big", namespace=namespace, labels={"tessera.dev/queue": team}, limits={"nvidia.com/gpu": "64"}
+        ),
+    )
+    core.create_namespaced_pod(
+        namespace,
+        pod_body(
+            "bad",
+            namespace=namespace,
+            labels={"tessera.dev/queue": team},
+            annotations={"gpu-fraction": "1.5"},
+        ),
+    )
+    core.create_namespaced_pod(
+        namespace, pod_body("astray", namespace=namespace, labels={"tessera.dev/queue": parent})
+    )
+    cluster = KubeCluster(kube_admin, podgrouper=False).start()
+    try:
+        assert cluster.wait_synced(10)
+        scheduler = Scheduler(cluster, SchedulerConfig())
+
+        def reported() -> bool:
+            scheduler.run_cycle()
+            conditions = core.read_namespaced_pod("big", namespace).status.conditions or []
+            return any(c.type == "PodScheduled" and c.status == "False" for c in conditions)
+
+        wait_for(reported, timeout=20, interval=0.2)
+        reader = KubeReader(kube_admin)
+        big = explain(reader, namespace, "big")
+        assert big is not None and big.state == "Pending"
+        assert "asks for 64 whole GPUs" in big.facts[0]
+        assert any(f.startswith(f"queue {team}: GPU quota 2, limit 4") for f in big.facts)
+        assert f"queue {team} would exceed its gpu limit (0 allocated + 64 requested > 4)" in big.reasons[0]
+        bad = explain(reader, namespace, "bad")
+        assert bad is not None and any("invalid request" in r and "gpu-fraction" in r for r in bad.reasons)
+        astray = explain(reader, namespace, "astray")
+        assert astray is not None and any(f"queue {parent} is not a leaf queue" in r for r in astray.reasons)
+        assert explain(reader, namespace, "nobody") is None
+
+        runner = CliRunner()
+        kubeconfig = str(control_plane.admin_kubeconfig)
+        out = runner.invoke(
+            kubectl_app, ["why", f"{namespace}/big", "--kubeconfig", kubeconfig, "-o", "json"]
+        )
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["pod"] == f"{namespace}/big"
+        text = runner.invoke(kubectl_app, ["why", "bad", "-n", namespace, "--kubeconfig", kubeconfig])
+        assert text.exit_code == 0 and "gpu-fraction" in text.stdout
+        missing = runner.invoke(kubectl_app, ["why", "nobody", "-n", namespace, "--kubeconfig", kubeconfig])
+        assert missing.exit_code == 1 and missing.stderr.startswith("error: pod ")
+
+        listed = runner.invoke(kubectl_app, ["queues", "--kubeconfig", kubeconfig, "-o", "json"])
+        assert listed.exit_code == 0, listed.output
+        rows = {q["name"]: q for q in json.loads(listed.stdout)["queues"]}
+        assert rows[team]["parent"] == parent and rows[team]["cpuCores"]["quota"] == 0.5
+        assert rows[team]["gpu"]["quota"] == 2 and rows[parent]["leaf"] is False
+        table = runner.invoke(kubectl_app, ["queues", "--kubeconfig", kubeconfig])
+        assert f"  {team}" in table.stdout  # indented under its parent
+    finally:
+        cluster.stop()
+        for name in (team, parent):
+            custom.delete_cluster_custom_object(G, "v1alpha1", "queues", name)
+
+
+def test_queue_rows_report_what_the_scheduler_ignores() -> None:
+    rows, problems = queue_rows(
+        [
+            {
+                "kind": "Queue",
+                "metadata": {"name": "ok"},
+                "spec": {"resources": {"memory": {"quota": "64Gi"}}},
+            },
+            {"kind": "Queue", "metadata": {"name": "lost"}, "spec": {"parentQueue": "nowhere"}},
+            {"kind": "Queue", "metadata": {"name": "bad"}, "spec": {"resources": {"cpu": {"quota": 0.5}}}},
+        ]
+    )
+    names = [r.name for r in rows]
+    assert "ok" in names and "lost" in names and "bad" not in names
+    assert next(r for r in rows if r.name == "ok").to_json()["memoryGiB"]["quota"] == 64
+    assert any("queue bad is invalid" in p and 'fractions as a string, e.g. "0.5"' in p for p in problems)
+    assert any("queue lost: parent queue nowhere does not exist" in p for p in problems)

@@ -1,0 +1,112 @@
+"""A kubelet stand-in for the Kubernetes-level tests: no containers, only what the API sees of a kubelet.
+
+For each pod bound to one of its nodes it does what the node would: when the pod has a GPU assignment it
+waits for the node's bind lock to name the pod (the kubelet calls our device plugin's Allocate only then),
+and writes what the device plugin writes, with the device plugin's own ServiceAccount and code
+(`device_plugin.cluster.KubePodCluster`: mark the pod allocated, release the lock); then it reports the pod
+Running and Ready. A pod being deleted is removed after `grace_s` (its graceful termination). It follows the
+API with watches (the scheduler's own `Informer`), never by polling lists.
+
+The `tessera sandbox` kubelet stand-in goes further (the real gRPC socket, Allocate, node registration);
+this one is for tests of the scheduler's side of the hand-off.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from device_plugin.cluster import ClusterError, KubePodCluster, PodView
+from scheduler.api.bind_lock import BindLock
+from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT
+from scheduler.kube.event_queue import EventQueue
+from scheduler.kube.informer import Informer, WatchTarget
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeletStandIn:
+    def __init__(
+        self, admin: client.ApiClient, device_plugin: client.ApiClient, nodes: set[str], *, grace_s: float = 0
+    ) -> None:
+        self.core = client.CoreV1Api(admin)
+        self.plugin = KubePodCluster(client.CoreV1Api(device_plugin))
+        self.nodes = nodes  # the test's node names (shared: nodes added later are served too)
+        self.grace_s = grace_s
+        self.allocated: list[str] = []  # "namespace/name" in the order the pods were started
+        self.errors: list[str] = []
+        self._started: set[str] = set()
+        self._deleting: dict[str, float] = {}
+        self._queue = EventQueue()
+        self.pods = Informer(WatchTarget("Pod", self.core.list_pod_for_all_namespaces), self._queue.put)
+        self.node_cache = Informer(WatchTarget("Node", self.core.list_node), self._queue.put)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubelet-standin", daemon=True)
+
+    def start(self) -> KubeletStandIn:
+        self.pods.start()
+        self.node_cache.start()
+        self.pods.synced.wait(10)
+        self.node_cache.synced.wait(10)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.pods.stop()
+        self.node_cache.stop()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._queue.wait(0.1)  # any pod or node change, or a tick for grace periods
+            self._queue.drain()
+            for pod in self.pods.snapshot():
+                try:
+                    self._serve(pod)
+                except (ApiException, ClusterError) as exc:
+                    self.errors.append(str(exc).splitlines()[0])
+
+    def _serve(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        node, uid = spec.get("nodeName"), str(meta["uid"])
+        if node not in self.nodes:
+            return
+        if meta.get("deletionTimestamp"):
+            since = self._deleting.setdefault(uid, time.monotonic())
+            if time.monotonic() - since >= self.grace_s:  # the containers have stopped: confirm deletion
+                options = client.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
+                )
+                try:
+                    self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+                except ApiException as exc:
+                    if exc.status not in (404, 409):  # gone already, or replaced
+                        raise
+            return
+        if uid in self._started or (pod.get("status") or {}).get("phase") != "Pending":
+            return
+        annotations = meta.get("annotations") or {}
+        if GPU_ASSIGNMENT in annotations:
+            node_obj = self.node_cache.get(node) or {}
+            raw = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(BIND_LOCK)
+            if not raw or BindLock.from_annotation(raw).uid != uid:
+                return  # not this pod's turn: the kubelet would not call Allocate for it yet
+            view = PodView(meta["namespace"], meta["name"], uid, node, dict(annotations))
+            self.plugin.mark_allocated(view, _now())
+            self.plugin.release_bind_lock(node, raw)
+        ready = [{"type": t, "status": "True", "lastTransitionTime": _now()}
+                 for t in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")]  # fmt: skip
+        status = {"phase": "Running", "conditions": ready, "startTime": _now()}
+        self.core.patch_namespaced_pod_status(
+            meta["name"], meta["namespace"], {"status": status}, _preload_content=False
+        )
+        self._started.add(uid)
+        self.allocated.append(f"{meta['namespace']}/{meta['name']}")
