@@ -13,7 +13,6 @@ from typing import Any
 
 import grpc
 import pytest
-from kubernetes import client as k8s
 
 from device_plugin.v1beta1 import api_pb2_grpc
 from scheduler.api.assignment import AssignedGPU
