@@ -4,8 +4,10 @@ attacker would send them. Shared by the parser, webhook and cycle fuzz tests.
 
 Example counts: `FUZZ_EXAMPLES` (default a few hundred, what CI runs); for long runs:
 
-    TESSERA_FUZZ_EXAMPLES=20000 python -m pytest -q -p no:cacheprovider \
+    TESSERA_FUZZ_EXAMPLES=10000 python -m pytest -q -p no:cacheprovider \
         tests/api/test_fuzz_parser.py tests/webhook/test_webhook_fuzz.py tests/api/test_fuzz_cycle.py
+
+(docs/limits.md shows the same command).
 """
 
 from __future__ import annotations
