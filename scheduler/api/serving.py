@@ -145,8 +145,13 @@ class KeptServer:
 
     # ---- life cycle --------------------------------------------------------------------------------
     def start(self) -> KeptServer:
+        """Listen and serve; OSError (port taken, address not here) leaves nothing running."""
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._open(), self._loop).result(timeout=10)
+        try:
+            asyncio.run_coroutine_threadsafe(self._open(), self._loop).result(timeout=10)
+        except BaseException:
+            self._halt()
+            raise
         return self
 
     async def _open(self) -> None:
@@ -173,9 +178,14 @@ class KeptServer:
         try:
             asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._halt()
+
+    def _halt(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _close(self) -> None:
         if self._listener is not None:

@@ -117,3 +117,13 @@ def test_stop_releases_the_port_and_the_thread() -> None:
     assert threading.active_count() < before
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1)
+
+
+def test_a_taken_port_is_an_oserror_and_leaves_nothing_running() -> None:
+    with KeptServer(handler, "127.0.0.1", 0).start() as first:
+        before = threading.active_count()
+        taken = KeptServer(handler, "127.0.0.1", first.port)
+        with pytest.raises(OSError):
+            taken.start()
+        assert threading.active_count() <= before
+        assert get(first.port, "/x")[0] == 200
