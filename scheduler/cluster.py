@@ -14,6 +14,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.model import PodInfo
+from scheduler.reasons import Reason
 
 Kind = Literal["Node", "Pod", "Queue", "PodGroup", "GPUNodeReport"]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -26,8 +27,22 @@ class WatchEvent:
     obj: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class BindResult:
+    """What a successful bind tells the cycle besides "bound"."""
+
+    # The node takes no other GPU pod for now (its bind lock waits for the device plugin to serve this
+    # one): the session masks it for the rest of the cycle; later cycles see it in the node's events.
+    node_busy: bool = False
+
+
 class BindError(RuntimeError):
-    """Binding failed (conflict, pod gone, node lock held); the pod stays pending and is retried."""
+    """Binding failed (conflict, pod gone, node lock held); the pod stays pending and is retried.
+    `node_busy`: it failed because the node takes no GPU pod now (the session masks it, as above)."""
+
+    def __init__(self, message: str, *, node_busy: bool = False) -> None:
+        super().__init__(message)
+        self.node_busy = node_busy
 
 
 class EvictError(RuntimeError):
@@ -39,11 +54,15 @@ class Cluster(Protocol):
         """Seconds (wall clock or simulated)."""
         ...
 
+    def epoch_s(self) -> float:
+        """Now as Unix time, the clock creationTimestamps are read against (simulated in a simulation)."""
+        ...
+
     def drain_events(self) -> list[WatchEvent]:
         """Everything that changed since the last call, oldest first."""
         ...
 
-    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         """Write the assignment on the pod and bind it to `assignment.node`. Raises BindError."""
         ...
 
@@ -51,7 +70,7 @@ class Cluster(Protocol):
         """Evict a running pod; `message` names the action and the beneficiary. Raises EvictError."""
         ...
 
-    def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
+    def report_pending(self, pod: PodInfo, reason: Reason, message: str) -> None:
         """Tell the user why the pod is not running (pod condition + event, rate-limited by the adapter)."""
         ...
 

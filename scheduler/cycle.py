@@ -7,15 +7,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.actions import ACTIONS, DEFAULT_ACTIONS
+from scheduler.actions import DEFAULT_ACTIONS, make_actions
 from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.backend import get_namespace
 from scheduler.cache import Cache
 from scheduler.cluster import Cluster
+from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.registry import make_policy
-from scheduler.session import PendingReason, Session
+from scheduler.reasons import PendingReason
+from scheduler.session import Session
 
 log = logging.getLogger(__name__)
 WarningKey = tuple[str, str | None, str, str]
@@ -53,10 +55,9 @@ class Scheduler:
             self.xp, max_gpus=self.config.max_gpus_per_node, capacity=self.config.expected_nodes
         )
         self.policy = make_policy(self.config.policy)
-        unknown = [a for a in self.config.actions if a not in ACTIONS]
-        if unknown:
-            log.info("actions not available in this build, skipped: %s", ", ".join(unknown))
-        self.actions = [a for a in self.config.actions if a in ACTIONS]
+        # Kept across cycles, so its per-demand scores stay warm.
+        self.placer = IncrementalPlacer(self.cache.state, self.policy)
+        self.actions = make_actions(self.config.actions)  # ValueError on an unknown name
         self.last_reasons: dict[str, PendingReason] = {}
         self.last_session: Session | None = None
         # (kind, namespace, name, reason) -> message of every warning that holds now (see `Cluster.warn`)
@@ -66,13 +67,18 @@ class Scheduler:
         t0 = time.perf_counter()
         now = self.cluster.now()
         self.cache.apply(self.cluster.drain_events())
-        session = Session.open(self.cache, self.policy, now)
+        session = Session.open(self.cache, self.placer, now)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
-        for name in self.actions:
-            ta = time.perf_counter()
-            ACTIONS[name](session, self.cluster)
-            timings[name] = time.perf_counter() - ta
+        try:
+            for action in self.actions:
+                ta = time.perf_counter()
+                action.execute(session, self.cluster)
+                timings[action.name] = time.perf_counter() - ta
+        finally:
+            if self.cache.ledger.abort():  # an action failed inside a transaction: leave no half of it
+                log.error("a transaction was left open by a failing action; rolled back")
+            session.close()
         self._report(session)
         self.last_session = session
         bound = sum(1 for e in session.events if e["type"] == "Scheduled")

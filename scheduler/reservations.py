@@ -1,9 +1,9 @@
 """Reservations: the planned new place of a pod that consolidation moves.
 
 Kubernetes has no "move": consolidation evicts the pod and its controller recreates it. So that the move
-lands where it was planned, the new place is reserved at commit: its resources stay charged in the cluster
-state (nothing else can take them) and count to the pod's queue. Next cycle, before anything else,
-`allocate` binds the recreated pod there. The recreated pod is recognised by its name (the simulator and
+lands where it was planned, the new place is reserved (a `RESERVED` holding in the ledger, under the pod's
+namespace/name): its resources stay charged in the cluster state (nothing else can take them) and count to
+the pod's queue. Next cycle, first thing, the `bind_reserved` action binds the recreated pod there. The recreated pod is recognised by its name (the simulator and
 StatefulSets keep it), else as a pending pod of the same namespace and queue with the very same demand
 (Jobs and ReplicaSets name their replacement anew). A reservation nobody claims lapses after
 `RESERVATION_TTL_S`.
@@ -18,11 +18,6 @@ from scheduler.model import Placement, PodInfo
 from scheduler.state.demand import PodDemand, demand_for
 
 RESERVATION_TTL_S = 60.0
-
-
-def reservation_uid(pod_key: str) -> str:
-    """The key a reservation is listed under in `Cache.placements` (no pod uid looks like it)."""
-    return f"reservation:{pod_key}"
 
 
 @dataclass(frozen=True)

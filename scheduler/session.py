@@ -1,4 +1,13 @@
-"""One scheduling cycle's working set: cache, queue tree with fair shares, jobs, reasons, events."""
+"""One scheduling cycle's working set: the cache, the queue tree with fair shares, jobs, reasons, events.
+
+While it is open the session listens to the ledger: every holding that comes or goes (a placement, an
+eviction, a reservation, or the undo of one) moves its queue's and its ancestors' `allocated` figures, so
+the queue rules the actions check always see the cycle's changes so far.
+
+A node a bind reported busy (its bind lock waits for the device plugin) is masked for GPU pods for the rest
+of the cycle: the actions place through the session (`place`, `place_one`, `feasible`), which leaves it
+out. The cluster state is not touched; later cycles see the lock in the node's own events.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +18,45 @@ from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
 from scheduler.cache import Cache
 from scheduler.jobs import Job
-from scheduler.model import PodInfo
-from scheduler.placement.policy import PlacementPolicy
+from scheduler.ledger import Holding, Ledger, same_charge
+from scheduler.memo import Memo
+from scheduler.model import Placement, PodInfo
+from scheduler.placement.filters import feasible
+from scheduler.placement.incremental import IncrementalPlacer
+from scheduler.placement.placer import place_one
+from scheduler.placement.policy import Array, PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
+from scheduler.reasons import PendingReason, Reason
 from scheduler.reservations import match_reservations
 from scheduler.resources import Resources, placement_usage, pod_request
+from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand
 
 
-@dataclass
-class PendingReason:
-    reason: str  # short CamelCase code, as a Kubernetes condition reason
-    message: str
+class TreeUsage:
+    """Ledger listener: a holding's usage moves its owner queue's (and ancestors') allocated figures."""
+
+    def __init__(self, tree: QueueTree) -> None:
+        self.tree = tree
+
+    def changed(self, old: Holding | None, new: Holding | None) -> None:
+        if same_charge(old, new):
+            return
+        for h, sign in ((old, -1), (new, +1)):
+            if h is None or h.owner is None or h.owner.queue not in self.tree.nodes:
+                continue  # pods of other schedulers take capacity but belong to no queue
+            usage = placement_usage(h.placement)
+            delta = usage if sign > 0 else Resources() - usage
+            for node in self.tree.ancestors(h.owner.queue):
+                node.allocated = node.allocated + delta
+                if h.owner.nonpreemptible:
+                    node.allocated_np = node.allocated_np + delta
 
 
 @dataclass
 class Session:
     cache: Cache
-    policy: PlacementPolicy
+    placer: IncrementalPlacer
     now: float
     tree: QueueTree
     jobs: list[Job]
@@ -35,33 +66,51 @@ class Session:
     # Seconds spent per phase ("scoring", "commit"...), summed by the actions for the cycle's report.
     timings: dict[str, float] = field(default_factory=dict)
     reserved: dict[str, str] = field(default_factory=dict)  # pending pod uid -> reservation it takes
-    nonpreemptible: set[str] = field(default_factory=set)  # uids of pods of non-preemptible jobs
-    memo: dict[Any, Any] = field(default_factory=dict)  # per-cycle results the actions share
+    memo: Memo = field(default_factory=Memo)  # per-cycle results the actions share (typed keys)
     group_reasons: dict[str, PendingReason] = field(default_factory=dict)  # gangs with no pending pod
+    unavailable: set[int] = field(
+        default_factory=set
+    )  # rows whose GPUs take no pod for the rest of the cycle
+    _exclude: Array | None = field(default=None, repr=False)
+    _usage: TreeUsage | None = field(default=None, repr=False)
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.cache.ledger
+
+    @property
+    def state(self) -> ClusterState:
+        return self.cache.ledger.state
+
+    @property
+    def policy(self) -> PlacementPolicy:
+        return self.placer.policy
 
     @property
     def xp(self) -> ArrayNamespace:
         return self.cache.xp
 
     @classmethod
-    def open(cls, cache: Cache, policy: PlacementPolicy, now: float) -> Session:
+    def open(cls, cache: Cache, placer: IncrementalPlacer, now: float) -> Session:
         tree = QueueTree(cache.queues.values())
-        jobs = cache.jobs()  # kept across cycles; only changed jobs and those with pending pods rebuilt
-        # Usage per queue is kept by the cache as integer sums (GPU milli, CPU milli, MiB), updated as
-        # jobs change: one Resources per queue here, not one per running pod.
+        jobs = cache.index.jobs()  # kept across cycles; only changed jobs and those with pending pods rebuilt
+        # Usage per queue is kept by the job index as integer sums (GPU milli, CPU milli, MiB), updated as
+        # holdings change: one Resources per queue here, not one per running pod.
+        usage = cache.index.usage
         allocated = {
             q: _resources(u)
-            for q, u in cache.queue_usage().items()
+            for q, u in usage.by_queue().items()
             if q in tree.nodes  # pods of other schedulers take capacity but belong to no queue
         }
         allocated_np = {
-            q: _resources(u) for q, u in cache.queue_usage(nonpreemptible=True).items() if q in tree.nodes
+            q: _resources(u) for q, u in usage.by_queue(nonpreemptible=True).items() if q in tree.nodes
         }
-        for res in cache.reservations.values():  # a moving pod keeps counting where it is going
+        reservations = cache.ledger.reservations()
+        for res in reservations.values():  # a moving pod keeps counting where it is going
             if res.queue in tree.nodes:
                 allocated[res.queue] = allocated.get(res.queue, Resources()) + placement_usage(res.placement)
-        pending = cache.pending_jobs()  # jobs without pending pods request nothing more
-        reserved = match_reservations(cache.reservations, (p for job in pending for p in job.pending))
+        pending = cache.index.pending_jobs()  # jobs without pending pods request nothing more
+        reserved = match_reservations(reservations, (p for job in pending for p in job.pending))
         requested: dict[str, Resources] = {}
         for job in pending:
             if job.queue not in tree.nodes:
@@ -74,16 +123,58 @@ class Session:
         for q, a in allocated.items():
             requested[q] = requested.get(q, Resources()) + a
         tree.roll_up(allocated, requested, allocated_np)
-        compute_fair_shares(tree, cluster_capacity(cache))
-        return cls(
-            cache=cache, policy=policy, now=now, tree=tree, jobs=jobs, pending_jobs=pending, reserved=reserved,
-            nonpreemptible=cache.nonpreemptible,  # the cache's live set: read it, never change it
-        )  # fmt: skip
+        compute_fair_shares(tree, cluster_capacity(cache.state))
+        session = cls(
+            cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, pending_jobs=pending, reserved=reserved
+        )
+        session._usage = TreeUsage(tree)
+        cache.ledger.add_listener(session._usage)
+        return session
 
+    def close(self) -> None:
+        """Stop following the ledger (the cycle is over; the session stays readable)."""
+        if self._usage is not None:
+            self.cache.ledger.remove_listener(self._usage)
+            self._usage = None
+
+    # ------------------------------------------------------------------------------------ placement
+    def mask_node(self, row: int) -> None:
+        """The node's GPUs are busy for the rest of the cycle (a bind lock): no GPU pod goes there."""
+        if row not in self.unavailable:
+            self.unavailable.add(row)
+            self._exclude = None
+
+    def excluded(self, d: PodDemand) -> Array | None:
+        """bool[C]: rows `d` may not use this cycle (None when there are none)."""
+        if not self.unavailable or not d.uses_gpu:
+            return None
+        if self._exclude is None:
+            xp = self.xp
+            mask = xp.zeros((self.state.capacity,), dtype=xp.bool)
+            for row in sorted(self.unavailable):
+                mask[row] = True
+            self._exclude = mask
+        return self._exclude
+
+    def place(self, d: PodDemand) -> Placement | None:
+        """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`)."""
+        return self.placer.place(d, exclude=self.excluded(d))
+
+    def place_one(self, d: PodDemand) -> Placement | None:
+        """Where `d` goes now, scored afresh (for plans tried and rolled back by the thousand)."""
+        return place_one(self.state, self.policy, d, exclude=self.excluded(d))
+
+    def feasible(self, d: PodDemand) -> tuple[Array, Array]:
+        """(bool[N] nodes `d` fits now, bool[N, G] GPUs it fits), masked nodes left out."""
+        mask, fit = feasible(self.state, d)
+        exclude = self.excluded(d)
+        return (mask if exclude is None else mask & ~exclude), fit
+
+    # -------------------------------------------------------------------------------------- reports
     def add_time(self, phase: str, seconds: float) -> None:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
-    def set_reason(self, pod: PodInfo, reason: str, message: str) -> None:
+    def set_reason(self, pod: PodInfo, reason: Reason, message: str) -> None:
         self.reasons[pod.uid] = PendingReason(reason, message)
 
     def event(self, type_: str, action: str, pod: PodInfo, message: str = "", **extra: Any) -> None:
@@ -98,20 +189,8 @@ class Session:
             | extra
         )
 
-    def charge(self, queue: str, usage: Resources, sign: int, pod: PodInfo | None = None) -> None:
-        """Move a queue's (and its ancestors') allocated figure as placements come and go in a cycle."""
-        if queue not in self.tree.nodes:
-            return
-        delta = usage if sign > 0 else Resources() - usage
-        np = pod is not None and pod.uid in self.nonpreemptible
-        for node in self.tree.ancestors(queue):
-            node.allocated = node.allocated + delta
-            if np:
-                node.allocated_np = node.allocated_np + delta
 
-
-def cluster_capacity(cache: Cache) -> Resources:
-    s = cache.state
+def cluster_capacity(s: ClusterState) -> Resources:
     xp = s.xp
     live = xp.astype(s.valid, xp.int64)
     gpus = int(xp.sum(xp.astype(s.present & s.healthy, xp.int64) * live[:, None]))

@@ -1,37 +1,46 @@
-"""A transaction over the session (KAI's "statement"): actions try placements and evictions on the
+"""A transaction over the ledger (KAI's "statement"): actions try placements and evictions on the
 snapshot, then either commit them to the cluster or roll every one of them back.
 
-Nothing reaches the cluster before `commit`: a gang that cannot be placed whole, or a reclaim whose
-beneficiary still does not fit, leaves no trace.
+Each step is one ledger operation (arrays, holdings and queue usage together) plus an `Op` that says what
+to tell the cluster at commit. Nothing reaches the cluster before `commit`: a gang that cannot be placed
+whole, or a reclaim whose beneficiary still does not fit, leaves no trace (`rollback` is the ledger's).
 
 A third kind of step, `reserve`, plans where an evicted pod goes next (consolidation moves pods). The
-Cluster interface has no "move": the victim is evicted and its controller recreates it, so at commit the
-planned place becomes a reservation in the cache (it keeps its resources charged) and `allocate` binds the
-recreated pod there first thing next cycle (see `scheduler/reservations.py`).
+Cluster interface has no "move": the victim is evicted and its controller recreates it, so the planned
+place is a reservation in the ledger (it keeps its resources charged) and the `bind_reserved` action binds
+the recreated pod there next cycle (see `scheduler/reservations.py`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
 
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
 from scheduler.cluster import BindError, Cluster, EvictError
+from scheduler.jobs import Job
+from scheduler.ledger import Owner
 from scheduler.model import Placement, PodInfo, PodPhase
+from scheduler.reasons import Reason
 from scheduler.reservations import RESERVATION_TTL_S, Reservation
-from scheduler.resources import placement_usage
 from scheduler.session import Session
 
 log = logging.getLogger(__name__)
 
 
+class OpKind(StrEnum):
+    PLACE = "place"  # bind the pod there at commit
+    EVICT = "evict"  # evict the pod at commit (before any bind: the binds count on its resources)
+    RESERVE = "reserve"  # keep the place for the evicted pod's replacement
+
+
 @dataclass(frozen=True)
 class Op:
-    kind: Literal["place", "evict", "reserve"]
+    kind: OpKind
     pod: PodInfo
-    queue: str
     placement: Placement
+    owner: Owner | None  # whom the holding was charged to
     action: str
     message: str = ""
     beneficiary: str = ""  # the job an eviction or reservation makes room for
@@ -44,72 +53,59 @@ class Outcome:
     failed: list[tuple[PodInfo, str]]
 
 
+def owner_of(job: Job) -> Owner:
+    return Owner(job.queue, job.key, not job.preemptible)
+
+
 class Transaction:
     def __init__(self, session: Session, action: str) -> None:
         self.session = session
+        self.ledger = session.ledger
         self.action = action
         self.ops: list[Op] = []
-        self._state_cp = session.cache.state.checkpoint()
+        self._start = self.ledger.begin()
 
     # ---------------------------------------------------------------------------------- simulate
-    def place(self, pod: PodInfo, queue: str, placement: Placement, message: str = "") -> None:
-        s = self.session
-        s.cache.state.place(placement)
-        s.cache.assume(pod, placement)
-        s.charge(queue, placement_usage(placement), +1, pod)
-        self.ops.append(Op("place", pod, queue, placement, self.action, message))
+    def place(self, pod: PodInfo, job: Job, placement: Placement, message: str = "") -> None:
+        owner = owner_of(job)
+        self.ledger.hold(pod.uid, placement, owner)
+        self.ops.append(Op(OpKind.PLACE, pod, placement, owner, self.action, message))
 
-    def evict(self, pod: PodInfo, queue: str, message: str, beneficiary: str = "") -> None:
-        s = self.session
-        placement = s.cache.unassume(pod.uid)
-        if placement is None:
+    def evict(self, pod: PodInfo, message: str, beneficiary: str = "") -> None:
+        held = self.ledger.release(pod.uid)
+        if held is None:
             raise ValueError(f"pod {pod.key} holds nothing to evict")
-        s.cache.state.release(placement)
-        s.charge(queue, placement_usage(placement), -1, pod)
-        self.ops.append(Op("evict", pod, queue, placement, self.action, message, beneficiary))
+        self.ops.append(Op(OpKind.EVICT, pod, held.placement, held.owner, self.action, message, beneficiary))
 
-    def reserve(self, pod: PodInfo, queue: str, placement: Placement, beneficiary: str) -> None:
+    def reserve(self, pod: PodInfo, job: Job, placement: Placement, beneficiary: str) -> None:
         """Plan the new place of a pod evicted in this transaction (it is recreated and bound there)."""
-        s = self.session
-        s.cache.state.place(placement)
-        s.charge(queue, placement_usage(placement), +1, pod)
-        self.ops.append(Op("reserve", pod, queue, placement, self.action, "", beneficiary))
+        expires = self.session.now + RESERVATION_TTL_S
+        self.ledger.reserve(Reservation.of(pod, job.queue, placement, beneficiary, expires_s=expires))
+        self.ops.append(Op(OpKind.RESERVE, pod, placement, owner_of(job), self.action, "", beneficiary))
 
     def checkpoint(self) -> tuple[int, int]:
-        return len(self.ops), self.session.cache.state.checkpoint()
+        return len(self.ops), self.ledger.checkpoint()
 
     def rollback_to(self, cp: tuple[int, int]) -> None:
-        n_ops, state_cp = cp
-        s = self.session
-        s.cache.state.rollback(state_cp)
-        while len(self.ops) > n_ops:
-            op = self.ops.pop()
-            if op.kind == "place":
-                s.cache.unassume(op.pod.uid)
-                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
-            elif op.kind == "reserve":
-                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
-            else:
-                s.cache.assume(op.pod, op.placement)
-                s.charge(op.queue, placement_usage(op.placement), +1, op.pod)
+        n_ops, ledger_cp = cp
+        self.ledger.rollback(ledger_cp)
+        del self.ops[n_ops:]
 
     def rollback(self) -> None:
-        self.rollback_to((0, self._state_cp))
+        self.rollback_to((0, self._start))
+        self.ledger.commit()  # nothing left to undo: close the journal
 
     def planned_evictions(self) -> list[Op]:
-        return [op for op in self.ops if op.kind == "evict"]
+        return [op for op in self.ops if op.kind is OpKind.EVICT]
 
     # ---------------------------------------------------------------------------------- commit
     def commit(self, cluster: Cluster) -> Outcome:
         """Evictions first (their resources are what the placements count on), then binds."""
         s = self.session
-        bound: list[PodInfo] = []
         evicted: list[PodInfo] = []
         failed: list[tuple[PodInfo, str]] = []
         refused: list[Op] = []
-        for op in self.ops:
-            if op.kind != "evict":
-                continue
+        for op in self.planned_evictions():
             try:
                 cluster.evict(op.pod, action=op.action, message=op.message)
             except EvictError as exc:
@@ -119,25 +115,26 @@ class Transaction:
                 continue
             evicted.append(op.pod)
             extra = {"beneficiary": op.beneficiary} if op.beneficiary else {}
-            node_name = s.cache.state.node_names[op.placement.node]
+            node_name = s.state.node_names[op.placement.node]
             s.event("Evicted", op.action, op.pod, op.message, node=node_name, **extra)
         if refused:
-            return self._undo_after_refusal(refused, evicted, failed)
+            self._give_back(refused, failed)
+            return Outcome([], evicted, failed)
+        bound = self._bind(cluster, failed)
+        self.ledger.commit()
+        self.ops.clear()
+        return Outcome(bound, evicted, failed)
+
+    def _bind(self, cluster: Cluster, failed: list[tuple[PodInfo, str]]) -> list[PodInfo]:
+        """Bind the placed pods in order. After a bind fails the rest of the transaction's pods are not
+        tried (they were planned together, e.g. a gang): they go back to pending for the next cycle."""
+        s = self.session
+        bound: list[PodInfo] = []
+        first_failure: str | None = None
         for op in self.ops:
-            if op.kind != "reserve":
+            if op.kind is not OpKind.PLACE:
                 continue
-            if failed:  # the move it belongs to did not happen: give the planned place back
-                s.cache.state.release(op.placement)
-                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
-                continue
-            res = Reservation.of(
-                op.pod, op.queue, op.placement, op.beneficiary, expires_s=s.now + RESERVATION_TTL_S
-            )
-            s.cache.reserve(res)
-        for op in self.ops:
-            if op.kind != "place":
-                continue
-            node = s.cache.state.nodes[op.placement.node]
+            node = s.state.nodes[op.placement.node]
             assert node is not None
             assignment = GPUAssignment(
                 node=node.name,
@@ -145,48 +142,42 @@ class Transaction:
                       for g in op.placement.gpus],
             )  # fmt: skip
             try:
-                if failed:
-                    raise BindError("a planned eviction was refused; retrying next cycle")
-                cluster.bind(op.pod, assignment)
+                if first_failure is not None:
+                    raise BindError(first_failure)
+                result = cluster.bind(op.pod, assignment)
             except BindError as exc:
-                s.cache.unassume(op.pod.uid)
-                s.cache.state.release(op.placement)
-                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
-                s.set_reason(op.pod, "BindFailed", str(exc))
-                failed.append((op.pod, str(exc)))
+                if exc.node_busy:
+                    s.mask_node(op.placement.node)
+                why = str(exc)
+                if first_failure is None:
+                    first_failure = f"not bound: binding {op.pod.key} failed ({why}); retrying next cycle"
+                self.ledger.release(op.pod.uid)
+                s.set_reason(op.pod, Reason.BIND_FAILED, why)
+                failed.append((op.pod, why))
                 continue
+            if result.node_busy:
+                s.mask_node(op.placement.node)
             op.pod.node = node.name
             op.pod.phase = PodPhase.BOUND
             bound.append(op.pod)
             gpus = [{"index": g.slot, "milli": g.milli} for g in op.placement.gpus]
             s.event("Scheduled", op.action, op.pod, op.message, node=node.name, gpus=gpus)
-        s.cache.state.commit()
-        self.ops.clear()
-        return Outcome(bound, evicted, failed)
+        return bound
 
-    def _undo_after_refusal(
-        self, refused: list[Op], evicted: list[PodInfo], failed: list[tuple[PodInfo, str]]
-    ) -> Outcome:
+    def _give_back(self, refused: list[Op], failed: list[tuple[PodInfo, str]]) -> None:
         """An eviction was refused (e.g. by a PodDisruptionBudget): the victims keep running, so nothing
         planned on their resources is made. The planned placements and reservations are given back first,
         and only then do the refused victims take their resources again (both are in the state until then;
         the other way round over-commits the GPU)."""
-        s = self.session
         why = "a planned eviction was refused; retrying next cycle"
         for op in self.ops:
-            if op.kind == "place":
-                s.cache.unassume(op.pod.uid)
-                s.cache.state.release(op.placement)
-                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
-                s.set_reason(op.pod, "BindFailed", why)
+            if op.kind is OpKind.PLACE:
+                self.ledger.release(op.pod.uid)
+                self.session.set_reason(op.pod, Reason.BIND_FAILED, why)
                 failed.append((op.pod, why))
-            elif op.kind == "reserve":
-                s.cache.state.release(op.placement)
-                s.charge(op.queue, placement_usage(op.placement), -1, op.pod)
+            elif op.kind is OpKind.RESERVE:
+                self.ledger.unreserve(op.pod.key)
         for op in refused:
-            s.cache.state.place(op.placement)
-            s.cache.assume(op.pod, op.placement)
-            s.charge(op.queue, placement_usage(op.placement), +1, op.pod)
-        s.cache.state.commit()
+            self.ledger.hold(op.pod.uid, op.placement, op.owner)
+        self.ledger.commit()
         self.ops.clear()
-        return Outcome([], evicted, failed)

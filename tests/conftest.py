@@ -6,6 +6,5 @@ import os
 os.environ.setdefault("TESSERA_ARRAY_BACKEND", "numpy")
 
 # Fixtures shared by every area's tests: the real control plane (control_plane, kube_admin, namespace, tessera,
-# scene, fault_proxy). The in-test fake API server (kube_api) is kept only for the one test that has not moved
-# yet (tests/fakes/README.md).
-pytest_plugins = ["tests.controlplane.fixtures", "tests.fakes.fixtures"]
+# scene, fault_proxy). Faults come from the proxy in front of the real API server (tests/controlplane/).
+pytest_plugins = ["tests.controlplane.fixtures"]

@@ -1,29 +1,45 @@
-"""Scheduling actions, run in order every cycle on the session (KAI Scheduler's action pipeline)."""
+"""Scheduling actions, run in order every cycle on the session (KAI Scheduler's action pipeline).
 
-from collections.abc import Callable
+Every step is named in the pipeline: `bind_reserved` (pods moved by consolidation go where their move was
+planned), `allocate`, `consolidate`, `reclaim`, `preempt`, `stale_gang`. An unknown name is an error.
+"""
 
-from scheduler.actions.allocate import allocate
-from scheduler.actions.consolidate import consolidate
-from scheduler.actions.preempt import preempt
-from scheduler.actions.reclaim import reclaim
-from scheduler.actions.stale_gang import stale_gang
-from scheduler.cluster import Cluster
-from scheduler.session import Session
+from collections.abc import Callable, Iterable
 
-Action = Callable[[Session, Cluster], None]
+from scheduler.actions.action import Action
+from scheduler.actions.allocate import Allocate
+from scheduler.actions.consolidate import Consolidate
+from scheduler.actions.preempt import Preempt
+from scheduler.actions.reclaim import Reclaim
+from scheduler.actions.reserved import BindReserved
+from scheduler.actions.stale_gang import StaleGang
 
-ACTIONS: dict[str, Action] = {
-    "allocate": allocate,
-    "consolidate": consolidate,
-    "reclaim": reclaim,
-    "preempt": preempt,
-    "stale_gang": stale_gang,
+ActionFactory = Callable[[], Action]
+
+ACTIONS: dict[str, ActionFactory] = {
+    "bind_reserved": BindReserved,
+    "allocate": Allocate,
+    "consolidate": Consolidate,
+    "reclaim": Reclaim,
+    "preempt": Preempt,
+    "stale_gang": StaleGang,
 }
-DEFAULT_ACTIONS = ("allocate", "consolidate", "reclaim", "preempt", "stale_gang")
+DEFAULT_ACTIONS = ("bind_reserved", "allocate", "consolidate", "reclaim", "preempt", "stale_gang")
 
 
-def register_action(name: str, action: Action) -> None:
-    ACTIONS[name] = action
+def register_action(name: str, factory: ActionFactory) -> None:
+    ACTIONS[name] = factory
 
 
-__all__ = ["ACTIONS", "DEFAULT_ACTIONS", "Action", "register_action"]
+def make_actions(names: Iterable[str]) -> list[Action]:
+    """One fresh action per name, in order. Raises ValueError naming every unknown one."""
+    names = list(names)
+    unknown = [n for n in names if n not in ACTIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown action(s) {', '.join(map(repr, unknown))}; choose from {', '.join(ACTIONS)}"
+        )
+    return [ACTIONS[n]() for n in names]
+
+
+__all__ = ["ACTIONS", "DEFAULT_ACTIONS", "Action", "ActionFactory", "make_actions", "register_action"]

@@ -5,23 +5,23 @@ from __future__ import annotations
 import time
 
 from scheduler.actions.ordering import jobs_in_order
-from scheduler.actions.reserved import bind_reserved
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.placement.explain import explain_unschedulable
+from scheduler.reasons import Reason
 from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
 from scheduler.transaction import Transaction
 
 
-def admissible(session: Session, job: Job) -> tuple[str, str] | None:
+def admissible(session: Session, job: Job) -> tuple[Reason, str] | None:
     """(reason, message) when the job's queue may not take it now, else None."""
     tree = session.tree
     request = job.pending_request()
     if (msg := tree.limit_exceeded(job.queue, request)) is not None:
-        return ("OverLimit", msg)
+        return (Reason.OVER_LIMIT, msg)
     if not job.preemptible and (msg := tree.quota_exceeded(job.queue, request)) is not None:
-        return ("OverQuota", msg)
+        return (Reason.OVER_QUOTA, msg)
     return None
 
 
@@ -32,75 +32,79 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
     the cluster, so an identical demand will not fit later in the same action either. Failures seen while
     this transaction holds placements are not remembered: those placements may yet be rolled back.
     """
-    xp, state = session.xp, session.cache.state
-    placer = session.cache.placer(session.policy)
     placed = 0
     for i, pod in enumerate(job.pending):
         d = demand_for(pod)
         msg = unplaceable.get(d)
         t0 = time.perf_counter()
-        pl = None if msg is not None else placer.place(xp, d)
+        pl = None if msg is not None else session.place(d)
         t1 = time.perf_counter()
         session.add_time("scoring", t1 - t0)
         if pl is None:
             if msg is None:
-                msg = explain_unschedulable(xp, state, d)
+                msg = explain_unschedulable(session.state, d)
                 if not tx.ops:
                     unplaceable[d] = msg
-            session.set_reason(pod, "Unschedulable", msg)
+            session.set_reason(pod, Reason.UNSCHEDULABLE, msg)
             if placed + (len(job.pending) - i - 1) < job.need:
                 break  # the gang can no longer reach minMember
             continue
-        tx.place(pod, job.queue, pl)
+        tx.place(pod, job, pl)
         session.add_time("commit", time.perf_counter() - t1)
         placed += 1
     return placed
 
 
-def allocate(session: Session, cluster: Cluster) -> None:
-    bind_reserved(session, cluster)  # pods moved by consolidation go where their move was planned
-    unplaceable: dict[PodDemand, str] = {}
-    pending_jobs = []
+def _schedulable(session: Session) -> list[Job]:
+    """The jobs with pending pods worth placing: invalid pods and pods of invalid queues are told why."""
+    out = []
     for job in session.pending_jobs:  # the others have nothing to allocate
-        bad = [p for p in job.pending if p.error]
-        for p in bad:
-            session.set_reason(p, "InvalidRequest", p.error or "")
+        for p in job.pending:
+            if p.error:
+                session.set_reason(p, Reason.INVALID_REQUEST, p.error)
         job.pending = [p for p in job.pending if not p.error]
         if not job.pending:
             continue
         if (err := session.tree.leaf_error(job.queue)) is not None:
             for p in job.pending:
-                session.set_reason(p, "InvalidQueue", err)
+                session.set_reason(p, Reason.INVALID_QUEUE, err)
             continue
-        pending_jobs.append(job)
-    for job in jobs_in_order(session, pending_jobs):
-        if job.is_gang and len(job.pending) < job.need:
-            for p in job.pending:
-                session.set_reason(
-                    p, "GangIncomplete",
-                    f"gang {job.key} needs {job.min_member} pods; only {len(job.pending) + len(job.running)} exist",
-                )  # fmt: skip
-            continue
-        verdict = admissible(session, job)
-        if verdict is not None:
-            for p in job.pending:
-                session.set_reason(p, *verdict)
-            continue
-        tx = Transaction(session, "allocate")
-        placed = try_place_job(session, job, tx, unplaceable)
-        if placed == 0 or placed < job.need:
-            tx.rollback()
-            if job.is_gang:
-                failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
-                detail = failed[-1] if failed else "capacity taken by earlier placements"
-                for p in job.pending:
-                    session.set_reason(
-                        p, "GangUnschedulable",
-                        f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}",
-                    )  # fmt: skip
-            continue
-        t0 = time.perf_counter()
-        outcome = tx.commit(cluster)
-        session.add_time("commit", time.perf_counter() - t0)
-        for p in outcome.bound:
-            session.reasons.pop(p.uid, None)
+        out.append(job)
+    return out
+
+
+def _tell_all(session: Session, job: Job, reason: Reason, message: str) -> None:
+    for p in job.pending:
+        session.set_reason(p, reason, message)
+
+
+class Allocate:
+    name = "allocate"
+
+    def execute(self, session: Session, cluster: Cluster) -> None:
+        unplaceable: dict[PodDemand, str] = {}
+        for job in jobs_in_order(session, _schedulable(session)):
+            if job.is_gang and len(job.pending) < job.need:
+                exist = len(job.pending) + len(job.running)
+                msg = f"gang {job.key} needs {job.min_member} pods; only {exist} exist"
+                _tell_all(session, job, Reason.GANG_INCOMPLETE, msg)
+                continue
+            verdict = admissible(session, job)
+            if verdict is not None:
+                _tell_all(session, job, *verdict)
+                continue
+            tx = Transaction(session, "allocate")
+            placed = try_place_job(session, job, tx, unplaceable)
+            if placed == 0 or placed < job.need:
+                tx.rollback()
+                if job.is_gang:
+                    failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
+                    detail = failed[-1] if failed else "capacity taken by earlier placements"
+                    msg = f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}"
+                    _tell_all(session, job, Reason.GANG_UNSCHEDULABLE, msg)
+                continue
+            t0 = time.perf_counter()
+            outcome = tx.commit(cluster)
+            session.add_time("commit", time.perf_counter() - t0)
+            for p in outcome.bound:
+                session.reasons.pop(p.uid, None)

@@ -13,16 +13,10 @@ from functools import partial
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.queue_checks import EPS, contended
 from scheduler.actions.victims import VictimSearch, candidates
-from scheduler.actions.views import (
-    CAPACITY_REASONS,
-    capacity_blocked,
-    label,
-    need_now,
-    request_of,
-    waiting_jobs,
-)
+from scheduler.actions.views import capacity_blocked, label, need_now, request_of, waiting_jobs
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
+from scheduler.reasons import PREEMPTING_HELPS
 from scheduler.resources import Resources
 from scheduler.session import Session
 from scheduler.transaction import Transaction
@@ -30,35 +24,37 @@ from scheduler.transaction import Transaction
 ACTION_BUDGET_S = 0.25
 
 
-def preempt(session: Session, cluster: Cluster) -> None:
-    start = time.perf_counter()
-    # Over quota or limit may be cured too: by evicting lower-priority pods of the same queue.
-    reasons = (*CAPACITY_REASONS, "OverQuota", "OverLimit")
-    for job in jobs_in_order(session, waiting_jobs(session, reasons)):
-        if time.perf_counter() - start > ACTION_BUDGET_S:
-            break
-        pods = capacity_blocked(session, job, reasons)
-        if not pods:
-            continue
-        count = need_now(session, job)
-        request = request_of(pods[:count])
-        pool = [
-            v for v in candidates(session)
-            if v.job.queue == job.queue and v.job.priority < job.priority and v.job.key != job.key
-        ]  # fmt: skip
-        if not pool:
-            continue
-        before = {n.name: n.allocated for n in session.tree.ancestors(job.queue)}
-        tx = Transaction(session, "preempt")
-        why = f"preempted by {label(job)} (priority {job.priority}) in queue {job.queue}"
-        room = partial(_queue_allows, session, job, request, before)
-        search = VictimSearch(session, tx, job, pods, count, lambda v: True, why, room)
-        if search.run(pool) is None:
-            tx.rollback()
-            continue
-        outcome = tx.commit(cluster)
-        for p in outcome.bound:
-            session.reasons.pop(p.uid, None)
+class Preempt:
+    name = "preempt"
+
+    def execute(self, session: Session, cluster: Cluster) -> None:
+        start = time.perf_counter()
+        # Over quota or limit may be cured too: by evicting lower-priority pods of the same queue.
+        for job in jobs_in_order(session, waiting_jobs(session, PREEMPTING_HELPS)):
+            if time.perf_counter() - start > ACTION_BUDGET_S:
+                break
+            pods = capacity_blocked(session, job, PREEMPTING_HELPS)
+            if not pods:
+                continue
+            count = need_now(session, job)
+            request = request_of(pods[:count])
+            pool = [
+                v for v in candidates(session)
+                if v.job.queue == job.queue and v.job.priority < job.priority and v.job.key != job.key
+            ]  # fmt: skip
+            if not pool:
+                continue
+            before = {n.name: n.allocated for n in session.tree.ancestors(job.queue)}
+            tx = Transaction(session, "preempt")
+            why = f"preempted by {label(job)} (priority {job.priority}) in queue {job.queue}"
+            room = partial(_queue_allows, session, job, request, before)
+            search = VictimSearch(session, tx, job, pods, count, lambda v: True, why, room)
+            if search.run(pool) is None:
+                tx.rollback()
+                continue
+            outcome = tx.commit(cluster)
+            for p in outcome.bound:
+                session.reasons.pop(p.uid, None)
 
 
 def _queue_allows(session: Session, job: Job, request: Resources, before: dict[str, Resources]) -> bool:

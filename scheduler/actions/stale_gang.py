@@ -2,7 +2,7 @@
 
 A gang below minMember holds GPUs it cannot use (a distributed job waits for its lost workers). Members
 that finished successfully still count. The grace period (`PodGroup.spec.staleGraceSeconds`) lets a lost
-member be recreated and placed again first; the clock is kept in the cache across cycles.
+member be recreated and placed again first; the clock is kept by the action across cycles.
 """
 
 from __future__ import annotations
@@ -12,40 +12,48 @@ from collections import Counter
 from scheduler.actions.views import running_now
 from scheduler.cluster import Cluster
 from scheduler.model import PodPhase
-from scheduler.session import PendingReason, Session
+from scheduler.reasons import PendingReason, Reason
+from scheduler.session import Session
 from scheduler.transaction import Transaction
 
 
-def stale_gang(session: Session, cluster: Cluster) -> None:
-    cache, now = session.cache, session.now
-    succeeded = Counter(p.group for p in cache.pods.values() if p.group and p.phase == PodPhase.SUCCEEDED)
-    below: set[str] = set()
-    for job in session.jobs:
-        if not job.is_gang:
-            continue
-        running = running_now(session, job)
-        present = len(running) + succeeded[job.key]
-        if not running or present >= job.min_member:
-            continue
-        below.add(job.key)
-        since = cache.stale_since.setdefault(job.key, now)
-        left = since + job.stale_grace_s - now
-        if left > 0:
-            msg = (f"gang {job.key} runs {present} of {job.min_member} members; evicted whole in {left:.0f}s "
-                   "unless the missing members are placed")  # fmt: skip
-            for p in job.pending:
-                if p.uid not in cache.placements:
-                    session.set_reason(p, "GangBelowMinMember", msg)
-            session.group_reasons[job.key] = PendingReason("GangBelowMinMember", msg)
-            continue
-        tx = Transaction(session, "stale_gang")
-        msg = (f"gang {job.key} ran {present} of {job.min_member} members for {now - since:.0f}s "
-               f"(grace {job.stale_grace_s:g}s); evicted whole")  # fmt: skip
-        for p in running:
-            tx.evict(p, job.queue, msg)
-        tx.commit(cluster)
-        del cache.stale_since[job.key]
-        below.discard(job.key)
-    for key in list(cache.stale_since):
-        if key not in below:
-            del cache.stale_since[key]
+class StaleGang:
+    name = "stale_gang"
+
+    def __init__(self) -> None:
+        self.stale_since: dict[str, float] = {}  # since when each running gang has been below minMember
+
+    def execute(self, session: Session, cluster: Cluster) -> None:
+        now = session.now
+        pods = session.cache.pods
+        succeeded = Counter(p.group for p in pods.values() if p.group and p.phase == PodPhase.SUCCEEDED)
+        below: set[str] = set()
+        for job in session.jobs:
+            if not job.is_gang:
+                continue
+            running = running_now(session, job)
+            present = len(running) + succeeded[job.key]
+            if not running or present >= job.min_member:
+                continue
+            below.add(job.key)
+            since = self.stale_since.setdefault(job.key, now)
+            left = since + job.stale_grace_s - now
+            if left > 0:
+                msg = (f"gang {job.key} runs {present} of {job.min_member} members; evicted whole in {left:.0f}s "
+                       "unless the missing members are placed")  # fmt: skip
+                for p in job.pending:
+                    if p.uid not in session.ledger:
+                        session.set_reason(p, Reason.GANG_BELOW_MIN_MEMBER, msg)
+                session.group_reasons[job.key] = PendingReason(Reason.GANG_BELOW_MIN_MEMBER, msg)
+                continue
+            tx = Transaction(session, "stale_gang")
+            msg = (f"gang {job.key} ran {present} of {job.min_member} members for {now - since:.0f}s "
+                   f"(grace {job.stale_grace_s:g}s); evicted whole")  # fmt: skip
+            for p in running:
+                tx.evict(p, msg)
+            tx.commit(cluster)
+            del self.stale_since[job.key]
+            below.discard(job.key)
+        for key in list(self.stale_since):
+            if key not in below:
+                del self.stale_since[key]

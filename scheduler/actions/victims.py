@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from scheduler.actions.views import label, place_members, running_now, static_rows
 from scheduler.jobs import Job
+from scheduler.memo import MemoKey
 from scheduler.model import PodInfo
-from scheduler.placement.filters import feasible
 from scheduler.resources import Resources, placement_usage
 from scheduler.session import Session
 from scheduler.state.demand import demand_for
@@ -40,15 +40,22 @@ class Victim:
         return (self.job.priority, -self.job.created_s, len(self.pods), self.job.key)
 
 
+# The running preemptible jobs as the first action that asked found them (see `candidates`).
+VICTIMS: MemoKey[list[Victim]] = MemoKey("victims")
+
+
 def candidates(session: Session) -> list[Victim]:
     """Running preemptible jobs, most expendable first.
 
     Computed once per cycle; jobs evicted since then are left out. Pods placed later in the cycle are
     not candidates in it (evicting what was just bound would only churn)."""
-    held = session.cache.placements
-    cached: list[Victim] | None = session.memo.get("victims")
-    if cached is not None:
-        return [v for v in cached if all(p.uid in held for p in v.pods)]
+    held = session.ledger.pods
+    return [v for v in session.memo.get(VICTIMS, lambda: _running_preemptible(session))
+            if all(p.uid in held for p in v.pods)]  # fmt: skip
+
+
+def _running_preemptible(session: Session) -> list[Victim]:
+    held = session.ledger.pods
     out = []
     for job in session.jobs:
         if not job.preemptible:
@@ -58,16 +65,15 @@ def candidates(session: Session) -> list[Victim]:
             continue
         usage = Resources()
         for p in pods:
-            usage = usage + placement_usage(held[p.uid])
-        out.append(Victim(job, tuple(pods), usage, frozenset(held[p.uid].node for p in pods)))
+            usage = usage + placement_usage(held[p.uid].placement)
+        out.append(Victim(job, tuple(pods), usage, frozenset(held[p.uid].placement.node for p in pods)))
     out.sort(key=Victim.sort_key)
-    session.memo["victims"] = out
     return out
 
 
 def evict(tx: Transaction, v: Victim, message: str, beneficiary: str) -> None:
     for p in v.pods:
-        tx.evict(p, v.job.queue, message, beneficiary)
+        tx.evict(p, message, beneficiary)
 
 
 @dataclass
@@ -88,8 +94,8 @@ class VictimSearch:
         self.cp = self.tx.checkpoint()
         if self._try([], keep=True):  # room freed earlier in this action may already do
             return []
-        xp, state = self.session.xp, self.session.cache.state
-        rows = static_rows(xp, state, demand_for(self.pods[0]))
+        state = self.session.state
+        rows = static_rows(state, demand_for(self.pods[0]))
         pool = [v for v in pool if any(bool(rows[r]) for r in v.nodes)]
         if not pool:
             return None
@@ -120,7 +126,6 @@ class VictimSearch:
         return ok
 
     def _per_node(self, pool: list[Victim]) -> list[Victim] | None:
-        xp, state = self.session.xp, self.session.cache.state
         d = demand_for(self.pods[0])
         by_node: dict[int, list[Victim]] = {}
         for v in pool:
@@ -137,7 +142,7 @@ class VictimSearch:
                     continue
                 evict(self.tx, v, "", label(self.job))
                 chosen.append(v)
-                mask, _ = feasible(xp, state, d)
+                mask, _ = self.session.feasible(d)
                 if bool(mask[row]) and self.room():
                     fits = True
                     break

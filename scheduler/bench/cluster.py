@@ -17,7 +17,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, EvictError, Kind, WatchEvent
+from scheduler.cluster import BindError, BindResult, EvictError, Kind, WatchEvent
 from scheduler.model import PodInfo
 
 Obj = dict[str, Any]
@@ -41,7 +41,10 @@ class BenchCluster:
         events, self._events = self._events, []
         return events
 
-    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+    def epoch_s(self) -> float:
+        return time.time()
+
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         obj = self.pods.get(pod.key)
         if obj is None:
             raise BindError(f"pod {pod.key} no longer exists")
@@ -58,6 +61,7 @@ class BenchCluster:
         self.pending_reasons.pop(pod.key, None)
         self.bound_at.append(time.perf_counter())
         self._events.append(WatchEvent("Pod", "MODIFIED", bound))
+        return BindResult()
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         """Delete the pod; its controller recreates it at once as a new pending pod (new uid)."""

@@ -232,14 +232,13 @@ def give_typical_workload(sched: Scheduler, pods: list[dict[str, Any]]) -> None:
     """Fragmentation-aware policies (fgd) measure fragments against a typical workload; as in the FGD
     paper and `tessera replay`, it is taken from the workload itself. Without it they learn it from the
     pods they are asked about, which the benchmark would then measure too."""
-    setter = getattr(sched.policy, "set_typical_workload", None)
-    if setter is None:
+    if not sched.policy.capabilities.typical_workload:
         return
     from scheduler.objects import parse_pod
     from scheduler.placement.workload import TypicalWorkload
     from scheduler.state.demand import demand_for
 
-    setter(TypicalWorkload.from_demands(demand_for(parse_pod(p)) for p in pods))
+    sched.policy.set_typical_workload(TypicalWorkload.from_demands(demand_for(parse_pod(p)) for p in pods))
 
 
 def backend_label(xp: Any) -> str:

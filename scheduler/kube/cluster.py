@@ -3,9 +3,11 @@
 Informers keep watch caches of Pods, Nodes, Queues, PodGroups, GPUNodeReports and PriorityClasses and feed
 a queue that `drain_events` hands to the cycle. Before a pod event reaches the cycle the adapter:
 - drops unbound pods of other schedulers (only pods of ours and pods holding node resources matter);
-- puts the pod in its PodGroup: the podgrouper derives the group from the pod's top owner, the PodGroup is
-  created once, and its ADDED event is sent ahead of the pod so a gang is never seen without its minMember
-  (single-pod groups get no PodGroup object: the pod is its own job);
+- puts the pod in its PodGroup: the podgrouper derives the group from the pod's owners and keeps the
+  PodGroup in step with its workload (`podgrouper/reconciler.py`); a PodGroup it writes is sent ahead of
+  the pod so a gang is never seen without its minMember. Finished pods keep their group, so stale-gang
+  eviction counts a member that succeeded (a pod whose group says nothing more than the pod itself gets no
+  PodGroup object: it is its own job);
 - fills `spec.priority` from the PriorityClass when the API server left it out;
 - shows pods it bound as bound until the watch catches up, and pods it evicted as gone, so the cycle never
   sees an assumed placement undone by a stale event (which would double-allocate the GPU share).
@@ -17,28 +19,31 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from kubernetes import client
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GROUP, KAI_POD_GROUP, POD_GROUP, SCHEDULER_NAME, VERSION
+from scheduler.api.keys import GROUP, KAI_POD_GROUP, POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME, VERSION
 from scheduler.api.podgroup import PodGroupStatus
+from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, EvictError, Kind, WatchEvent
+from scheduler.cluster import BindError, BindResult, EvictError, Kind, WatchEvent
 from scheduler.kube.backoff import Backoff
-from scheduler.kube.binder import Binder, BindResult
+from scheduler.kube.binder import Binder
+from scheduler.kube.binder import BindResult as ApiBindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
 from scheduler.kube.lock_view import NodeLockView
-from scheduler.kube.owners import ApiOwnerLookup
-from scheduler.kube.podgrouper import GroupSpec, group_for_pod
-from scheduler.kube.podgroups import PodGroupEnsurer
+from scheduler.kube.podgrouper.book import Decision, GroupBook
+from scheduler.kube.podgrouper.owners import OwnerReader
+from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
 from scheduler.model import PodInfo
+from scheduler.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +78,6 @@ class KubeCluster:
         )
         self.queue_status = QueueStatusWriter(self.custom, lambda key: self.informers["Queue"].get(key))
         self.group_status = PodGroupStatusWriter(self.custom, lambda key: self.informers["PodGroup"].get(key))
-        self.owner_lookup = ApiOwnerLookup(api_client)
-        self.podgroups = PodGroupEnsurer(self.custom)
         self.podgrouper = podgrouper
         targets = [
             WatchTarget("Node", self.core.list_node),
@@ -92,17 +95,26 @@ class KubeCluster:
             )
             for t in targets
         }
+        self.owners = OwnerReader(
+            api_client,
+            pods=self.informers["Pod"].get,
+            on_change=lambda obj: self.podgroups.owner_changed(obj),
+            watch_timeout_s=watch_timeout_s,
+        )
+        book = GroupBook(
+            self.owners,
+            reader=self.owners.read,
+            priority_class_exists=lambda name: (
+                name in PRIORITY_CLASSES or self.informers["PriorityClass"].get(name) is not None
+            ),
+        )
+        self.podgroups = PodGroupReconciler(self.custom, book, self.informers["PodGroup"].get)
         self._priorities: dict[str, int] = {}
-        self._groups: dict[str, str | None] = {}  # pod uid -> derived group name (None: its own job)
         self._bound: dict[str, str] = {}  # pod uid -> node, bound by us, not yet seen bound by the watch
         self._evicted: dict[str, float] = {}  # pod uid -> when we evicted it
-        # A standby replica keeps its cache warm but writes nothing: PodGroups it derives wait here until it
-        # leads (`writable`), then they are created and announced ahead of everything else.
+        # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
+        # leads (`writable`), and announced ahead of everything else.
         self.writable = True
-        self._deferred: dict[str, GroupSpec] = {}
-        # Called with a node's name right after we took its bind lock, so the running cycle can stop placing
-        # GPU pods there at once (the runner taints the node in the cycle's state).
-        self.on_node_locked: Callable[[str], None] | None = None
         self._known_nodes: set[str] = set()  # nodes the cycle has been given
         self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
         self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
@@ -123,6 +135,7 @@ class KubeCluster:
     def stop(self) -> None:
         for informer in self.informers.values():
             informer.stop()
+        self.owners.stop()
 
     def replay(self) -> None:
         """Queue every cached object as ADDED (nodes first), for a scheduler rebuilt from scratch. Events
@@ -140,8 +153,11 @@ class KubeCluster:
     def now(self) -> float:
         return time.time()
 
+    def epoch_s(self) -> float:
+        return time.time()
+
     def drain_events(self) -> list[WatchEvent]:
-        out: list[WatchEvent] = self._announce_deferred() if self.writable else []
+        out: list[WatchEvent] = []
         for ev in self.events.drain():
             try:
                 self._translate(ev, out)
@@ -150,6 +166,10 @@ class KubeCluster:
                 if ev.kind in _FORWARDED:
                     out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
         out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
+        if self.podgrouper and self.writable:
+            # Every group that changed in this drain is decided once and written, and handed to the cycle
+            # ahead of everything else, so no gang is seen without its minMember.
+            out[:0] = self._write_groups()
         return out
 
     def _translate(self, ev: ResourceEvent, out: list[WatchEvent]) -> None:
@@ -174,6 +194,8 @@ class KubeCluster:
                     self._parked_at.pop(uid, None)
                     out.append(parked)
         elif ev.kind in _FORWARDED:
+            if ev.kind == "PodGroup" and self.podgrouper:  # re-created if deleted, an edit undone
+                self.podgroups.podgroup_changed(ev.key, deleted=ev.type == "DELETED")
             out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
 
     def _route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
@@ -193,10 +215,10 @@ class KubeCluster:
             return
         out.append(event)
 
-    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         waiting = self.locks.waiting(assignment.node, pod.uid) if assignment.gpus else None
         result = (
-            BindResult(False, waiting, busy=True)
+            ApiBindResult(False, waiting, busy=True)
             if waiting
             else self.binder.bind(
                 pod.namespace,
@@ -211,15 +233,16 @@ class KubeCluster:
             with self._lock:
                 # Waiting for a node's lock is a turn in a queue, not a scheduling failure: not reported.
                 (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(pod.uid)
-            raise BindError(result.reason)
+            raise BindError(result.reason, node_busy=result.busy)
         with self._lock:
             self._bound[pod.uid] = assignment.node
             self._lock_waiters.discard(pod.uid)
-        if assignment.gpus:
-            hook = self.on_node_locked
-            self.locks.taken(assignment.node, pod.uid, pod.key, shown=hook is not None)
-            if hook is not None:
-                hook(assignment.node)
+        if not assignment.gpus:
+            return BindResult()
+        # The node's bind lock is ours until the device plugin serves this pod: the running cycle masks the
+        # node at once; the next ones see it locked in its node events (`NodeLockView.decorate`).
+        self.locks.taken(assignment.node, pod.uid, pod.key)
+        return BindResult(node_busy=True)
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
@@ -231,7 +254,7 @@ class KubeCluster:
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
         with self._lock:
             if pod.uid in self._lock_waiters:
-                if reason == "BindFailed":
+                if reason == Reason.BIND_FAILED:
                     return
                 self._lock_waiters.discard(pod.uid)
         self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
@@ -288,8 +311,9 @@ class KubeCluster:
             with self._lock:
                 self._bound.pop(uid, None)
                 self._evicted.pop(uid, None)
-                self._groups.pop(uid, None)
                 self._lock_waiters.discard(uid)
+            if self.podgrouper:
+                self.podgroups.forget(obj)
             self.locks.pod_gone(uid)
             self.pending.forget(uid)
             return [WatchEvent("Pod", "DELETED", obj)]
@@ -315,46 +339,41 @@ class KubeCluster:
         if "priority" not in spec and spec.get("priorityClassName") in self._priorities:
             enriched = enriched or _copy_pod(obj)
             enriched["spec"]["priority"] = self._priorities[spec["priorityClassName"]]
-        finished = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        if ours and self.podgrouper and not finished:
-            group, created = self._group_of(obj)
-            if created is not None:
-                out.append(WatchEvent("PodGroup", "ADDED", created))
-            if group is not None:
-                enriched = enriched or _copy_pod(obj)
-                enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = group
+        decision = self._group_of(obj) if ours and self.podgrouper else None
+        if decision is not None and decision.group is not None:
+            enriched = enriched or _copy_pod(obj)
+            enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = decision.group
+        elif decision is not None and (decision.queue or decision.priority_class):
+            # Its own job, whose group gives it another queue or priority class (a Deployment's replica
+            # is `inference`): the cycle sees them on the pod, no PodGroup object is needed.
+            enriched = enriched or _copy_pod(obj)
+            if decision.queue:
+                enriched["metadata"]["labels"] = {**(enriched["metadata"].get("labels") or {}),
+                                                  QUEUE_LABEL: decision.queue}  # fmt: skip
+            if decision.priority_class:
+                enriched["spec"]["priorityClassName"] = cls = decision.priority_class
+                value = self._priorities.get(cls)
+                if value is None and cls in PRIORITY_CLASSES:
+                    value = PRIORITY_CLASSES[cls].value
+                if value is not None:
+                    enriched["spec"]["priority"] = value
         out.append(WatchEvent("Pod", ev.type, enriched or obj))
         return out
 
-    def _group_of(self, pod: Obj) -> tuple[str | None, Obj | None]:
-        """The pod's derived group name (None: its own job) and a PodGroup to announce, when just created."""
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        annotations = meta.get("annotations") or {}
+    def _group_of(self, pod: Obj) -> Decision | None:
+        """The podgrouper's decision for the pod (None: named by the user, the cycle reads it from the pod)."""
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP):
-            return None, None  # named by the user: the cycle reads it from the pod
-        if uid in self._groups:
-            return self._groups[uid], None
-        spec: GroupSpec = group_for_pod(pod, self.owner_lookup)
-        singleton = spec.min_member == 1 and (spec.owner is None or spec.owner.uid == uid)
-        if singleton:
-            self._groups[uid] = None
-            return None, None
-        self._groups[uid] = spec.name
-        if self.informers["PodGroup"].get(f"{spec.namespace}/{spec.name}") is not None:
-            return spec.name, None
-        if not self.writable:
-            self._deferred[f"{spec.namespace}/{spec.name}"] = spec
-            return spec.name, None
-        return spec.name, spec.to_podgroup() if self.podgroups.ensure(spec) == "created" else None
+            return None
+        decision = self.podgroups.observe(pod)
+        for warning in decision.warnings:
+            self.recorder.record(
+                ObjectRef.of(pod), "PodGrouperWarning", warning, type_="Warning", rate_limited=True
+            )
+        return decision
 
-    def _announce_deferred(self) -> list[WatchEvent]:
-        out: list[WatchEvent] = []
-        for key, spec in list(self._deferred.items()):
-            del self._deferred[key]
-            if self.informers["PodGroup"].get(key) is None and self.podgroups.ensure(spec) == "created":
-                out.append(WatchEvent("PodGroup", "ADDED", spec.to_podgroup()))
-        return out
+    def _write_groups(self) -> list[WatchEvent]:
+        return [WatchEvent("PodGroup", t, obj) for t, obj in self.podgroups.flush()]
 
 
 def _claims_pods(group: Obj) -> bool:

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from collections import Counter, deque
+from dataclasses import dataclass, field
 
 from kubernetes import client
 from pydantic import ValidationError
 
-from scheduler.api.keys import BIND_LOCK, MILLI_PER_GPU, SCHEDULER_NAME
+from scheduler.api.keys import MILLI_PER_GPU, SCHEDULER_NAME
 from scheduler.api.report import GPUNodeReport
 from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.leader import LeaseElector
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import Taint
 from scheduler.ui.build import build_view
 from scheduler.ui.view import DashboardView
 
@@ -63,7 +62,6 @@ class SchedulerRunner:
             backoff=Backoff(initial_s=cfg.backoff_initial_s),
         )
         self.scheduler = Scheduler(self.cluster, cfg.scheduler)
-        self.cluster.on_node_locked = self._taint_locked_node
         self.elector = (
             LeaseElector(
                 client.CoordinationV1Api(api_client),
@@ -79,7 +77,9 @@ class SchedulerRunner:
         )
         self.cycles = 0
         self.rebuilds = 0
-        self.errors: list[str] = []  # why cycles failed (each one was followed by a rebuild)
+        self.errors: deque[str] = deque(
+            maxlen=100
+        )  # why the latest cycles failed (each followed by a rebuild)
         # Held for a whole cycle: readers of the scheduler's state (the dashboard) see one consistent cycle.
         self.cycle_lock = threading.Lock()
         self._stop = threading.Event()
@@ -160,17 +160,6 @@ class SchedulerRunner:
             except ValidationError:
                 continue
         return out
-
-    def _taint_locked_node(self, name: str) -> None:
-        """Show the node tainted for the rest of this cycle: its bind lock waits for the device plugin, so
-        the next GPU pods go to other nodes now instead of failing their binds here. The adapter sends the
-        node again, untainted, once the lock is free."""
-        state = self.scheduler.cache.state
-        row = state.row_of(name)
-        node = state.nodes[row] if row is not None else None
-        if node is None or any(t.key == BIND_LOCK for t in node.taints):
-            return
-        state.add_node(replace(node, taints=(*node.taints, Taint(key=BIND_LOCK, effect="NoSchedule"))))
 
     def observe(self, result: CycleResult) -> None:
         m = self.metrics

@@ -3,10 +3,11 @@
 from scheduler.placement.explain import explain_unschedulable
 from scheduler.placement.filters import feasible, gpu_fit, node_checks
 from scheduler.placement.placer import best_row, place_one
-from scheduler.placement.policy import PlacementPolicy
+from scheduler.placement.policy import Capabilities, PlacementPolicy
 from scheduler.placement.registry import make_policy, policy_names, register
 
 __all__ = [
+    "Capabilities",
     "PlacementPolicy",
     "best_row",
     "explain_unschedulable",

@@ -12,20 +12,22 @@ from __future__ import annotations
 from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
-from scheduler.placement.bestfit import free_gpu_milli
-from scheduler.placement.policy import Array, rank_gpus
+from scheduler.placement.base_policy import BasePolicy
+from scheduler.placement.bestfit import BestFitPolicy
+from scheduler.placement.policy import Array
 from scheduler.placement.tiebreak import with_tiebreak
-from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
 
-class DotProductPolicy:
+class DotProductPolicy(BasePolicy):
     name: ClassVar[str] = "dotprod"
 
-    def score_nodes(
-        self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
-    ) -> Array:
+    def __init__(self) -> None:
+        self._bestfit = BestFitPolicy()
+
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        xp = state.xp
         f64 = xp.float64
         cpu_cap = xp.astype(xp.maximum(state.total_cpu, xp.ones_like(state.total_cpu)), f64)
         cpu_dot = (d.cpu_milli / cpu_cap) * (xp.astype(state.free_cpu, f64) / cpu_cap)
@@ -39,13 +41,6 @@ class DotProductPolicy:
             gpu_dot = (d.gpu_milli / MILLI_PER_GPU) * (best / MILLI_PER_GPU)
         else:
             want = float(d.num_gpus * d.gpu_milli)
-            gpu_dot = (want / gpu_cap) * (xp.astype(free_gpu_milli(xp, state), f64) / gpu_cap)
-        return with_tiebreak(xp, state, d, feasible, fit, xp.trunc(100.0 * (1.0 - (cpu_dot + gpu_dot) / 2.0)))
-
-    def pick_gpus(
-        self, xp: ArrayNamespace, state: ClusterState, row: int, d: PodDemand, fit: Array
-    ) -> list[int]:
-        return rank_gpus(xp, state.free_milli[row, :], fit[row, :], d.num_gpus, ascending=True)
-
-    def observe(self, state: ClusterState) -> None:
-        return None
+            gpu_dot = (want / gpu_cap) * (xp.astype(self._bestfit.free_gpu_milli(state), f64) / gpu_cap)
+        score = xp.trunc(100.0 * (1.0 - (cpu_dot + gpu_dot) / 2.0))
+        return with_tiebreak(self._bestfit, state, d, feasible, fit, score)

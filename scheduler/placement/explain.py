@@ -4,24 +4,25 @@ from __future__ import annotations
 
 from scheduler.backend import ArrayNamespace
 from scheduler.placement.filters import fit_counts, gpu_fit, node_checks
-from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
 
 def _count(xp: ArrayNamespace, mask: object) -> int:
     return int(xp.sum(xp.astype(mask, xp.int64)))
 
 
-def explain_unschedulable(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> str:
+def explain_unschedulable(state: NodeArrays, d: PodDemand) -> str:
     """Count, in filter order, how many live nodes each predicate removed.
 
     E.g. "no node fits 500 milli of a GPU (model A100): 12 nodes lack 1 GPU with room, 3 short of CPU".
     """
+    xp = state.xp
     live = state.valid
     total = _count(xp, live)
     if total == 0:
         return "no schedulable node in the cluster"
-    c = node_checks(xp, state, d)
+    c = node_checks(state, d)
     parts: list[str] = []
     remaining = live
     excluded = remaining & ~c.usable
@@ -39,7 +40,7 @@ def explain_unschedulable(xp: ArrayNamespace, state: ClusterState, d: PodDemand)
             parts.append(f"{n} {label}")
         remaining = remaining & mask
     if d.uses_gpu:
-        fits = fit_counts(xp, gpu_fit(xp, state, d)) >= d.num_gpus
+        fits = fit_counts(xp, gpu_fit(state, d)) >= d.num_gpus
         if (n := _count(xp, remaining & ~fits)) > 0:
             room = "a free GPU" if d.whole else "a GPU with room"
             if d.num_gpus > 1:

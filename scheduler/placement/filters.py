@@ -12,14 +12,16 @@ from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
-from scheduler.state.cluster_state import ClusterState
+from scheduler.model import Taint
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
 Array = Any
 
 
-def gpu_need(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> tuple[Array, Array]:
+def gpu_need(state: NodeArrays, d: PodDemand) -> tuple[Array, Array]:
     """Per node x GPU: milli and MiB one device-share of `d` takes there (converted with GPU memory)."""
+    xp = state.xp
     total = state.total_mib
     milli = xp.full(total.shape, d.gpu_milli, dtype=xp.int64)
     if d.gpu_mib:
@@ -30,8 +32,9 @@ def gpu_need(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> tuple[Arr
     return milli, mib
 
 
-def gpu_fit(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+def gpu_fit(state: NodeArrays, d: PodDemand) -> Array:
     """bool[N, G]: GPU can host one device-share of the pod."""
+    xp = state.xp
     free_mib = xp.minimum(state.free_mib, state.report_free_mib)
     if not d.gpu_mib:
         # Fast path, same answer: a request in milli needs that milli on every GPU (a scalar, no arrays
@@ -40,7 +43,7 @@ def gpu_fit(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
             return xp.zeros(state.present.shape, dtype=xp.bool)
         mib = (d.gpu_milli * state.total_mib) // MILLI_PER_GPU
         return state.present & state.healthy & (state.free_milli >= d.gpu_milli) & (free_mib >= mib)
-    need_milli, need_mib = gpu_need(xp, state, d)
+    need_milli, need_mib = gpu_need(state, d)
     return (
         state.present
         & state.healthy
@@ -60,7 +63,8 @@ class NodeChecks:
     memory: Array
 
 
-def _model_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+def _model_ok(state: NodeArrays, d: PodDemand) -> Array:
+    xp = state.xp
     if not d.uses_gpu:
         return xp.ones(state.valid.shape, dtype=xp.bool)
     has_gpu = state.model >= 0
@@ -73,7 +77,8 @@ def _model_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
     return ok
 
 
-def _selector_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
+def _selector_ok(state: NodeArrays, d: PodDemand) -> Array:
+    xp = state.xp
     ok = xp.ones(state.valid.shape, dtype=xp.bool)
     for pair in d.selector:
         col = state.labels.get(pair)
@@ -83,9 +88,8 @@ def _selector_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array
     return ok
 
 
-def _taints_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
-    from scheduler.model import Taint
-
+def _taints_ok(state: NodeArrays, d: PodDemand) -> Array:
+    xp = state.xp
     ok = xp.ones(state.valid.shape, dtype=xp.bool)
     for col in range(len(state.taints)):
         code = state.taints.name(col)
@@ -97,17 +101,17 @@ def _taints_ok(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> Array:
     return ok
 
 
-def node_checks(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> NodeChecks:
+def node_checks(state: NodeArrays, d: PodDemand) -> NodeChecks:
     # Skip the selector and taint passes when there is nothing to check (the common case; each costs
     # array ops on every call of the incremental placer, which calls this once per placed pod).
     usable = state.valid
     if d.selector:
-        usable = usable & _selector_ok(xp, state, d)
+        usable = usable & _selector_ok(state, d)
     if len(state.taints):
-        usable = usable & _taints_ok(xp, state, d)
+        usable = usable & _taints_ok(state, d)
     return NodeChecks(
         usable=usable,
-        model=_model_ok(xp, state, d),
+        model=_model_ok(state, d),
         cpu=state.free_cpu >= d.cpu_milli,
         memory=state.free_mem >= d.memory_mib,
     )
@@ -117,11 +121,12 @@ def fit_counts(xp: ArrayNamespace, fit: Array) -> Array:
     return xp.sum(xp.astype(fit, xp.int32), axis=1)
 
 
-def feasible(xp: ArrayNamespace, state: ClusterState, d: PodDemand) -> tuple[Array, Array]:
+def feasible(state: NodeArrays, d: PodDemand) -> tuple[Array, Array]:
     """(bool[N] feasible nodes, bool[N, G] fitting GPUs)."""
-    c = node_checks(xp, state, d)
+    xp = state.xp
+    c = node_checks(state, d)
     mask = c.usable & c.model & c.cpu & c.memory
     if not d.uses_gpu:
         return mask, xp.zeros(state.present.shape, dtype=xp.bool)
-    fit = gpu_fit(xp, state, d)
+    fit = gpu_fit(state, d)
     return mask & (fit_counts(xp, fit) >= d.num_gpus), fit

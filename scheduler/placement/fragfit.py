@@ -27,14 +27,12 @@ from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
-from scheduler.placement.bestfit import BestFitPolicy
-from scheduler.placement.fgd import FragmentPolicy, NodeView
+from scheduler.placement.fragment_policy import FragmentPolicy, NodeView
 from scheduler.placement.policy import Array
 from scheduler.placement.workload import TypicalWorkload
-from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
-_BESTFIT = BestFitPolicy()
 CPU_WEIGHT = 1.0  # 0.5..2 measured equivalent on openb (4.21..4.24); 0 turns the CPU term off
 
 
@@ -80,30 +78,33 @@ class FragFitPolicy(FragmentPolicy):
         short = free_milli - xp.astype(free_mem, xp.float64) * (MILLI_PER_GPU / ratio)
         return xp.where(short > 0, short, xp.zeros_like(short))
 
+    def shortfall_changes(self, xp: ArrayNamespace, view: NodeView, d: PodDemand) -> list[Array]:
+        """float64[R] each, for host memory then CPU (those weighted): weight x how much the pod shrinks
+        the node's shortfall (free GPU milli its free memory or CPU cannot serve)."""
+        total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
+        taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
+        out = []
+        if self.memory_weight:
+            before = self.memory_shortfall(xp, total, view.mem)
+            out.append(
+                self.memory_weight
+                * (before - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib))
+            )
+        if self.cpu_weight:
+            before = self.cpu_shortfall(xp, total, view.cpu)
+            out.append(
+                self.cpu_weight * (before - self.cpu_shortfall(xp, total - taken, view.cpu - d.cpu_milli))
+            )
+        return out
+
     def transform(
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
     ) -> Array:
         gain = before - after
-        if self.memory_weight:
-            total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
-            taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
-            extra = self.memory_weight * (
-                self.memory_shortfall(xp, total, view.mem)
-                - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib)
-            )
-            gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
-        if self.cpu_weight:
-            total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
-            taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
-            extra = self.cpu_weight * (
-                self.cpu_shortfall(xp, total, view.cpu)
-                - self.cpu_shortfall(xp, total - taken, view.cpu - d.cpu_milli)
-            )
+        for extra in self.shortfall_changes(xp, view, d):
             gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
         return 100.0 / (1.0 + xp.exp(-gain / float(MILLI_PER_GPU)))
 
-    def score_nodes(
-        self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
-    ) -> Array:
-        primary = self.primary_scores(xp, state, d)
-        return primary + self.pull * _BESTFIT.score_nodes(xp, state, d, feasible, fit) / 100.0
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        primary = self.primary_scores(state, d)
+        return primary + self.pull * self._bestfit.score_nodes(state, d, feasible, fit) / 100.0

@@ -13,22 +13,26 @@ from __future__ import annotations
 from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
+from scheduler.placement.base_policy import BasePolicy
+from scheduler.placement.bestfit import BestFitPolicy
 from scheduler.placement.fragment import best_fit_selection
-from scheduler.placement.policy import Array, rank_gpus
+from scheduler.placement.policy import Array
 from scheduler.placement.tiebreak import with_tiebreak
-from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
 
-class GpuPackingPolicy:
+class GpuPackingPolicy(BasePolicy):
     name: ClassVar[str] = "packing"
 
-    def score_nodes(
-        self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
-    ) -> Array:
+    def __init__(self) -> None:
+        self._bestfit = BestFitPolicy()
+
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        xp = state.xp
         if not d.uses_gpu:
-            return with_tiebreak(xp, state, d, feasible, fit, xp.zeros(feasible.shape, dtype=xp.float64))
+            zero = xp.zeros(feasible.shape, dtype=xp.float64)
+            return with_tiebreak(self._bestfit, state, d, feasible, fit, zero)
         i64 = xp.int64
         usable = state.present & state.healthy
         free = xp.where(usable, xp.astype(state.free_milli, i64), xp.zeros(usable.shape, dtype=i64))
@@ -42,12 +46,4 @@ class GpuPackingPolicy:
         opens = xp.maximum(50 - full_used, xp.full(full_used.shape, 33, dtype=i64))
         empty = xp.maximum(33 - n_full, n_full)
         score = xp.where(n_full == n_gpus, empty, xp.where(full_used > 0, opens, shared))
-        return with_tiebreak(xp, state, d, feasible, fit, xp.astype(score, xp.float64))
-
-    def pick_gpus(
-        self, xp: ArrayNamespace, state: ClusterState, row: int, d: PodDemand, fit: Array
-    ) -> list[int]:
-        return rank_gpus(xp, state.free_milli[row, :], fit[row, :], d.num_gpus, ascending=True)
-
-    def observe(self, state: ClusterState) -> None:
-        return None
+        return with_tiebreak(self._bestfit, state, d, feasible, fit, xp.astype(score, xp.float64))

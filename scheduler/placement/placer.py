@@ -36,21 +36,29 @@ def best_row(
     return int(ties[pick])
 
 
+def placement_at(state: ClusterState, row: int, slots: list[int], d: PodDemand) -> Placement:
+    """The placement of `d` on node `row`, GPU `slots` (each share converted with that GPU's memory)."""
+    shares = tuple(state.share_for(row, s, d.gpu_milli, d.gpu_mib) for s in slots)
+    return Placement(node=row, gpus=shares, cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
+
+
 def place_one(
-    xp: ArrayNamespace,
     state: ClusterState,
     policy: PlacementPolicy,
     d: PodDemand,
     *,
+    exclude: Array | None = None,
     tie_break: TieBreak = "first",
     rng: random.Random | None = None,
 ) -> Placement | None:
-    """Choose where `d` goes (without applying it). None when no node fits."""
-    mask, fit = feasible(xp, state, d)
-    scores = policy.score_nodes(xp, state, d, mask, fit)
-    row = best_row(xp, scores, mask, tie_break=tie_break, rng=rng)
+    """Choose where `d` goes (without applying it). None when no node fits. `exclude`: bool[C] rows
+    not to use now (nodes the session masked), treated as infeasible."""
+    mask, fit = feasible(state, d)
+    if exclude is not None:
+        mask = mask & ~exclude
+    scores = policy.score_nodes(state, d, mask, fit)
+    row = best_row(state.xp, scores, mask, tie_break=tie_break, rng=rng)
     if row is None:
         return None
-    slots = policy.pick_gpus(xp, state, row, d, fit) if d.uses_gpu else []
-    shares = tuple(state.share_for(row, s, d.gpu_milli, d.gpu_mib) for s in slots)
-    return Placement(node=row, gpus=shares, cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
+    slots = policy.pick_gpus(state, row, d, fit) if d.uses_gpu else []
+    return placement_at(state, row, slots, d)

@@ -1,38 +1,64 @@
-"""The placement-policy contract: every policy is a pair of kernels with the same signature.
+"""The placement-policy contract: what every policy implements and what it declares it can do.
 
 `score_nodes` ranks all nodes at once (array program, higher is better, only `feasible` rows matter);
-`pick_gpus` chooses the GPU slots inside the chosen node. The cycle, the trace replay and the benchmarks
-all call policies only through this interface.
+`pick_gpus` chooses the GPU slots inside the chosen node. Both read the cluster through `NodeArrays`
+and take their array namespace from it. The cycle, the trace replay and the benchmarks call policies only
+through this interface, and ask `capabilities` what else a policy can do: nothing is discovered by name
+or with `getattr`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from scheduler.backend import ArrayNamespace
-from scheduler.state.cluster_state import ClusterState
+from scheduler.placement.workload import DEFAULT_COVERAGE, TypicalWorkload
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
 Array = Any
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a policy declares beyond scoring.
+
+    row_local: a node's score and the GPUs chosen inside it depend on that node's row and the demand
+        alone, and never change for the same row and demand; the incremental placer then keeps scores
+        per demand and re-scores only rows that changed (`ClusterState.row_version`).
+    typical_workload: scores against a typical workload; give it one with `set_typical_workload`
+        (trace replay and benchmarks take it from their pod list), else it learns one from the pods.
+    workload_coverage: the share of the pod list that workload should cover (most popular types first).
+    seeded: draws random numbers; `reseed` makes a run reproducible.
+    """
+
+    row_local: bool = False
+    typical_workload: bool = False
+    workload_coverage: float = DEFAULT_COVERAGE
+    seeded: bool = False
 
 
 class PlacementPolicy(Protocol):
     name: ClassVar[str]
 
-    def score_nodes(
-        self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
-    ) -> Array:
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
         """float[N] scores; rows outside `feasible` are ignored by the caller."""
         ...
 
-    def pick_gpus(
-        self, xp: ArrayNamespace, state: ClusterState, row: int, d: PodDemand, fit: Array
-    ) -> list[int]:
+    def pick_gpus(self, state: NodeArrays, row: int, d: PodDemand, fit: Array) -> list[int]:
         """`d.num_gpus` distinct GPU slots of node `row` among those where `fit[row]` is true."""
         ...
 
-    def observe(self, state: ClusterState) -> None:
-        """Hook called after a placement is applied (policies with caches refresh touched rows)."""
+    def set_typical_workload(self, workload: TypicalWorkload) -> None:
+        """Score against `workload` from now on (meaningful with `capabilities.typical_workload`)."""
+        ...
+
+    def reseed(self, seed: int) -> None:
+        """Restart the policy's random draws from `seed` (meaningful with `capabilities.seeded`)."""
         ...
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
-from scheduler.backend import ArrayNamespace
-from scheduler.placement.policy import Array, rank_gpus
-from scheduler.state.cluster_state import ClusterState
+from scheduler.placement.base_policy import BasePolicy
+from scheduler.placement.policy import Array, Capabilities
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
 
-class RandomPolicy:
+class RandomPolicy(BasePolicy):
     name: ClassVar[str] = "random"
+    capabilities: ClassVar[Capabilities] = Capabilities(seeded=True)
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)
@@ -23,18 +24,11 @@ class RandomPolicy:
         """Replays reseed per run so that GPU draws are reproducible."""
         self._rng = random.Random(seed)
 
-    def score_nodes(
-        self, xp: ArrayNamespace, state: ClusterState, d: PodDemand, feasible: Array, fit: Array
-    ) -> Array:
-        return xp.zeros(feasible.shape, dtype=xp.float64)
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        return state.xp.zeros(feasible.shape, dtype=state.xp.float64)
 
-    def pick_gpus(
-        self, xp: ArrayNamespace, state: ClusterState, row: int, d: PodDemand, fit: Array
-    ) -> list[int]:
+    def pick_gpus(self, state: NodeArrays, row: int, d: PodDemand, fit: Array) -> list[int]:
         if d.num_gpus == 1 and not d.whole:
-            slots = [int(s) for s in xp.nonzero(fit[row, :])[0]]
+            slots = [int(s) for s in state.xp.nonzero(fit[row, :])[0]]
             return [slots[self._rng.randrange(len(slots))]]
-        return rank_gpus(xp, state.free_milli[row, :], fit[row, :], d.num_gpus, ascending=True)
-
-    def observe(self, state: ClusterState) -> None:
-        return None
+        return super().pick_gpus(state, row, d, fit)

@@ -9,7 +9,7 @@ from scheduler.placement.dotprod import DotProductPolicy
 from scheduler.placement.fgd import FgdPolicy
 from scheduler.placement.fragfit import FragFitPolicy
 from scheduler.placement.gpu_packing import GpuPackingPolicy
-from scheduler.placement.packing import BinpackPolicy, SpreadPolicy
+from scheduler.placement.level_policy import BinpackPolicy, SpreadPolicy
 from scheduler.placement.policy import PlacementPolicy
 from scheduler.placement.random_score import RandomPolicy
 from scheduler.placement.wastefit import WasteFitPolicy

@@ -38,8 +38,8 @@ from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
-from scheduler.placement.fgd import NodeView
 from scheduler.placement.fragfit import FragFitPolicy
+from scheduler.placement.fragment_policy import NodeView
 from scheduler.placement.policy import Array
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload
 from scheduler.state.demand import PodDemand
@@ -157,19 +157,9 @@ class WasteFitPolicy(FragFitPolicy):
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
     ) -> Array:
         gain = before - after
-        total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
-        taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
-        extra = xp.zeros(total.shape, dtype=xp.float64)
-        if self.memory_weight:
-            extra = extra + self.memory_weight * (
-                self.memory_shortfall(xp, total, view.mem)
-                - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib)
-            )
-        if self.cpu_weight:
-            extra = extra + self.cpu_weight * (
-                self.cpu_shortfall(xp, total, view.cpu)
-                - self.cpu_shortfall(xp, total - taken, view.cpu - d.cpu_milli)
-            )
+        extra = xp.zeros(view.cpu.shape, dtype=xp.float64)
+        for change in self.shortfall_changes(xp, view, d):
+            extra = extra + change
         fraction = len(gain.shape) == 2  # one column per GPU the fraction could go on
         gain = gain + (extra[:, None] if fraction else extra)
         score = 100.0 / (1.0 + xp.exp(-gain / float(MILLI_PER_GPU)))

@@ -89,12 +89,11 @@ def replay_seed(
     capacity = capacity_milli(nodes)
     state = build_state(xp, nodes)
     policy: PlacementPolicy = make_policy(policy_name)
-    reseed = getattr(policy, "reseed", None)
-    if callable(reseed):
-        reseed(seed)
-    setter = getattr(policy, "set_typical_workload", None)
-    if callable(setter):
-        setter(typical_workload(pods, getattr(policy, "coverage", DEFAULT_COVERAGE)))
+    caps = policy.capabilities
+    if caps.seeded:
+        policy.reseed(seed)
+    if caps.typical_workload:
+        policy.set_typical_workload(typical_workload(pods, caps.workload_coverage))
     order = arrival_order(pods, seed, tune, capacity)
     tie_rng = random.Random(seed * 7919 + 1)
     arrived: list[int] = []
@@ -104,13 +103,12 @@ def replay_seed(
     for i, pod in enumerate(order):
         d = pod.demand()
         arrived_milli += pod.gpu_request_milli
-        placement = place_one(xp, state, policy, d, tie_break="random", rng=tie_rng)
+        placement = place_one(state, policy, d, tie_break="random", rng=tie_rng)
         if placement is None:
             failed += 1
         else:
             state.place(placement)
             state.commit()
-            policy.observe(state)
             used_milli += pod.gpu_request_milli
         arrived.append(arrived_milli)
         used.append(used_milli)

@@ -19,7 +19,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT, SIM_ARRIVAL, SIM_DURATION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, EventType, Kind, WatchEvent
+from scheduler.cluster import BindError, BindResult, EventType, Kind, WatchEvent
 from scheduler.model import PodInfo
 from scheduler.sim.duration import parse_duration
 from scheduler.sim.loader import Manifests
@@ -74,7 +74,10 @@ class SimCluster:
         events, self._events = self._events, []
         return events
 
-    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> None:
+    def epoch_s(self) -> float:
+        return SIM_EPOCH.timestamp() + self.now_s
+
+    def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         rec = self.pods.get(pod.key)
         if rec is None or rec.obj["metadata"].get("uid") != pod.uid:
             raise BindError(f"pod {pod.key} no longer exists")
@@ -91,6 +94,7 @@ class SimCluster:
         if rec.duration_s is not None:
             heapq.heappush(self._completions, (self.now_s + rec.duration_s, next(self._seq), pod.key))
         self._emit("Pod", "MODIFIED", rec.obj)
+        return BindResult()
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         rec = self.pods.pop(pod.key, None)

@@ -1,8 +1,11 @@
 """The cluster as a structure of arrays, kept current by incremental updates.
 
-Rows are nodes, columns GPU slots (up to the largest GPU count seen). Every placement and release is a
-handful of element writes journalled for rollback, so a scheduling action can try a gang, and undo it,
-without ever rebuilding the arrays. Rows of removed nodes are recycled.
+Rows are nodes, columns GPU slots (up to the largest GPU count seen). A placement or release is a handful
+of element writes (`write`); rows of removed nodes are recycled. Every change of a row bumps `version`
+and stamps the row with it (`row_version`): that is the one way readers find what changed since they last
+looked (`changed_rows`), however many of them there are. The scheduler changes placements only through
+its ledger (`scheduler/ledger.py`), which keeps the undo; `place`/`release` with `checkpoint`/`rollback`
+journal here for direct users (trace replay, tests).
 """
 
 from __future__ import annotations
@@ -13,10 +16,15 @@ from typing import Any
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
 from scheduler.model import GPUShare, NodeInfo, Placement
+from scheduler.state.bulk import segment_totals
 from scheduler.state.codebook import Codebook
+from scheduler.state.node_arrays import ROW_ARRAYS
+from scheduler.state.row_view import RowView
 
 # Only these taint effects keep pods away at scheduling time.
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+# Rows changed are logged (one entry per version) up to this many; older questions get None.
+_CHANGE_LOG_MAX = 1 << 16
 
 
 class OvercommitError(RuntimeError):
@@ -43,8 +51,9 @@ class ClusterState:
         self.labels = Codebook()
         self.taints = Codebook()
         self._journal: list[_JournalEntry] = []
-        self.version = 0  # bumped on every change; lets callers cache derived values
-        self.touched: set[int] = set()  # rows changed since the last `take_touched()`
+        self.version = 0  # bumped on every change of a row; lets callers cache derived values
+        self._changes: list[int] = []  # the row changed at version _changes_base + 1 + i
+        self._changes_base = 0
         self.node_epoch = 0  # bumped when a node is added, updated or removed (not on placements)
         self._allocate(max(capacity, 1), label_cols=8, taint_cols=4)
 
@@ -71,14 +80,9 @@ class ClusterState:
         self.row_version = xp.zeros((rows,), dtype=xp.int64)
         self.capacity = rows
 
-    _ROW_ARRAYS = (
-        "free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy", "free_cpu",
-        "free_mem", "total_cpu", "total_mem", "model", "valid", "label_matrix", "taint_matrix", "row_version",
-    )  # fmt: skip
-
     def _grow_rows(self, rows: int) -> None:
         xp = self.xp
-        for name in self._ROW_ARRAYS:
+        for name in ROW_ARRAYS:
             old = getattr(self, name)
             pad_shape = (rows - old.shape[0], *old.shape[1:])
             fill = -1 if name == "model" else 0
@@ -111,12 +115,19 @@ class ClusterState:
 
     def _touch(self, row: int) -> None:
         self.version += 1
-        self.touched.add(row)
         self.row_version[row] = self.version
+        self._changes.append(row)
+        if len(self._changes) > _CHANGE_LOG_MAX:
+            drop = len(self._changes) // 2
+            del self._changes[:drop]
+            self._changes_base += drop
 
-    def take_touched(self) -> set[int]:
-        rows, self.touched = self.touched, set()
-        return rows
+    def changed_rows(self, since: int) -> list[int] | None:
+        """The rows changed after version `since` (sorted), from the log: what `row_version > since`
+        selects, without a pass over every row. None when the log no longer reaches back that far."""
+        if since < self._changes_base:
+            return None
+        return sorted(set(self._changes[since - self._changes_base :]))
 
     def add_node(self, node: NodeInfo) -> int:
         """Add or update a node (an update keeps what is allocated on it)."""
@@ -222,8 +233,8 @@ class ClusterState:
         need_mib = max(mib, milli * total // MILLI_PER_GPU)
         return GPUShare(slot=slot, milli=min(need_milli, MILLI_PER_GPU), mib=min(need_mib, total))
 
-    def apply(self, placement: Placement, sign: int = 1) -> None:
-        """Place (sign=+1) or release (-1) a placement. Refuses to over-commit anything."""
+    def write(self, placement: Placement, sign: int = 1) -> None:
+        """Place (sign=+1) or release (-1) a placement, unjournalled. Refuses to over-commit anything."""
         row = placement.node
         cpu = int(self.free_cpu[row]) - sign * placement.cpu_milli
         mem = int(self.free_mem[row]) - sign * placement.memory_mib
@@ -246,8 +257,12 @@ class ClusterState:
             self.free_mib[row, s] = mib
         self.free_cpu[row] = cpu
         self.free_mem[row] = mem
-        self._journal.append(_JournalEntry(placement, sign))
         self._touch(row)
+
+    def apply(self, placement: Placement, sign: int = 1) -> None:
+        """`write`, journalled for `rollback`."""
+        self.write(placement, sign)
+        self._journal.append(_JournalEntry(placement, sign))
 
     def place(self, placement: Placement) -> None:
         self.apply(placement, +1)
@@ -263,10 +278,9 @@ class ClusterState:
         while len(self._journal) > checkpoint:
             entry = self._journal.pop()
             if entry.placement is None:
-                self.apply_many(list(entry.batch), -entry.sign)
+                self.write_many(list(entry.batch), -entry.sign)
             else:
-                self.apply(entry.placement, -entry.sign)
-            self._journal.pop()  # the undo itself is not history
+                self.write(entry.placement, -entry.sign)
 
     def commit(self) -> None:
         """Forget the journal: what was done stays done."""
@@ -295,33 +309,15 @@ class ClusterState:
         return to_numpy(arr)
 
     # ------------------------------------------------------------------------------------- row views
-    def take_rows(self, rows: list[int]) -> ClusterState:
-        """A read-only state holding only `rows` (in that order), sharing codebooks with this one.
-
-        Kernels that look at each node on its own (filters, binpack/spread scores) give the same answer
-        for a row here as on the whole state, so a cache can re-score just the rows a placement touched.
-        Contiguous rows (often a single one) are slices, no copy; others are gathered.
-        """
-        view = object.__new__(_RowView)
-        attrs = view.__dict__
-        attrs.update(
-            xp=self.xp, max_gpus=self.max_gpus, models=self.models, labels=self.labels, taints=self.taints,
-            version=self.version, node_epoch=self.node_epoch, capacity=len(rows), _parent=self, _rows=rows,
-        )  # fmt: skip
-        first = rows[0] if rows else 0
-        if rows == list(range(first, first + len(rows))):
-            sl = slice(first, first + len(rows))
-            for name in self._ROW_ARRAYS:
-                attrs[name] = getattr(self, name)[sl, ...]
-        else:  # gathered when a kernel first reads them (most kernels read only some)
-            attrs["_idx"] = self.xp.asarray(rows, dtype=self.xp.int64)
-        return view
+    def take_rows(self, rows: list[int]) -> RowView:
+        """A read-only view of `rows` (in that order), sharing codebooks with this state."""
+        return RowView(self, rows)
 
     # ------------------------------------------------------------------------------------ bulk updates
-    def apply_many(self, placements: list[Placement], sign: int = 1) -> None:
-        """`apply` for many placements at once (a relist, a burst of watch events): one array program
+    def write_many(self, placements: list[Placement], sign: int = 1) -> None:
+        """`write` for many placements at once (a relist, a burst of watch events): one array program
         instead of a few scalar writes each. All or nothing: raises OvercommitError, changing nothing,
-        when any GPU, CPU or memory would leave [0, total] (callers then apply one by one to find it)."""
+        when any GPU, CPU or memory would leave [0, total] (callers then write one by one to find it)."""
         if not placements:
             return
         xp, g = self.xp, self.max_gpus
@@ -340,8 +336,8 @@ class ClusterState:
                 milli.append(share.milli)
                 mib.append(share.mib)
         cells = self.capacity * g
-        d_milli, d_mib = _segment_totals(xp, keys, [milli, mib], cells)
-        d_cpu, d_mem = _segment_totals(xp, rows, [cpu, mem], self.capacity)
+        d_milli, d_mib = segment_totals(xp, keys, [milli, mib], cells)
+        d_cpu, d_mem = segment_totals(xp, rows, [cpu, mem], self.capacity)
         shape = (self.capacity, g)
         free_milli = xp.astype(self.free_milli, xp.int64) - sign * xp.reshape(d_milli, shape)
         free_mib = self.free_mib - sign * xp.reshape(d_mib, shape)
@@ -361,60 +357,11 @@ class ClusterState:
             raise OvercommitError(f"{len(placements)} placements at once would over-commit a node")
         self.free_milli = xp.astype(free_milli, self.free_milli.dtype)
         self.free_mib, self.free_cpu, self.free_mem = free_mib, free_cpu, free_mem
-        self._journal.append(_JournalEntry(None, sign, tuple(placements)))
         for row in sorted(set(rows)):
             self._touch(row)
 
-
-_ROW_ARRAY_NAMES = frozenset(ClusterState._ROW_ARRAYS)
-
-
-class _RowView(ClusterState):
-    """`ClusterState.take_rows`: the row arrays of some rows; bookkeeping made on first use."""
-
-    _parent: ClusterState
-    _rows: list[int]
-    _idx: Any
-
-    def __getattr__(self, name: str) -> Any:  # only for attributes not set yet
-        parent = self.__dict__.get("_parent")
-        if parent is None:
-            raise AttributeError(name)
-        if name in _ROW_ARRAY_NAMES:
-            value: Any = self.xp.take(getattr(parent, name), self._idx, axis=0)
-        elif name == "node_names":
-            value = [parent.node_names[r] for r in self._rows]
-        elif name == "nodes":
-            value = [parent.nodes[r] for r in self._rows]
-        elif name in ("node_index", "touched"):
-            value = {} if name == "node_index" else set()
-        elif name in ("_free_rows", "_journal"):
-            value = []
-        else:
-            raise AttributeError(name)
-        setattr(self, name, value)
-        return value
-
-
-def _segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]], size: int) -> list[Any]:
-    """Dense int64[size] totals of each value list grouped by key (a scatter-add in array-API terms:
-    sort, cumulative sums, segment ends, then searchsorted to spread the totals over all `size` cells)."""
-    if not keys:
-        return [xp.zeros((size,), dtype=xp.int64) for _ in values]
-    k = xp.asarray(keys, dtype=xp.int64)
-    order = xp.argsort(k, stable=True)
-    k = xp.take(k, order)
-    last = xp.concat([k[1:] != k[:-1], xp.ones((1,), dtype=xp.bool)])
-    ends = xp.nonzero(last)[0]
-    uniq = xp.take(k, ends)
-    cells = xp.arange(size, dtype=xp.int64)
-    pos = xp.clip(xp.searchsorted(uniq, cells), 0, int(uniq.shape[0]) - 1)
-    hit = xp.take(uniq, pos) == cells
-    out = []
-    for vals in values:
-        v = xp.take(xp.asarray(vals, dtype=xp.int64), order)
-        cs = xp.cumulative_sum(v)
-        at_end = xp.take(cs, ends)
-        seg = at_end - xp.concat([xp.zeros((1,), dtype=xp.int64), at_end[:-1]])
-        out.append(xp.where(hit, xp.take(seg, pos), xp.zeros((size,), dtype=xp.int64)))
-    return out
+    def apply_many(self, placements: list[Placement], sign: int = 1) -> None:
+        """`write_many`, journalled for `rollback` as one entry."""
+        self.write_many(placements, sign)
+        if placements:
+            self._journal.append(_JournalEntry(None, sign, tuple(placements)))

@@ -8,7 +8,6 @@ trips over that is retried (pass a lock to `serve_ui` for exact consistency).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
@@ -17,9 +16,8 @@ from scheduler.api.report import GPUNodeReport, GPUReport
 from scheduler.cycle import Scheduler
 from scheduler.model import NodeInfo, Placement, PodInfo, PodPhase
 from scheduler.queues import QueueTree
+from scheduler.reasons import PendingReason, Reason
 from scheduler.resources import RESOURCE_NAMES
-from scheduler.session import PendingReason
-from scheduler.sim.cluster import SIM_EPOCH, SimCluster
 from scheduler.ui.colors import OTHER_QUEUE, queue_colors
 from scheduler.ui.view import (
     DashboardView,
@@ -48,20 +46,13 @@ POOL_LABELS = (
     "node-pool",
     "pool",
 )
-WAITING = PendingReason("Waiting", "arrived after the last scheduling cycle; not considered yet")
+WAITING = PendingReason(Reason.WAITING, "arrived after the last scheduling cycle; not considered yet")
 _RETRIES = 5
 QueueOf = Callable[[PodInfo | None], str]
 
 
 def node_pool(node: NodeInfo) -> str:
     return next((node.labels[k] for k in POOL_LABELS if node.labels.get(k)), "-")
-
-
-def _clock(scheduler: Scheduler) -> float:
-    """The epoch time creationTimestamps compare with: the simulated clock in a simulation."""
-    if isinstance(scheduler.cluster, SimCluster):
-        return SIM_EPOCH.timestamp() + scheduler.cluster.now()
-    return time.time()
 
 
 def build_view(
@@ -77,7 +68,7 @@ def build_view(
     pending pod has waited (default: wall time, or the simulated clock of a simulated cluster)."""
     reports = list(reports)
     timeline = tuple(timeline)
-    now = now_epoch_s if now_epoch_s is not None else _clock(scheduler)
+    now = now_epoch_s if now_epoch_s is not None else scheduler.cluster.epoch_s()
     for attempt in range(_RETRIES):
         try:
             return _build(scheduler, reports, title=title, source=source, timeline=timeline, now=now)
@@ -185,6 +176,12 @@ def _nodes(
         for share in pl.gpus:
             slices.setdefault((pl.node, share.slot), []).append(
                 Slice(pod=key, queue=queue_of(pod), milli=share.milli, mib=share.mib, gang=gang)
+            )
+    for key, held in list(scheduler.cache.ledger.reserved.items()):  # places kept for pods being moved
+        queue = held.owner.queue if held.owner is not None else OTHER_QUEUE
+        for share in held.placement.gpus:
+            slices.setdefault((held.placement.node, share.slot), []).append(
+                Slice(pod=f"{key} (reserved)", queue=queue, milli=share.milli, mib=share.mib, gang=None)
             )
     # Host copies once: on CuPy every element read would be a device round trip.
     free = state.host(state.free_milli)

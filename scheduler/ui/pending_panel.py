@@ -4,25 +4,19 @@ from __future__ import annotations
 
 from html import escape
 
+from scheduler.reasons import Reason
 from scheduler.ui.fmt import attr, duration
 from scheduler.ui.view import PendingEntry, PendingGroup, PendingSubject
 
 SUBJECTS_SHOWN = 60  # per message; the rest are counted
-REASON_HELP = {
-    "Unschedulable": "no node has room for it now",
-    "GangUnschedulable": "the gang cannot be placed whole",
-    "GangIncomplete": "fewer gang members exist than minMember",
-    "OverQuota": "non-preemptible work only runs inside its queue's quota",
-    "OverLimit": "its queue (or a parent) would go over its limit",
-    "InvalidRequest": "the pod's GPU request is invalid: fix the pod",
-    "InvalidQueue": "the pod's queue does not exist or is not a leaf",
-    "BindFailed": "the API server refused the bind; retried next cycle",
-    "Fragmented": "enough GPU is free in total, but in pieces; consolidation may make room",
-    "QueueAtFairShare": "its queue has its fair share; it runs when others finish or need less",
-    "WaitingForReclaim": "room is being reclaimed from queues over their fair share",
-    "GangBelowMinMember": "a running gang lost members below minMember",
-    "Waiting": "arrived after the last cycle",
-}
+
+
+def reason_help(reason: str) -> str:
+    """What a pending reason means, from the scheduler's `Reason` (empty for a code it does not know)."""
+    try:
+        return Reason(reason).meaning
+    except ValueError:
+        return ""
 
 
 def _subject(s: PendingSubject) -> str:
@@ -50,7 +44,7 @@ def render_pending(groups: tuple[PendingGroup, ...]) -> str:
         return '<section id="pending"><h2>Pending</h2><p class="muted">Nothing is pending.</p></section>'
     blocks = []
     for g in groups:
-        help_ = REASON_HELP.get(g.reason, "")
+        help_ = reason_help(g.reason)
         blocks.append(
             f'<details class="reason" open data-reason="{attr(g.reason)}"><summary><b>{escape(g.reason)}</b> '
             f'<span class="pill">{g.pods} pod{"s" if g.pods != 1 else ""}</span> '

@@ -40,7 +40,7 @@ def decisions(backend, policy, seed=3, steps=120):
             PodDemand(cpu_milli=1000, num_gpus=1, gpu_mib=8000),
             PodDemand(cpu_milli=8000, memory_mib=16384),
         ])  # fmt: skip
-        pl = placer.place(xp, d)
+        pl = placer.place(d)
         out.append(pl)
         if pl is not None:
             s.place(pl)

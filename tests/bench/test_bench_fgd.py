@@ -7,7 +7,7 @@ import pytest
 
 from scheduler.backend import get_namespace
 from scheduler.model import NodeInfo
-from scheduler.placement.bestfit import _free_gpu_milli, _raw, free_gpu_milli, raw_scores
+from scheduler.placement.bestfit import _free_gpu_milli, _raw
 from scheduler.placement.fgd import FgdPolicy
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.placer import place_one
@@ -42,12 +42,13 @@ def test_fgd_incremental_equals_fresh(backend):
         d = rng.choice(demands(rng))
         fresh = FgdPolicy()
         fresh.set_typical_workload(workload)
-        want, got = place_one(xp, ref, fresh, d), placer.place(xp, d)
+        want, got = place_one(ref, fresh, d), placer.place(d)
         assert want == got, step
         if want is not None:
             ref.place(want)
             inc.place(got)
         # the caches behind the tie-break (patched rows) equal a computation from scratch
-        assert inc.host(free_gpu_milli(xp, inc)).tolist() == inc.host(_free_gpu_milli(xp, inc)).tolist()
-        direct = _raw(xp, inc.free_cpu, _free_gpu_milli(xp, inc), d)
-        assert inc.host(raw_scores(xp, inc, d)).tolist() == inc.host(direct).tolist()
+        bestfit = cached._bestfit
+        assert inc.host(bestfit.free_gpu_milli(inc)).tolist() == inc.host(_free_gpu_milli(inc)).tolist()
+        direct = _raw(xp, inc.free_cpu, _free_gpu_milli(inc), d)
+        assert inc.host(bestfit.raw_scores(inc, d)).tolist() == inc.host(direct).tolist()

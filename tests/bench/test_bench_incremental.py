@@ -14,7 +14,8 @@ from scheduler.cluster import WatchEvent
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.jobs import build_jobs
 from scheduler.model import GPUShare, NodeInfo, Placement, Taint, Toleration
-from scheduler.placement import make_policy, place_one
+from scheduler.placement import Capabilities, make_policy, place_one
+from scheduler.placement.base_policy import BasePolicy
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.state import ClusterState, PodDemand
 from scheduler.state.cluster_state import OvercommitError
@@ -54,7 +55,7 @@ def test_incremental_placer_decides_as_place_one(backend, policy):
     placer = IncrementalPlacer(inc, pol)
     for step in range(160):
         d = rng.choice(demands(rng))
-        want, got = place_one(xp, ref, pol, d), placer.place(xp, d)
+        want, got = place_one(ref, pol, d), placer.place(d)
         assert want == got, (step, d)
         if want is not None:
             ref.place(want)
@@ -118,11 +119,11 @@ def test_cache_jobs_equal_build_jobs_and_bind_echo_is_applied():
         return sorted((j.key, j.queue, j.min_member, sorted(p.uid for p in j.pending),
                        sorted(p.uid for p in j.running)) for j in jobs)  # fmt: skip
 
-    assert shape(cache.jobs()) == shape(build_jobs(cache.pods.values(), cache.podgroups))
+    assert shape(cache.index.jobs()) == shape(build_jobs(cache.pods.values(), cache.podgroups))
     running = [p for p in cache.pods.values() if p.holds_resources]
     assert running and all(p.phase.value == "Running" for p in running)  # echoes of our binds
     assert all(p.annotations.get("tessera.dev/gpu-assignment") for p in running)
-    used = {q: u for q, u in cache.queue_usage().items()}
+    used = {q: u for q, u in cache.index.usage.by_queue().items()}
     total = sum(sum(g.milli for g in cache.placements[p.uid].gpus) for p in running)
     assert used["default"][0] == total and not cache.errors
 
@@ -146,34 +147,24 @@ def test_cache_relist_in_bulk_and_errors_per_pod():
     assert len(cache.placements) == 4 and len(cache.errors) == 1 and cache.state.allocated_milli() == 4000
 
 
-class GlobalScore:
-    """Not row-local: a node's score depends on every other node (normalised by the cluster's max)."""
+class GlobalScore(BasePolicy):
+    """Not row-local: a node's score depends on every other node (distance to the mean of all nodes)."""
 
     name = "global-test"
 
-    def score_nodes(self, xp, state, d, feasible, fit):
+    def score_nodes(self, state, d, feasible, fit):
+        xp = state.xp
         free = xp.astype(xp.sum(xp.astype(state.free_milli, xp.int64), axis=1), xp.float64)
-        return -xp.abs(free - xp.mean(free))
-
-    def pick_gpus(self, xp, state, row, d, fit):
-        return [j for j in range(state.max_gpus) if bool(fit[row, j])][: d.num_gpus]
-
-    def observe(self, state):
-        return None
+        live = xp.astype(state.valid, xp.float64)
+        return -xp.abs(free - xp.sum(free * live) / xp.sum(live))
 
 
-class FlippingScore(GlobalScore):
-    """Row-local, but its preference is set by a `workload` object that can be replaced."""
+class RowLocalLie(GlobalScore):
+    """Declares row_local although it is not: the placer trusts the declaration (and keeps stale scores),
+    which is what makes the capability worth declaring only when true."""
 
-    name = "flip-test"
-    row_local = True
-
-    def __init__(self):
-        self.workload = ("prefer", "high")
-
-    def score_nodes(self, xp, state, d, feasible, fit):
-        rows = xp.astype(state.free_cpu, xp.float64)
-        return rows if self.workload[1] == "high" else -rows
+    name = "lie-test"
+    capabilities = Capabilities(row_local=True)
 
 
 def test_placer_asks_non_row_local_policies_every_time():
@@ -187,24 +178,40 @@ def test_placer_asks_non_row_local_policies_every_time():
     placer = IncrementalPlacer(inc, pol)
     for _ in range(60):
         d = PodDemand(cpu_milli=500, num_gpus=1, gpu_milli=rng.choice([100, 300, 1000]))
-        want, got = place_one(xp, ref, pol, d), placer.place(xp, d)
+        want, got = place_one(ref, pol, d), placer.place(d)
         assert want == got
         if want is not None:
             ref.place(want)
             inc.place(got)
 
 
-def test_placer_drops_cached_scores_when_the_workload_changes():
+def test_placer_caches_only_what_the_policy_declares_row_local():
     xp = get_namespace("numpy")
-    s = ClusterState(xp, max_gpus=2, capacity=4)
+    s = ClusterState(xp, max_gpus=2, capacity=16)
     for i, cpu in enumerate((1000, 5000, 3000)):
         s.add_node(NodeInfo(f"n{i}", cpu, 8192, 2, "A", 16384))
-    pol = FlippingScore()
-    placer = IncrementalPlacer(s, pol)
+    s.place(Placement(1, (GPUShare(0, 1000, 100),), 0, 0))
+    s.place(Placement(2, (GPUShare(0, 500, 100),), 0, 0))  # free milli 2000, 1000, 1500: mean 1500
     d = PodDemand(num_gpus=1, gpu_milli=100)
-    assert placer.place(xp, d).node == 1
-    pol.workload = ("prefer", "low")
-    assert placer.place(xp, d).node == 0 == place_one(xp, s, pol, d).node
+    honest, lie = IncrementalPlacer(s, GlobalScore()), IncrementalPlacer(s, RowLocalLie())
+    assert honest.place(d).node == lie.place(d).node == place_one(s, GlobalScore(), d).node == 2
+    s.place(Placement(2, (GPUShare(1, 900, 100),), 0, 0))  # row 2 at 600: the mean moves to 1200
+    assert honest.place(d).node == place_one(s, GlobalScore(), d).node == 1
+    assert lie.place(d).node == 2  # only row 2 was re-scored (alone): rows 0 and 1 kept stale scores
+
+
+def test_state_reports_changed_rows_from_versions():
+    xp = get_namespace("numpy")
+    s = ClusterState(xp, max_gpus=2, capacity=4)
+    for i in range(4):
+        s.add_node(NodeInfo(f"n{i}", 1000, 1024, 2, "A", 16384))
+    v = s.version
+    s.place(Placement(3, (GPUShare(0, 100, 10),), 0, 0))
+    s.place(Placement(1, (GPUShare(0, 100, 10),), 0, 0))
+    s.place(Placement(3, (GPUShare(1, 100, 10),), 0, 0))
+    changed = s.changed_rows(v)
+    assert changed == [1, 3] == [int(r) for r in xp.nonzero(s.row_version > v)[0]]
+    assert s.changed_rows(s.version) == [] and s.changed_rows(-1) is None
 
 
 def test_job_usage_follows_a_pod_whose_node_arrives_later():
@@ -218,8 +225,8 @@ def test_job_usage_follows_a_pod_whose_node_arrives_later():
     p["metadata"]["annotations"] = {}
     p["spec"]["nodeName"], p["status"] = "node-00000", {"phase": "Running"}
     cache.apply([WatchEvent("Pod", "ADDED", p)])
-    cache.jobs()
-    assert cache.queue_usage() == {}
+    cache.index.jobs()
+    assert cache.index.usage.by_queue() == {}
     cache.apply([WatchEvent("Node", "ADDED", n) for n in make_nodes(1, 8)])
-    cache.jobs()
-    assert cache.queue_usage() == {"default": (2000, 2000, 1024)}
+    cache.index.jobs()
+    assert cache.index.usage.by_queue() == {"default": (2000, 2000, 1024)}

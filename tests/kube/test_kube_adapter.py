@@ -52,7 +52,10 @@ def test_standby_derives_groups_but_creates_them_only_when_leading(scene: Scene)
     cluster.writable = True
     first = cluster.drain_events()
     assert [(e.kind, e.type) for e in first[:1]] == [("PodGroup", "ADDED")]
-    assert first[0].obj["spec"] == {"minMember": 2, "queue": "default"}
+    # As the API server stored it (its defaults included), with KAI's default priority class for a Job.
+    assert first[0].obj["spec"] == {
+        "minMember": 2, "queue": "default", "priorityClassName": "train", "staleGraceSeconds": 60
+    }  # fmt: skip
     stored = scene.get("podgroups", group)
     assert stored["spec"]["minMember"] == 2 and stored["metadata"]["ownerReferences"][0]["kind"] == "Job"
 

@@ -334,17 +334,22 @@ def test_a_failed_cycle_rebuilds_the_state_from_the_watch_caches(
     runner = scene.scheduler()
     scene.create_pod(fraction_pod("before", "0.5"))
     wait_until(lambda: "before" in scene.bound())
-    allocate = ACTIONS["allocate"]
+    allocate = ACTIONS["allocate"]()
     calls = {"n": 0}
 
-    def flaky(session: Any, cluster: Any) -> None:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            session.cache.state.free_milli[0, 0] = 1000  # leave the state corrupt, as a half-done cycle could
-            raise RuntimeError("boom")
-        allocate(session, cluster)
+    class Flaky:
+        name = "allocate"
 
-    monkeypatch.setitem(ACTIONS, "allocate", flaky)
+        def execute(self, session: Any, cluster: Any) -> None:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                session.state.free_milli[0, 0] = 1000  # leave the state corrupt, as a half-done cycle could
+                raise RuntimeError("boom")
+            allocate.execute(session, cluster)
+
+    monkeypatch.setitem(ACTIONS, "allocate", Flaky)  # for the rebuilt scheduler
+    actions = runner.scheduler.actions  # the running one made its actions already
+    actions[[a.name for a in actions].index("allocate")] = Flaky()
     wait_until(lambda: runner.rebuilds >= 1)
     for name in ("after-1", "after-2"):
         scene.create_pod(fraction_pod(name, "0.5"))
@@ -352,7 +357,7 @@ def test_a_failed_cycle_rebuilds_the_state_from_the_watch_caches(
     cycles = runner.cycles
     wait_until(lambda: runner.cycles >= cycles + 5)
     assert scene.gpu_use() == {("gpu-1", 0): 1000}  # the corrupt free share was not given away
-    assert runner.errors == ["RuntimeError: boom"]
+    assert list(runner.errors) == ["RuntimeError: boom"]
 
 
 @pytest.mark.xfail(

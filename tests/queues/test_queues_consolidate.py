@@ -6,6 +6,7 @@ from scheduler.api.gpu_request import GPURequest
 from scheduler.api.keys import GPU_FRACTION
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.model import GPUShare, Placement, PodInfo
+from scheduler.reasons import Reason
 from scheduler.reservations import Reservation, match_reservations
 from scheduler.sim.cluster import SIM_RECREATE
 from tests.queues.util import Recorder, gpus_by_queue
@@ -47,7 +48,7 @@ def test_consolidation_raises_allocation_and_moves_land_where_planned():
         )
     halves = [k for k in sim.pods if k.startswith("q/h-") and phase(sim, k) == "Running"]
     assert len(halves) == 8  # nobody lost
-    assert rec.sched.cache.reservations == {}
+    assert rec.sched.cache.ledger.reservations() == {}
 
 
 def test_without_consolidation_the_big_pods_stay_pending():
@@ -70,7 +71,9 @@ def test_never_evicts_a_pod_it_could_not_replace():
     assert assignment(sim, "q/mover").node == "a-0" and assignment(sim, "q/server").node == "b-0"
     assert rec.evictions() == []
     reason = sim.pods["q/whole"].reason
-    assert reason[0] == "Fragmented" and "1 GPUs are free on nodes that match, but in pieces" in reason[1]
+    assert (
+        reason[0] == Reason.FRAGMENTED and "1 GPUs are free on nodes that match, but in pieces" in reason[1]
+    )
 
 
 def _pod(name: str, ns: str = "team", queue_name: str = "q", milli: int = 500) -> PodInfo:
@@ -95,9 +98,10 @@ def test_a_reservation_nobody_claims_lapses():
             pod_rec.obj["metadata"]["annotations"][SIM_RECREATE] = "false"
     rec.run(61)
     cache = rec.sched.cache
-    assert cache.reservations and all(res.expires_s == 120.0 for res in cache.reservations.values())
-    reserved = sum(g.milli for res in cache.reservations.values() for g in res.placement.gpus)
+    kept = cache.ledger.reservations()
+    assert kept and all(res.expires_s == 120.0 for res in kept.values())
+    reserved = sum(g.milli for res in kept.values() for g in res.placement.gpus)
     assert cache.state.allocated_milli() == 8000  # 2 big pods, the halves left, the places kept for the moved
     rec.run(60)
-    assert cache.reservations == {}
+    assert cache.ledger.reservations() == {}
     assert cache.state.allocated_milli() == 8000 - reserved  # given back

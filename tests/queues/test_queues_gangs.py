@@ -5,6 +5,7 @@ import random
 import pytest
 
 from scheduler.api.keys import GPU_FRACTION, POD_GROUP
+from scheduler.reasons import Reason
 from scheduler.sim.cluster import SimCluster
 from tests.queues.util import Recorder
 from tests.scheduler.helpers import A100, cluster, node, phase, pod, podgroup, queue
@@ -87,7 +88,7 @@ def test_stale_gang_is_evicted_whole_after_its_grace_period():
     rec.run(9)
     assert rec.evictions() == []
     status = sim.group_status["q/ddp"]
-    assert status.running == 2 and status.conditions[0].reason == "GangBelowMinMember"
+    assert status.running == 2 and status.conditions[0].reason == Reason.GANG_BELOW_MIN_MEMBER
     assert "runs 2 of 3 members; evicted whole in 2s" in status.conditions[0].message
     rec.run(3)
     ev = rec.evictions("stale_gang")

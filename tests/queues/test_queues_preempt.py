@@ -1,5 +1,6 @@
 """Preemption inside a queue: higher priority evicts lower-priority preemptible pods, never across queues."""
 
+from scheduler.reasons import Reason
 from tests.queues.util import Recorder, gpus_by_queue
 from tests.scheduler.helpers import A100, cluster, node, phase, pod, queue
 
@@ -47,8 +48,8 @@ def test_preemption_never_crosses_queues():
     rec.run(10)
     assert rec.evictions() == []
     assert gpus_by_queue(sim) == {"team-a": 4.0}
-    assert sim.pods["team-b/b-0"].reason[0] == "QueueAtFairShare"
-    assert sim.pods["team-b/binf-0"].reason[0] == "OverQuota"
+    assert sim.pods["team-b/b-0"].reason[0] == Reason.QUEUE_AT_FAIR_SHARE
+    assert sim.pods["team-b/binf-0"].reason[0] == Reason.OVER_QUOTA
 
 
 def test_preemption_respects_priority_and_keeps_non_preemptible_pods():
@@ -83,4 +84,4 @@ def test_a_queue_at_its_limit_preempts_its_own_lower_priority_pods():
     rec.run(8)
     assert [e["pod"] for e in rec.evictions("preempt")] == ["q/train-1"]  # 6 GPUs idle, but the limit is 2
     assert phase(sim, "q/urgent") == "Running" and gpus_by_queue(sim) == {"q": 2.0}
-    assert sim.pods["q/train-1"].reason[0] == "OverLimit"
+    assert sim.pods["q/train-1"].reason[0] == Reason.OVER_LIMIT

@@ -4,6 +4,7 @@ rest, limits hold."""
 import pytest
 
 from scheduler.api.keys import GPU_FRACTION
+from scheduler.reasons import Reason
 from tests.queues.util import Recorder, gpus_by_queue
 from tests.scheduler.helpers import A100, cluster, node, pod, queue
 
@@ -118,4 +119,7 @@ def test_reclaim_in_a_tree_stops_at_the_victim_side_quota():
     assert got["x1"] >= 2.0 and got["x2"] >= 2.0  # no victim queue pushed below its quota
     assert all(e["pod"].startswith("x") for e in rec.evictions())
     reason = sim.pods["y1/y1-7"].reason
-    assert reason[0] == "QueueAtFairShare" and "queue y1 is at its fair share (4 GPUs of 4 GPUs" in reason[1]
+    assert (
+        reason[0] == Reason.QUEUE_AT_FAIR_SHARE
+        and "queue y1 is at its fair share (4 GPUs of 4 GPUs" in reason[1]
+    )

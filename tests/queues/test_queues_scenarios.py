@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from scheduler.cli.main import app
 from scheduler.cycle import Scheduler, SchedulerConfig
+from scheduler.reasons import Reason
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import load_files
 from tests.queues.util import Recorder, gpus_by_queue
@@ -32,7 +33,10 @@ def test_two_teams_sharing():
     rec.run(5)
     assert gpus_by_queue(rec.sim) == {"team-a": 4.0, "team-b": 4.0}
     reason, message = pending_reason(rec, "team-a/a-5")
-    assert reason == "QueueAtFairShare" and "queue team-a is at its fair share (4 GPUs of 4 GPUs" in message
+    assert (
+        reason == Reason.QUEUE_AT_FAIR_SHARE
+        and "queue team-a is at its fair share (4 GPUs of 4 GPUs" in message
+    )
     assert rec.evictions() == []
 
 
@@ -79,9 +83,9 @@ def test_gang_that_cannot_fit():
     assert all(phase(rec.sim, f"team-a/ddp-huge-{i}") == "Pending" for i in range(3))
     assert all(phase(rec.sim, f"team-a/ddp-small-{i}") == "Running" for i in range(2))
     reason, message = pending_reason(rec, "team-a/ddp-huge-0")
-    assert reason == "GangUnschedulable" and "even empty, this cluster could hold 2" in message
+    assert reason == Reason.GANG_UNSCHEDULABLE and "even empty, this cluster could hold 2" in message
     status = rec.sim.group_status["team-a/ddp-huge"]
-    assert status.phase == "Unschedulable" and status.conditions[0].reason == "GangUnschedulable"
+    assert status.phase == "Unschedulable" and status.conditions[0].reason == Reason.GANG_UNSCHEDULABLE
     assert rec.evictions() == []
 
 

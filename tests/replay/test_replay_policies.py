@@ -50,7 +50,7 @@ def _decisions(
     for pod in arrival_order(pods, 3, 1.3, capacity_milli(nodes)):
         if no_cache:
             policy._cache.clear()
-        p = place_one(xp, state, policy, pod.demand(), tie_break="random", rng=rng)
+        p = place_one(state, policy, pod.demand(), tie_break="random", rng=rng)
         out.append(None if p is None else (p.node, tuple(s.slot for s in p.gpus)))
         if p is not None:
             state.place(p)
@@ -74,12 +74,12 @@ def test_collapsed_full_refresh_equals_row_by_row(trace: tuple[Path, Path], back
     policy.set_typical_workload(typical_workload(pods))
     for pod in arrival_order(pods, 9, 1.0, capacity_milli(nodes))[:40]:
         d = pod.demand()
-        wa = policy._workload_arrays(xp, state)
-        view = policy.view(xp, state, wa, d)
+        wa = policy._workload_arrays(state)
+        view = policy.view(state, wa, d)
         full = policy._full(xp, wa, view, d)
         direct = policy.kernel(xp, wa, view, d)
         assert [float(v) for v in full] == [float(v) for v in direct]
-        p = place_one(xp, state, policy, d)
+        p = place_one(state, policy, d)
         if p is not None:
             state.place(p)
 
@@ -89,7 +89,7 @@ def test_fgd_learns_workload_when_none_given(trace: tuple[Path, Path]) -> None:
     nodes, pods = load_nodes(trace[0]).rows, load_pods(trace[1]).rows
     state = build_state(xp, nodes)
     policy = make_policy("fgd")  # as the live scheduler builds it: no typical workload
-    p = place_one(xp, state, policy, pods[0].demand())
+    p = place_one(state, policy, pods[0].demand())
     assert p is not None
     assert isinstance(policy, FgdPolicy) and policy.workload is not None and len(policy.workload) == 1
 
@@ -111,5 +111,5 @@ def test_fgd_picks_the_gpu_that_fragments_least() -> None:
         TypicalWorkload((TaskType(1000, 300, 1), TaskType(1000, 1000, 1)), (0.5, 0.5))
     )
     for milli, slot in ((300, 2), (500, 1)):
-        p = place_one(xp, state, policy, PodDemand(cpu_milli=1000, num_gpus=1, gpu_milli=milli))
+        p = place_one(state, policy, PodDemand(cpu_milli=1000, num_gpus=1, gpu_milli=milli))
         assert p is not None and [s.slot for s in p.gpus] == [slot]

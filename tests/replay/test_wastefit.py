@@ -77,7 +77,7 @@ def test_320_leaves_a_470_gap_alone_but_fills_a_650_gap(backend: str) -> None:
         for policy in (FragFitPolicy(), WasteFitPolicy()):
             state = _node_with(backend, used)
             policy.set_typical_workload(_workload())
-            p = place_one(namespace(backend), state, policy, pod)
+            p = place_one(state, policy, pod)
             assert p is not None
             picks.append(p.gpus[0].slot)
         assert picks == [want_fragfit, want_wastefit]
@@ -88,7 +88,7 @@ def test_tiny_pod_goes_on_the_810_leftover(backend: str) -> None:
     state = _node_with(backend, [0, 810, 470])
     policy = WasteFitPolicy()
     policy.set_typical_workload(_workload())
-    p = place_one(namespace(backend), state, policy, PodDemand(cpu_milli=1000, num_gpus=1, gpu_milli=160))
+    p = place_one(state, policy, PodDemand(cpu_milli=1000, num_gpus=1, gpu_milli=160))
     assert p is not None and p.gpus[0].slot == 1
 
 
@@ -103,7 +103,7 @@ def test_numpy_and_strict_place_identically(trace: tuple[Path, Path]) -> None:
         rng = random.Random(3)
         out = []
         for pod in arrival_order(pods, 42, 1.3, capacity_milli(nodes)):
-            p = place_one(xp, state, policy, pod.demand(), tie_break="random", rng=rng)
+            p = place_one(state, policy, pod.demand(), tie_break="random", rng=rng)
             out.append(None if p is None else (p.node, tuple(s.slot for s in p.gpus)))
             if p is not None:
                 state.place(p)
@@ -125,7 +125,7 @@ def test_cache_changes_nothing(trace: tuple[Path, Path]) -> None:
         for pod in arrival_order(pods, 5, 1.3, capacity_milli(nodes)):
             if no_cache:
                 policy._cache.clear()
-            p = place_one(xp, state, policy, pod.demand())
+            p = place_one(state, policy, pod.demand())
             out.append(None if p is None else (p.node, tuple(s.slot for s in p.gpus)))
             if p is not None:
                 state.place(p)
@@ -148,7 +148,7 @@ def test_learns_workload_when_none_given(trace: tuple[Path, Path]) -> None:
     state = build_state(xp, nodes)
     policy = make_policy("wastefit")
     for pod in pods[:20]:
-        p = place_one(xp, state, policy, pod.demand())
+        p = place_one(state, policy, pod.demand())
         if p is not None:
             state.place(p)
             state.commit()

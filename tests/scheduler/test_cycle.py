@@ -1,6 +1,7 @@
 """The scheduling cycle on the simulated cluster: gangs, fractions, reasons, quotas, other schedulers."""
 
 from scheduler.api.keys import GPU_FRACTION, GPU_MEMORY, POD_GROUP
+from scheduler.reasons import Reason
 from tests.scheduler.helpers import A100, T4, assignment, cluster, node, phase, pod, podgroup, queue, run
 
 
@@ -41,10 +42,12 @@ def test_gang_is_placed_whole_or_not_at_all():
     assert all(phase(sim, f"team/small-{i}") == "Running" for i in range(2))
     reason = sim.pods["team/big-0"].reason
     assert (
-        reason is not None and reason[0] == "GangUnschedulable" and "team/big needs 3 more pods" in reason[1]
+        reason is not None
+        and reason[0] == Reason.GANG_UNSCHEDULABLE
+        and "team/big needs 3 more pods" in reason[1]
     )
     status = sim.group_status["team/big"]
-    assert status.phase == "Unschedulable" and status.conditions[0].reason == "GangUnschedulable"
+    assert status.phase == "Unschedulable" and status.conditions[0].reason == Reason.GANG_UNSCHEDULABLE
     assert sim.group_status["team/small"].phase == "Running"
 
 
@@ -56,7 +59,7 @@ def test_incomplete_gang_waits_for_members():
     ]
     sim, sched = cluster(objs)
     run(sim, sched)
-    assert sim.pods["default/g-0"].reason[0] == "GangIncomplete"
+    assert sim.pods["default/g-0"].reason[0] == Reason.GANG_INCOMPLETE
     assert "needs 3 pods; only 2 exist" in sim.pods["default/g-0"].reason[1]
 
 
@@ -70,11 +73,11 @@ def test_invalid_requests_and_queues_are_explained_and_others_go_on():
     ])  # fmt: skip
     run(sim, sched)
     assert sim.pods["default/bad"].reason == (
-        "InvalidRequest",
+        Reason.INVALID_REQUEST,
         'annotation gpu-fraction="abc" is not a number; use a value between 0 and 1 such as "0.5"',
     )
     assert "more than the largest GPU in the cluster (40960 MiB)" in sim.pods["default/huge"].reason[1]
-    assert sim.pods["default/ghost"].reason[0] == "InvalidQueue"
+    assert sim.pods["default/ghost"].reason[0] == Reason.INVALID_QUEUE
     assert phase(sim, "default/good") == "Running"
 
 
@@ -99,11 +102,11 @@ def test_non_preemptible_pods_stay_within_quota_and_limits_hold():
     objs += [pod(f"train-{i}", "q", arrival_s=5, duration_s=100, gpus=1) for i in range(2)]
     sim, sched = cluster(objs)
     run(sim, sched)
-    assert sim.pods["q/inf-2"].reason[0] == "OverQuota"  # 2 of 2 quota used, limit 3 not reached
+    assert sim.pods["q/inf-2"].reason[0] == Reason.OVER_QUOTA  # 2 of 2 quota used, limit 3 not reached
     run(sim, sched, cycles=8)
     running = sorted(k for k in sim.pods if phase(sim, k) == "Running")
     assert running == ["q/inf-0", "q/inf-1", "q/train-0"]  # preemptible work may go over quota
-    assert sim.pods["q/train-1"].reason[0] == "OverLimit" and "limit" in sim.pods["q/train-1"].reason[1]
+    assert sim.pods["q/train-1"].reason[0] == Reason.OVER_LIMIT and "limit" in sim.pods["q/train-1"].reason[1]
 
 
 def test_queue_below_fair_share_is_served_first():

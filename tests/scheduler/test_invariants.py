@@ -47,7 +47,10 @@ def check_invariants(sched, sim, gangs: dict[str, int]) -> None:
     state = sched.cache.state
     used_milli: dict[tuple[int, int], int] = {}
     used_mib: dict[tuple[int, int], int] = {}
-    for pl in sched.cache.placements.values():
+    ledger = sched.cache.ledger
+    for pl in [
+        h.placement for h in (*ledger.pods.values(), *ledger.reserved.values())
+    ]:  # pods and reserved places
         for g in pl.gpus:
             used_milli[(pl.node, g.slot)] = used_milli.get((pl.node, g.slot), 0) + g.milli
             used_mib[(pl.node, g.slot)] = used_mib.get((pl.node, g.slot), 0) + g.mib
@@ -159,14 +162,14 @@ def test_state_place_remove_sequences_never_overcommit(script, backend):
     for op, (n, milli, mib), size in script:
         d = PodDemand(cpu_milli=4000, memory_mib=8192, num_gpus=n, gpu_milli=milli, gpu_mib=mib)
         if op == "place":
-            pl = place_one(state.xp, state, policy, d)
+            pl = place_one(state, policy, d)
             if pl is not None:
                 state.place(pl)
                 held.append(pl)
         elif op == "gang":
             cp, members = state.checkpoint(), []
             for _ in range(size):
-                pl = place_one(state.xp, state, policy, d)
+                pl = place_one(state, policy, d)
                 if pl is None:
                     break
                 state.place(pl)

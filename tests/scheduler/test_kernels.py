@@ -38,7 +38,7 @@ def test_memory_request_converts_with_each_gpus_memory(backend):
     assert s.share_for(0, 0, 0, 20480).milli == 500
     assert s.share_for(1, 0, 0, 20480).milli == 250
     assert s.share_for(0, 0, 250, 0).mib == 10240
-    pl = place_one(s.xp, s, make_policy("binpack"), d)
+    pl = place_one(s, make_policy("binpack"), d)
     assert pl is not None and pl.gpus[0].mib == 20480
 
 
@@ -51,10 +51,9 @@ def test_filters_cpu_memory_model_selector_taints_health(backend):
         NodeInfo("cpu-only", 64000, 262144),
     ]
     s = make_state(backend, nodes)
-    xp = s.xp
 
     def rows(d):
-        mask, _ = feasible(xp, s, d)
+        mask, _ = feasible(s, d)
         return [s.node_names[i] for i in range(s.num_rows) if bool(mask[i])]
 
     assert rows(PodDemand(num_gpus=1, gpu_milli=500)) == ["labelled", "t4"]
@@ -84,7 +83,7 @@ def test_binpack_fills_one_gpu_spread_uses_many(backend):
         s = make_state(backend, [a100("a"), a100("b")])
         used = set()
         for _ in range(4):
-            pl = place_one(s.xp, s, make_policy(policy), PodDemand(num_gpus=1, gpu_milli=250))
+            pl = place_one(s, make_policy(policy), PodDemand(num_gpus=1, gpu_milli=250))
             assert pl is not None
             s.place(pl)
             used.add((pl.node, pl.gpus[0].slot))
@@ -113,7 +112,7 @@ def test_kernels_identical_on_numpy_and_strict():
             s = make_state(backend, nodes)
             out = []
             for d in demands:
-                pl = place_one(s.xp, s, make_policy(policy), d)
+                pl = place_one(s, make_policy(policy), d)
                 out.append(pl)
                 if pl is not None:
                     s.place(pl)
@@ -130,13 +129,13 @@ def test_explain_counts_each_filter(backend):
         [a100("a", gpus=2), NodeInfo("t4", 4000, 8192, 2, "T4", 15360), NodeInfo("cpu", 64000, 262144)],
     )
     msg = explain_unschedulable(
-        s.xp, s, PodDemand(cpu_milli=8000, num_gpus=2, gpu_milli=1000, models=frozenset({"A100", "T4"}))
+        s, PodDemand(cpu_milli=8000, num_gpus=2, gpu_milli=1000, models=frozenset({"A100", "T4"}))
     )
     assert msg.startswith("no node fits 2 whole GPUs (model A100|T4)")
     assert "1 with model not in A100|T4" in msg and "1 short of CPU" in msg
-    pl = place_one(s.xp, s, make_policy("binpack"), PodDemand(num_gpus=1, gpu_milli=1000))
+    pl = place_one(s, make_policy("binpack"), PodDemand(num_gpus=1, gpu_milli=1000))
     s.place(pl)
-    msg = explain_unschedulable(s.xp, s, PodDemand(num_gpus=2, gpu_milli=1000, models=frozenset({"A100"})))
+    msg = explain_unschedulable(s, PodDemand(num_gpus=2, gpu_milli=1000, models=frozenset({"A100"})))
     assert "lack 2 free GPUs" in msg
 
 
@@ -149,7 +148,7 @@ def test_rollback_restores_arrays_exactly(backend):
         PodDemand(cpu_milli=100, num_gpus=2, gpu_milli=1000),
         PodDemand(cpu_milli=100, num_gpus=1, gpu_milli=300),
     ):
-        s.place(place_one(s.xp, s, make_policy("binpack"), d))
+        s.place(place_one(s, make_policy("binpack"), d))
     assert s.allocated_milli() == 2300
     s.rollback(cp)
     assert (s.host(s.free_milli).tolist(), s.host(s.free_cpu).tolist()) == before
@@ -157,7 +156,7 @@ def test_rollback_restores_arrays_exactly(backend):
 
 def test_node_removal_recycles_rows_and_growth_keeps_data():
     s = make_state("numpy", [a100(f"n{i}") for i in range(3)])
-    s.place(place_one(s.xp, s, make_policy("binpack"), PodDemand(num_gpus=1, gpu_milli=400)))
+    s.place(place_one(s, make_policy("binpack"), PodDemand(num_gpus=1, gpu_milli=400)))
     for i in range(3, 40):  # forces several row growths
         s.add_node(a100(f"n{i}"))
     assert s.allocated_milli() == 400 and s.gpu_capacity() == 160

@@ -1,0 +1,33 @@
+"""A bounded log of what could not be used (invalid objects, pods that cannot be accounted), for people.
+
+A long-running scheduler sees bad input forever; only the latest messages are kept, and how many there
+were in all.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+DEFAULT_KEEP = 200
+
+
+class ErrorLog:
+    def __init__(self, keep: int = DEFAULT_KEEP) -> None:
+        self._latest: deque[str] = deque(maxlen=keep)
+        self.total = 0
+
+    def add(self, message: str) -> None:
+        self._latest.append(message)
+        self.total += 1
+
+    def latest(self, n: int | None = None) -> list[str]:
+        """The latest `n` messages (all kept ones by default), oldest first."""
+        items = list(self._latest)
+        return items if n is None else items[-n:] if n > 0 else []
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._latest))
+
+    def __len__(self) -> int:
+        return len(self._latest)

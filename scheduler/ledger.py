@@ -1,0 +1,226 @@
+"""The ledger: who holds what, kept in one place and changed by one primitive.
+
+A holding is a placement held by a pod (bound by us, or seen running from the watch) or reserved for a
+pod being moved (`scheduler/reservations.py`). Every change, whoever makes it (watch events, the actions'
+transactions, commit), is one `_swap` of the holding under a key: it writes the cluster arrays, the table
+of holdings and tells the usage listeners (the job index's per-queue usage, the open session's queue
+tree), together. While a transaction is open the old value is journalled, so `rollback` undoes any
+number of changes with one loop, newest first, and every piece of bookkeeping moves back together
+(KAI Scheduler's `framework/statement.go` does the same with an undo per operation).
+
+Kinds: `BOUND` pods and `RESERVED` places. Other states a holding may pass through fit the same way, a
+kind each, listeners deciding what they count: a pod placed by the cycle whose bind is still in flight
+(assumed), or a victim evicted but still terminating (releasing), whose GPU a waiting pod may be
+pipelined onto once it is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Protocol
+
+from scheduler.model import Placement
+from scheduler.reservations import Reservation
+from scheduler.state.cluster_state import ClusterState, OvercommitError
+
+log = logging.getLogger(__name__)
+
+
+class HoldKind(StrEnum):
+    BOUND = "bound"  # a pod holding resources on its node
+    RESERVED = "reserved"  # the planned place of a pod being moved (keyed by its namespace/name)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Whom a holding is charged to: a queue, on behalf of a job."""
+
+    queue: str
+    job: str
+    nonpreemptible: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    kind: HoldKind
+    placement: Placement
+    owner: Owner | None = None  # None: charged to nobody (pods of other schedulers, or not indexed yet)
+    reservation: Reservation | None = None  # what a RESERVED place waits for
+
+
+def same_charge(old: Holding | None, new: Holding | None) -> bool:
+    """Whether replacing `old` by `new` leaves every charge as it was (same kind, owner and placement)."""
+    return (
+        old is not None
+        and new is not None
+        and old.placement is new.placement
+        and (old.kind, old.owner) == (new.kind, new.owner)
+    )
+
+
+class UsageListener(Protocol):
+    def changed(self, old: Holding | None, new: Holding | None) -> None:
+        """A holding was replaced (None: there was none, or there is none now)."""
+        ...
+
+
+# A journal entry: which table, which key, what it held before (None: nothing).
+_Entry = tuple[dict[str, Holding], str, Holding | None]
+
+
+class Ledger:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.pods: dict[str, Holding] = {}  # by pod uid
+        self.reserved: dict[str, Holding] = {}  # by the moved pod's namespace/name
+        self._listeners: list[UsageListener] = []
+        self._journal: list[_Entry] | None = None  # open while a transaction is
+
+    # --------------------------------------------------------------------------------- the primitive
+    def _swap(
+        self, table: dict[str, Holding], key: str, new: Holding | None, *, arrays: bool = True
+    ) -> Holding | None:
+        """Replace what `key` holds with `new`: arrays, table and listeners together; journalled while a
+        transaction is open. Raises OvercommitError (changing nothing) when `new` does not fit."""
+        old = table.get(key)
+        if arrays and (old is None or new is None or old.placement != new.placement):
+            if old is not None:
+                self._write(old.placement, -1, key)
+            if new is not None:
+                try:
+                    self.state.write(new.placement, +1)
+                except OvercommitError:
+                    if old is not None:
+                        self.state.write(old.placement, +1)
+                    raise
+        if new is None:
+            del table[key]
+        else:
+            table[key] = new
+        if self._journal is not None:
+            self._journal.append((table, key, old))
+        for listener in self._listeners:
+            listener.changed(old, new)
+        return old
+
+    def _write(self, placement: Placement, sign: int, key: str) -> None:
+        try:
+            self.state.write(placement, sign)
+        except OvercommitError as exc:  # the node changed under the holding; never let it stop the books
+            log.error("release of %s failed: %s", key, exc)
+
+    # ------------------------------------------------------------------------------------ operations
+    def hold(self, uid: str, placement: Placement, owner: Owner | None = None) -> None:
+        """Pod `uid` holds `placement` (placed by us, or found running). Raises OvercommitError."""
+        self._swap(self.pods, uid, Holding(HoldKind.BOUND, placement, owner))
+
+    def hold_many(self, items: Iterable[tuple[str, Placement]]) -> None:
+        """`hold` for many pods at once, the arrays written in one array program (a relist). All or
+        nothing: raises OvercommitError, changing nothing, when one of them does not fit."""
+        items = list(items)
+        fresh = [(uid, pl) for uid, pl in items if uid not in self.pods]
+        if len(fresh) != len(items):  # some are held already: one by one, each replacing what it held
+            for uid, pl in items:
+                self.hold(uid, pl)
+            return
+        self.state.write_many([pl for _, pl in fresh])
+        for uid, pl in fresh:
+            self._swap(self.pods, uid, Holding(HoldKind.BOUND, pl), arrays=False)
+
+    def release(self, uid: str, *, arrays: bool = True) -> Holding | None:
+        """Pod `uid` holds nothing any more (evicted, finished, deleted). `arrays=False`: its node's row
+        is being wiped anyway (the node is gone)."""
+        if uid not in self.pods:
+            return None
+        return self._swap(self.pods, uid, None, arrays=arrays)
+
+    def reown(self, uid: str, owner: Owner | None) -> None:
+        """Charge pod `uid`'s holding to `owner` from now on (its job was rebuilt)."""
+        old = self.pods.get(uid)
+        if old is not None and old.owner != owner:
+            self._swap(self.pods, uid, replace(old, owner=owner))
+
+    def reserve(self, res: Reservation) -> None:
+        """Keep `res.placement` for the pod `res.pod_key` being moved. Raises OvercommitError."""
+        owner = Owner(res.queue, f"pod:{res.pod_key}")
+        self._swap(self.reserved, res.pod_key, Holding(HoldKind.RESERVED, res.placement, owner, res))
+
+    def unreserve(self, pod_key: str, *, arrays: bool = True) -> Reservation | None:
+        """Give a reserved place back (claimed, lapsed or its node gone)."""
+        if pod_key not in self.reserved:
+            return None
+        old = self._swap(self.reserved, pod_key, None, arrays=arrays)
+        return old.reservation if old is not None else None
+
+    def forget_row(self, row: int) -> list[str]:
+        """Drop every holding on `row` without writing the arrays (the node is gone and its row wiped);
+        returns the pod uids that held something there."""
+        uids = [uid for uid, h in self.pods.items() if h.placement.node == row]
+        for uid in uids:
+            self.release(uid, arrays=False)
+        for key in [k for k, h in self.reserved.items() if h.placement.node == row]:
+            self.unreserve(key, arrays=False)
+        return uids
+
+    # ---------------------------------------------------------------------------------- transactions
+    def begin(self) -> int:
+        """Open the journal (if not open yet); the checkpoint to roll back to."""
+        if self._journal is None:
+            self._journal = []
+        return len(self._journal)
+
+    def checkpoint(self) -> int:
+        return len(self._journal) if self._journal is not None else 0
+
+    def rollback(self, checkpoint: int) -> None:
+        """Undo every change after `checkpoint`, newest first."""
+        journal = self._journal
+        if journal is None:
+            return
+        self._journal = None  # the undo itself is not history
+        try:
+            while len(journal) > checkpoint:
+                table, key, old = journal.pop()
+                self._swap(table, key, old)
+        finally:
+            self._journal = journal
+
+    def commit(self) -> None:
+        """Close the journal: what was done stays done."""
+        self._journal = None
+
+    def abort(self) -> bool:
+        """Undo a transaction left open (an action failed half-way); whether there was one."""
+        if self._journal is None:
+            return False
+        self.rollback(0)
+        self.commit()
+        return True
+
+    # --------------------------------------------------------------------------------------- reading
+    def add_listener(self, listener: UsageListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: UsageListener) -> None:
+        self._listeners.remove(listener)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self.pods
+
+    def placement(self, uid: str) -> Placement | None:
+        held = self.pods.get(uid)
+        return held.placement if held is not None else None
+
+    def reservations(self) -> dict[str, Reservation]:
+        """The reserved places' records, by the moved pod's namespace/name."""
+        return {key: h.reservation for key, h in self.reserved.items() if h.reservation is not None}
+
+    def fingerprint(self) -> int:
+        """A hash of who holds what where: equal layouts, equal fingerprints."""
+        return hash(
+            frozenset((uid, h.placement) for uid, h in self.pods.items())
+            | frozenset((("reserved", key), h.placement) for key, h in self.reserved.items())
+        )

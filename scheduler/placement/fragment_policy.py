@@ -1,0 +1,253 @@
+"""`FragmentPolicy`: the machinery the fragment-driven policies (`fgd`, `fragfit`, `wastefit`) share.
+
+The typical workload (given, or learned from the pods asked about), the node views the fragment kernels
+(`fragment.py`) read, and a per-shape score cache. Subclasses define `transform` (dF -> score).
+
+Caching: scores depend only on a node's own state, so they are kept per pod shape (CPU, milli, devices,
+models) and refreshed only on rows whose `row_version` moved since the shape was last scored. A full
+refresh collapses identical nodes first when they are few (at start-up a cluster is a few node kinds)
+and scores one row per distinct state. The GPU inside the chosen node is re-derived for that row alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from scheduler.backend import ArrayNamespace
+from scheduler.placement.base_policy import BasePolicy
+from scheduler.placement.bestfit import BestFitPolicy
+from scheduler.placement.filters import gpu_need
+from scheduler.placement.fragment import (
+    best_fit_selection,
+    fragment_after_fraction,
+    fragment_after_selection,
+)
+from scheduler.placement.policy import Array, Capabilities, scatter_rows
+from scheduler.placement.tiebreak import with_tiebreak
+from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload, WorkloadArrays
+from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
+
+# Refresh rows one by one below this many stale rows; above, rescore everything (deduplicated).
+PARTIAL_REFRESH_MAX = 48
+# ... or up to this share of all rows: the kernel on a few hundred gathered rows still beats a full pass
+# (a shape asked rarely sees every row touched since its last use; see docs/performance.md).
+PARTIAL_REFRESH_SHARE = 8
+# Without a given workload the policy learns one from the pods it sees, rebuilt at these counts.
+_RELEARN_EVERY = 512
+
+
+# Collapse identical nodes only when they are at most this share of the rows (else scoring every row is
+# cheaper than the bookkeeping).
+COLLAPSE_MAX_SHARE = 0.5
+_HASH_MOD = 1 << 40
+
+
+@dataclass
+class _Entry:
+    version: int
+    score: Array  # float64[N]
+
+
+@dataclass
+class NodeView:
+    """What the fragment kernels read, for a set of rows."""
+
+    free: Array  # int64[R, G], 0 on absent or unhealthy GPUs
+    cpu: Array  # int64[R]
+    access: Array  # bool[R, M]
+    need: Array  # int64[R] milli one device of the pod takes there
+    mem: Array  # int64[R] free host memory (MiB)
+
+
+def is_fraction(d: PodDemand) -> bool:
+    return d.num_gpus == 1 and not d.whole
+
+
+@dataclass
+class FragmentPolicy(BasePolicy):
+    """Shared machinery of the fragment-driven policies: workload, node views, per-shape score cache.
+    Subclasses define `transform` (dF -> score)."""
+
+    workload: TypicalWorkload | None = None
+    tie_break: bool = True  # order equal scores by best fit
+    coverage: float = DEFAULT_COVERAGE
+    name: ClassVar[str] = "fragment"
+    _arrays: WorkloadArrays | None = field(default=None, init=False, repr=False)
+    _cache: dict[tuple[Any, ...], _Entry] = field(default_factory=dict, init=False, repr=False)
+    _seen: Counter[TaskType] = field(default_factory=Counter, init=False, repr=False)
+    _learned_at: int = field(default=0, init=False, repr=False)
+    _capacity: int = field(default=-1, init=False, repr=False)
+    _bestfit: BestFitPolicy = field(default_factory=BestFitPolicy, init=False, repr=False)
+
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        return Capabilities(typical_workload=True, workload_coverage=self.coverage)
+
+    # ------------------------------------------------------------------------------------ workload
+    def set_typical_workload(self, workload: TypicalWorkload) -> None:
+        self.workload = workload
+        self._seen.clear()
+        self._learned_at = 0
+        self._arrays = None
+        self._cache.clear()
+
+    def _learn(self, d: PodDemand) -> None:
+        """No workload given (live scheduler): learn it from the pods asked about."""
+        self._seen[TaskType.of(d)] += 1
+        n = sum(self._seen.values())
+        if self.workload is None or n - self._learned_at >= _RELEARN_EVERY:
+            self._learned_at = n
+            self.workload = TypicalWorkload.from_counts(self._seen, self.coverage)
+            self._arrays = None
+            self._cache.clear()
+
+    def _workload_arrays(self, state: NodeArrays) -> WorkloadArrays:
+        if self._arrays is None or self._arrays.models_seen != len(state.models):
+            assert self.workload is not None
+            self._arrays = WorkloadArrays.build(state.xp, self.workload, state.models)
+            self._cache.clear()
+        return self._arrays
+
+    # ---------------------------------------------------------------------------------- node views
+    def view(self, state: NodeArrays, wa: WorkloadArrays, d: PodDemand, idx: Array | None = None) -> NodeView:
+        """The kernels' inputs for all rows, or only rows `idx` (gathered first, so a partial refresh
+        touches only those rows)."""
+        xp = state.xp
+
+        def pick(a: Array) -> Array:
+            return a if idx is None else xp.take(a, idx, axis=0)
+
+        usable = pick(state.present) & pick(state.healthy)
+        zero = xp.zeros(usable.shape, dtype=xp.int64)
+        free = xp.where(usable, xp.astype(pick(state.free_milli), xp.int64), zero)
+        cpu = pick(state.free_cpu)
+        access = xp.take(wa.access, xp.astype(pick(state.model) + 1, xp.int64), axis=0)
+        if not d.uses_gpu:
+            need = xp.zeros_like(cpu)
+        elif not d.gpu_mib:  # milli only: the same need on every node
+            need = xp.full(cpu.shape, d.gpu_milli, dtype=xp.int64)
+        else:
+            need = xp.max(pick(gpu_need(state, d)[0]), axis=1)
+        return NodeView(free, cpu, access, need, pick(state.free_mem))
+
+    @staticmethod
+    def rows(xp: ArrayNamespace, v: NodeView, idx: Array) -> NodeView:
+        return NodeView(
+            xp.take(v.free, idx, axis=0),
+            xp.take(v.cpu, idx, axis=0),
+            xp.take(v.access, idx, axis=0),
+            xp.take(v.need, idx, axis=0),
+            xp.take(v.mem, idx, axis=0),
+        )
+
+    # ------------------------------------------------------------------------------------- scoring
+    def transform(
+        self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
+    ) -> Array:
+        """Score (higher better) from fragment before [R] (broadcast) and after [R] or [R, G]."""
+        raise NotImplementedError
+
+    def kernel(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> Array:
+        """float64[R] scores for the rows of `v`; -inf where the pod does not fit."""
+        neg = -float("inf")
+        if is_fraction(d):
+            before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
+            per_gpu = self.transform(xp, before[:, None], after, v, d)
+            fit = v.free >= v.need[:, None]
+            per_gpu = xp.where(fit, per_gpu, xp.full(per_gpu.shape, neg, dtype=xp.float64))
+            return xp.max(per_gpu, axis=1)
+        if d.uses_gpu:
+            fit = v.free >= v.need[:, None]
+            sel = best_fit_selection(xp, v.free, fit, d.num_gpus)
+            take = xp.where(sel, v.need[:, None] * xp.ones_like(v.free), xp.zeros_like(v.free))
+            ok = xp.sum(xp.astype(sel, xp.int64), axis=1) >= d.num_gpus
+        else:
+            take = xp.zeros_like(v.free)
+            ok = xp.ones(v.cpu.shape, dtype=xp.bool)
+        before, after = fragment_after_selection(xp, wa, v.free, v.cpu, v.access, take, d.cpu_milli)
+        score = self.transform(xp, before, after, v, d)
+        return xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64))
+
+    def _full(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> Array:
+        """Score every row, once per distinct node state when few are distinct (a node's score depends
+        on its free milli as a multiset, its free CPU and memory, model and the pod's need there)."""
+        n = int(v.cpu.shape[0])
+        if n < 8:
+            return self.kernel(xp, wa, v, d)
+        free_sorted = xp.sort(v.free, axis=1)
+        key = xp.zeros(v.cpu.shape, dtype=xp.int64)
+        columns = [free_sorted[:, g] for g in range(int(free_sorted.shape[1]))]
+        columns += [
+            v.cpu % 1_000_003,
+            v.mem % 1_000_003,
+            v.need,
+            xp.astype(xp.argmax(xp.astype(v.access, xp.int64), axis=1), xp.int64),
+        ]
+        for col in columns:  # polynomial hash, kept below 2^63 by the modulus
+            key = (key * 1_000_033 + col) % _HASH_MOD
+        uniq = xp.unique_inverse(key)
+        u = int(uniq.values.shape[0])
+        if u > COLLAPSE_MAX_SHARE * n:
+            return self.kernel(xp, wa, v, d)
+        inverse = xp.reshape(uniq.inverse_indices, (-1,))
+        order = xp.argsort(inverse, stable=True)
+        sorted_inv = xp.take(inverse, order)
+        first = xp.concat([xp.ones((1,), dtype=xp.bool), sorted_inv[1:] != sorted_inv[:-1]])
+        reps = xp.take(order, xp.nonzero(first)[0])
+        rep_view = self.rows(xp, v, reps)
+        # Exactness: a hash collision would merge different nodes; check and fall back if so.
+        same = (
+            xp.all(xp.take(xp.sort(rep_view.free, axis=1), inverse, axis=0) == free_sorted)
+            and xp.all(xp.take(rep_view.cpu, inverse) == v.cpu)
+            and xp.all(xp.take(rep_view.need, inverse) == v.need)
+            and xp.all(xp.take(rep_view.mem, inverse) == v.mem)
+            and xp.all(xp.take(rep_view.access, inverse, axis=0) == v.access)
+        )
+        if not bool(same):
+            return self.kernel(xp, wa, v, d)
+        return xp.take(self.kernel(xp, wa, rep_view, d), inverse)
+
+    def _key(self, d: PodDemand) -> tuple[Any, ...]:
+        return (d.cpu_milli, d.num_gpus, d.gpu_milli, d.gpu_mib, d.models)
+
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        primary = self.primary_scores(state, d)
+        return with_tiebreak(self._bestfit, state, d, feasible, fit, primary) if self.tie_break else primary
+
+    def primary_scores(self, state: NodeArrays, d: PodDemand) -> Array:
+        """float64[N] policy scores for every row, from the per-shape cache (-inf: does not fit)."""
+        xp = state.xp
+        if self.workload is None or not self.workload.types or self._learned_at:
+            self._learn(d)
+        if state.capacity != self._capacity:
+            self._capacity = state.capacity
+            self._cache.clear()
+        wa = self._workload_arrays(state)
+        key = self._key(d)
+        entry = self._cache.get(key)
+        if entry is not None and entry.version == state.version:
+            return entry.score
+        if entry is not None:
+            stale = xp.nonzero(state.row_version > entry.version)[0]
+            if int(stale.shape[0]) <= max(PARTIAL_REFRESH_MAX, state.capacity // PARTIAL_REFRESH_SHARE):
+                score = self.kernel(xp, wa, self.view(state, wa, d, stale), d)
+                scatter_rows(xp, entry.score, stale, score)
+                entry.version = state.version
+                return entry.score
+        score = self._full(xp, wa, self.view(state, wa, d), d)
+        self._cache[key] = _Entry(state.version, score)
+        return score
+
+    def pick_gpus(self, state: NodeArrays, row: int, d: PodDemand, fit: Array) -> list[int]:
+        xp = state.xp
+        if is_fraction(d):
+            wa = self._workload_arrays(state)
+            v = self.view(state, wa, d, xp.asarray([row], dtype=xp.int64))
+            before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
+            per_gpu = self.transform(xp, before[:, None], after, v, d)[0, :]
+            per_gpu = xp.where(fit[row, :], per_gpu, xp.full(per_gpu.shape, -float("inf"), dtype=xp.float64))
+            return [int(xp.argmax(per_gpu))]
+        return super().pick_gpus(state, row, d, fit)

@@ -1,0 +1,93 @@
+"""Why a pod is pending: one `Reason` per case, each with the kind of wait it is.
+
+The value is the CamelCase code users see (pod condition reason, event reason, dashboard); the kind is
+what the scheduler acts on: the actions that make room (consolidate, reclaim) take only pods that wait
+for room, preempt also those held back by their own queue's limit or quota, and nothing else is tried for
+the rest. Adding a reason means choosing its kind here, nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Wait(StrEnum):
+    ROOM = "room"  # nothing free fits it now; moving or evicting pods may make room
+    QUEUE_RULE = "queue-rule"  # its queue's limit or quota holds it back; preempting in the queue may help
+    IDLE = "idle"  # only capacity freed by finishing pods helps (no queue is over its share to reclaim from)
+    GANG = "gang"  # waits for members of its gang
+    INVALID = "invalid"  # the pod or its queue must be fixed by a person
+    BIND = "bind"  # placed, but the bind failed; retried next cycle
+    NEXT_CYCLE = "next-cycle"  # arrived after the last cycle: not considered yet
+
+
+class Reason(StrEnum):
+    UNSCHEDULABLE = "Unschedulable"
+    GANG_UNSCHEDULABLE = "GangUnschedulable"
+    FRAGMENTED = "Fragmented"
+    QUEUE_AT_FAIR_SHARE = "QueueAtFairShare"
+    WAITING_FOR_RECLAIM = "WaitingForReclaim"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    OVER_LIMIT = "OverLimit"
+    OVER_QUOTA = "OverQuota"
+    GANG_INCOMPLETE = "GangIncomplete"
+    GANG_BELOW_MIN_MEMBER = "GangBelowMinMember"
+    INVALID_REQUEST = "InvalidRequest"
+    INVALID_QUEUE = "InvalidQueue"
+    BIND_FAILED = "BindFailed"
+    WAITING = "Waiting"
+
+    @property
+    def wait(self) -> Wait:
+        return _WAIT[self]
+
+    @property
+    def meaning(self) -> str:
+        """What the reason means, in a few words, for people (dashboard legends)."""
+        return _MEANING[self]
+
+
+_WAIT = {
+    Reason.UNSCHEDULABLE: Wait.ROOM,
+    Reason.GANG_UNSCHEDULABLE: Wait.ROOM,
+    Reason.FRAGMENTED: Wait.ROOM,
+    Reason.QUEUE_AT_FAIR_SHARE: Wait.ROOM,
+    Reason.WAITING_FOR_RECLAIM: Wait.ROOM,
+    Reason.WAITING_FOR_CAPACITY: Wait.IDLE,
+    Reason.OVER_LIMIT: Wait.QUEUE_RULE,
+    Reason.OVER_QUOTA: Wait.QUEUE_RULE,
+    Reason.GANG_INCOMPLETE: Wait.GANG,
+    Reason.GANG_BELOW_MIN_MEMBER: Wait.GANG,
+    Reason.INVALID_REQUEST: Wait.INVALID,
+    Reason.INVALID_QUEUE: Wait.INVALID,
+    Reason.BIND_FAILED: Wait.BIND,
+    Reason.WAITING: Wait.NEXT_CYCLE,
+}
+
+_MEANING = {
+    Reason.UNSCHEDULABLE: "no node has room for it now",
+    Reason.GANG_UNSCHEDULABLE: "the gang cannot be placed whole",
+    Reason.FRAGMENTED: "enough GPU is free in total, but in pieces; consolidation may make room",
+    Reason.QUEUE_AT_FAIR_SHARE: "its queue has its fair share; it runs when others finish or need less",
+    Reason.WAITING_FOR_RECLAIM: "room is being reclaimed from queues over their fair share",
+    Reason.WAITING_FOR_CAPACITY: "its queue is below its fair share, but no queue is over its own",
+    Reason.OVER_LIMIT: "its queue (or a parent) would go over its limit",
+    Reason.OVER_QUOTA: "non-preemptible work only runs inside its queue's quota",
+    Reason.GANG_INCOMPLETE: "fewer gang members exist than minMember",
+    Reason.GANG_BELOW_MIN_MEMBER: "a running gang lost members below minMember",
+    Reason.INVALID_REQUEST: "the pod's GPU request is invalid: fix the pod",
+    Reason.INVALID_QUEUE: "the pod's queue does not exist or is not a leaf",
+    Reason.BIND_FAILED: "the API server refused the bind; retried next cycle",
+    Reason.WAITING: "arrived after the last cycle",
+}
+
+# Waits the actions that make room (consolidate, reclaim) act on; preempt also acts on queue rules.
+MAKING_ROOM_HELPS = frozenset({Wait.ROOM})
+PREEMPTING_HELPS = frozenset({Wait.ROOM, Wait.QUEUE_RULE})
+
+
+@dataclass
+class PendingReason:
+    reason: Reason
+    message: str

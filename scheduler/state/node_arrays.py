@@ -1,0 +1,79 @@
+"""What the placement kernels read of the cluster: the row arrays and the codebooks behind their codes.
+
+`ClusterState` is the whole cluster; `RowView` is some of its rows (the incremental placer re-scores only
+the rows a placement changed). Kernels are written against this protocol, read only, and take their
+array namespace from it (`state.xp`), so one kernel runs on numpy, CuPy and array-api-strict unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from scheduler.backend import ArrayNamespace
+from scheduler.state.codebook import Codebook
+
+Array = Any
+
+# Per-row arrays (first axis: node rows), in the order `ClusterState` allocates them.
+ROW_ARRAYS = (
+    "free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy", "free_cpu",
+    "free_mem", "total_cpu", "total_mem", "model", "valid", "label_matrix", "taint_matrix", "row_version",
+)  # fmt: skip
+
+
+class NodeArrays(Protocol):
+    """Rows are nodes, columns GPU slots; every array has `capacity` rows (masked by `valid`)."""
+
+    @property
+    def xp(self) -> ArrayNamespace: ...
+    @property
+    def max_gpus(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def version(self) -> int:
+        """Bumped on every change of any row (see `row_version`)."""
+        ...
+
+    @property
+    def models(self) -> Codebook: ...
+    @property
+    def labels(self) -> Codebook: ...
+    @property
+    def taints(self) -> Codebook: ...
+
+    # per GPU: int[R, G] / bool[R, G]
+    @property
+    def free_milli(self) -> Array: ...
+    @property
+    def free_mib(self) -> Array: ...
+    @property
+    def report_free_mib(self) -> Array: ...
+    @property
+    def total_mib(self) -> Array: ...
+    @property
+    def present(self) -> Array: ...
+    @property
+    def healthy(self) -> Array: ...
+
+    # per node: int[R] / bool[R] / bool[R, labels or taints]
+    @property
+    def free_cpu(self) -> Array: ...
+    @property
+    def free_mem(self) -> Array: ...
+    @property
+    def total_cpu(self) -> Array: ...
+    @property
+    def total_mem(self) -> Array: ...
+    @property
+    def model(self) -> Array: ...
+    @property
+    def valid(self) -> Array: ...
+    @property
+    def label_matrix(self) -> Array: ...
+    @property
+    def taint_matrix(self) -> Array: ...
+    @property
+    def row_version(self) -> Array:
+        """int64[R]: the `version` at which each row last changed."""
+        ...
