@@ -32,7 +32,7 @@ MAX_PRIORITY: Final = (1 << 31) - 1
 
 # Gangs.
 MAX_MIN_MEMBER: Final = 100_000
-MAX_STALE_GRACE_S: Final = 365 * 24 * 3600.0
+MAX_STALE_GRACE_S: Final = 100 * 365 * 24 * 3600.0  # "never" (KAI compatibility uses 10 years) fits
 
 # Text: a number longer than this is refused before it is converted (no million-digit integers).
 MAX_NUMBER_CHARS: Final = 64
