@@ -22,7 +22,8 @@ from scheduler.sandbox.manifests import workload
 
 # The chart's pods.
 SCHEDULER = ("Deployment", "tessera-scheduler")
-NODE = ("DaemonSet", "tessera-node")
+AGENT = ("DaemonSet", "tessera-agent")
+DEVICE_PLUGIN = ("DaemonSet", "tessera-device-plugin")
 # Console script -> its module, for when the scripts are not next to this interpreter.
 MODULES = {
     "tessera-scheduler": "scheduler.kube.main",

@@ -233,32 +233,38 @@ class Sandbox:
             cwd=node_dir,
         )
         uid = wait.node_registered(name, kubelet)
-        pod = components.pod_template(*components.NODE)
         bound = client.V1BoundObjectReference(api_version="v1", kind="Node", name=name, uid=uid)
-        node_config = cp.kubeconfig_for_service_account(
-            pod.namespace,
-            pod.service_account,
-            bound_object=bound,
-            file_name=f"{pod.service_account}-{name}",
-            expiration_s=TOKEN_LIFETIME_S,
-        )
         env = {"NODE_NAME": name}
-        credentials = [f"--kubeconfig={node_config}", f"--fake-gpus={gpus}"]
+
+        def credentials(pod: components.PodTemplate) -> list[str]:
+            """The DaemonSet's ServiceAccount, with a token bound to this Node (its node-name claim is
+            what the chart's ValidatingAdmissionPolicy keys on)."""
+            config = cp.kubeconfig_for_service_account(
+                pod.namespace,
+                pod.service_account,
+                bound_object=bound,
+                file_name=f"{pod.service_account}-{name}",
+                expiration_s=TOKEN_LIFETIME_S,
+            )
+            return [f"--kubeconfig={config}", f"--fake-gpus={gpus}"]
+
+        plugin_pod = components.pod_template(*components.DEVICE_PLUGIN)
         plugin_argv = components.command_line(
-            pod.containers["tessera-device-plugin"],
+            plugin_pod.containers["tessera-device-plugin"],
             env=env,
             overrides={"--plugin-dir": str(plugin_dir)},
-            extra=credentials,
+            extra=credentials(plugin_pod),
         )
         plugin = self.table.spawn(
             f"device-plugin/{name}", plugin_argv, logs / f"device-plugin-{name}.log", cwd=node_dir
         )
+        agent_pod = components.pod_template(*components.AGENT)
         agent_port = free_port()
         agent_argv = components.command_line(
-            pod.containers["tessera-agent"],
+            agent_pod.containers["tessera-agent"],
             env=env,
             overrides={"--listen": f"127.0.0.1:{agent_port}", "--proc-root": "/proc"},
-            extra=credentials,
+            extra=credentials(agent_pod),
         )
         agent = self.table.spawn(f"agent/{name}", agent_argv, logs / f"agent-{name}.log", cwd=node_dir)
         info = NodeInfo(

@@ -71,7 +71,7 @@ def test_webhook_scheduler_and_device_plugin_hand_off(scene: Scene, tmp_path: Pa
     scene.node("gpu-1", gpus=2)
     # The scheduler learns the GPUs' UUIDs from the GPUNodeReport the node agent publishes, as the node's
     # ServiceAccount (no hand-set annotation).
-    publisher = ReportPublisher(client.CustomObjectsApi(scene.tessera.node_client()))
+    publisher = ReportPublisher(client.CustomObjectsApi(scene.tessera.agent_client()))
     scene.track("gpunodereports", "gpu-1")
     Agent("gpu-1", NVML, publisher=publisher).tick()
     assert publisher.writes == 1
@@ -81,7 +81,7 @@ def test_webhook_scheduler_and_device_plugin_hand_off(scene: Scene, tmp_path: Pa
                              queue_lookup=informer_queue_lookup(runner.cluster.informers["Queue"]))  # fmt: skip
     webhooks.register(scene, webhooks.start_server(scene, tmp_path / "certs", config).port)
     inventory = Inventory(NVML.devices())
-    plugin = KubePodCluster(client.CoreV1Api(scene.tessera.node_client()))
+    plugin = KubePodCluster(client.CoreV1Api(scene.tessera.device_plugin_client()))
     allocator = Allocator("gpu-1", inventory, plugin, lock_wait_s=0.2)
     with Kubelet(scene, allocator) as kubelet:
         for name, fraction in (("infer-a", "0.5"), ("infer-b", "0.25"), ("infer-c", "0.5")):

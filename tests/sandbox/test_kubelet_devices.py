@@ -103,8 +103,9 @@ def test_webhooks_call_the_local_server_with_the_sandbox_ca() -> None:
 
 
 def test_components_run_the_charts_command_lines() -> None:
-    node_pod = components.pod_template(*components.NODE)
-    assert node_pod.service_account == "tessera-node"
+    node_pod = components.pod_template(*components.AGENT)
+    assert node_pod.service_account == "tessera-agent"
+    assert components.pod_template(*components.DEVICE_PLUGIN).service_account == "tessera-device-plugin"
     argv = components.command_line(
         node_pod.containers["tessera-agent"],
         env={"NODE_NAME": "gpu-node-1"},

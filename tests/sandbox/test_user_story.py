@@ -271,7 +271,7 @@ def test_every_component_runs_as_the_identity_the_chart_gives_it(sandbox: Sandbo
     for node in ("gpu-node-1", "gpu-node-2"):
         expected[f"kubelet/{node}"] = (f"system:node:{node}", None)
         for part in ("agent", "device-plugin"):
-            expected[f"{part}/{node}"] = ("system:serviceaccount:tessera-system:tessera-node", node)
+            expected[f"{part}/{node}"] = (f"system:serviceaccount:tessera-system:tessera-{part}", node)
     records = {r.name: r for r in ProcessTable(Path(sandbox.state.data_dir)).records()}
     for name, (user, node) in expected.items():
         (kubeconfig,) = [a.split("=", 1)[1] for a in records[name].argv if a.startswith("--kubeconfig=")]
