@@ -12,7 +12,7 @@ KAI's test harness in Tessera's terms:
 - a queue deserves 0 GPUs and has weight 0 unless it says so, CPU and memory unlimited; a department is a
   parent queue whose over-quota weight is its quota; queues listed first are the oldest;
 - a node has 20000 CPUs, 20G of memory and GPUs of 100 MiB unless it says so; a pod asks 1 CPU and 1G
-  (memory figures are scaled, see `_mem`);
+  (memory figures are scaled, see `_Memory`);
 - statuses: `Running` (left as it was), `Releasing` (evicted, still terminating), `Pipelined` (a pending
   job placed where victims still terminate, or a running pod moved by consolidation: reserved elsewhere),
   `Allocated`/`Binding`/`Bound` (bound now), `Pending` (nothing happened).
@@ -55,13 +55,13 @@ def load_cases() -> list[dict[str, Any]]:
     return out
 
 
-def _node(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _node(name: str, spec: dict[str, Any], mem: _Memory) -> dict[str, Any]:
     labels = {
         "nvidia.com/gpu.product": GPU_MODEL,
         "nvidia.com/gpu.memory": str(spec.get("gpu_memory_mib", DEFAULT_GPU_MIB)),
     }
     labels.update(spec.get("labels") or {})
-    capacity = {"cpu": _qty(spec.get("cpu", 20000)), "memory": _mem(spec.get("memory", 20e9)),
+    capacity = {"cpu": _qty(spec.get("cpu", 20000)), "memory": mem(spec.get("memory", 20e9)),
                 "nvidia.com/gpu": str(spec.get("gpus", 0))}  # fmt: skip
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
             "status": {"capacity": capacity}}  # fmt: skip
@@ -74,10 +74,27 @@ def _qty(v: Any) -> str:
     return str(v)
 
 
-def _mem(nbytes: float) -> str:
-    """KAI's test memory figures are bytes, some as small as 500: each byte becomes a MiB here (Tessera counts
-    memory in whole MiB), so every comparison between them comes out as in KAI."""
-    return f"{int(nbytes)}Mi"
+@dataclass(frozen=True)
+class _Memory:
+    """KAI's test memory figures are bytes, from 500 to 20G in one table: Tessera counts whole MiB (and
+    bounds a quantity at 1 PiB), so a case's figures are all divided by the largest power of ten that
+    divides them all and written as MiB. Every comparison between them comes out as in KAI."""
+
+    divisor: int
+
+    @classmethod
+    def of(cls, case: dict[str, Any]) -> _Memory:
+        values = [s.get("memory", 20e9) for s in case["nodes"].values()]
+        values += [j.get("memory", 1e9) for j in case["jobs"]]
+        for q in [*case["queues"], *(case.get("departments") or [])]:
+            values += [q[k] * 1e6 for k in ("memory_quota", "memory_limit") if q.get(k, -1) >= 0]
+        k = 6
+        while k and any(int(v) % 10**k for v in values):
+            k -= 1
+        return cls(10**k)
+
+    def __call__(self, nbytes: float) -> str:
+        return f"{int(nbytes) // self.divisor}Mi"
 
 
 def _resource(quota: float, weight: float, limit: float | None) -> dict[str, float]:
@@ -85,7 +102,7 @@ def _resource(quota: float, weight: float, limit: float | None) -> dict[str, flo
 
 
 def _queue(
-    name: str, parent: str | None, index: int, gpu: dict[str, float], q: dict[str, Any]
+    name: str, parent: str | None, index: int, gpu: dict[str, float], q: dict[str, Any], mem: _Memory
 ) -> dict[str, Any]:
     unlimited = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
     cpu = dict(unlimited)
@@ -95,9 +112,9 @@ def _queue(
         cpu["limit"] = f"{q['cpu_limit']:g}m" if q["cpu_limit"] >= 0 else -1
     memory = dict(unlimited)
     if "memory_quota" in q:  # in MB
-        memory["quota"] = _mem(q["memory_quota"] * 1e6) if q["memory_quota"] >= 0 else -1
+        memory["quota"] = mem(q["memory_quota"] * 1e6) if q["memory_quota"] >= 0 else -1
     if "memory_limit" in q:
-        memory["limit"] = _mem(q["memory_limit"] * 1e6) if q["memory_limit"] >= 0 else -1
+        memory["limit"] = mem(q["memory_limit"] * 1e6) if q["memory_limit"] >= 0 else -1
     spec: dict[str, Any] = {
         "priority": q.get("priority", 100),
         "resources": {"gpu": gpu, "cpu": cpu, "memory": memory},
@@ -142,19 +159,20 @@ class _GPUs:
 def build(case: dict[str, Any]) -> tuple[SimCluster, Scheduler, dict[str, list[str]], float]:
     """The case's cluster, a scheduler running only its action, each job's pod keys, and the time to run at."""
     m = Manifests()
+    mem = _Memory.of(case)
     nodes = case["nodes"]
     for name, spec in nodes.items():
-        m.objects["Node"].append(_node(name, spec))
+        m.objects["Node"].append(_node(name, spec, mem))
     departments = case.get("departments") or [{"name": "default", "quota": -1}]
     for i, d in enumerate(departments):
         weight = d["quota"] if d["quota"] > 0 else 1
         m.objects["Queue"].append(
-            _queue(d["name"], None, i, _resource(d["quota"], weight, d.get("limit")), d)
+            _queue(d["name"], None, i, _resource(d["quota"], weight, d.get("limit")), d, mem)
         )
     for i, q in enumerate(case["queues"]):
         parent = q.get("parent") or ("default" if not case.get("departments") else None)
         m.objects["Queue"].append(_queue(q["name"], parent, len(departments) + i,
-                                         _resource(q["quota"], q["weight"], q.get("limit")), q))  # fmt: skip
+                                         _resource(q["quota"], q["weight"], q.get("limit")), q, mem))  # fmt: skip
     gpus = _GPUs({n: s.get("gpus", 0) for n, s in nodes.items()},
                  {n: s.get("gpu_memory_mib", DEFAULT_GPU_MIB) for n, s in nodes.items()})  # fmt: skip
     jobs = sorted(case["jobs"], key=lambda j: -j["priority"])  # KAI's harness: stable, highest first
@@ -171,7 +189,7 @@ def build(case: dict[str, Any]) -> tuple[SimCluster, Scheduler, dict[str, list[s
         m.objects["PodGroup"].append(group)
         members[job["name"]] = []
         for i, task in enumerate(job["tasks"]):
-            pod = _pod(job, i, task, arrival, gpus)
+            pod = _pod(job, i, task, arrival, gpus, mem)
             members[job["name"]].append(f"{NS}/{pod['metadata']['name']}")
             m.objects["Pod"].append(pod)
     sim = SimCluster.from_manifests(m)
@@ -181,9 +199,11 @@ def build(case: dict[str, Any]) -> tuple[SimCluster, Scheduler, dict[str, list[s
     return sim, Scheduler(sim, config), members, oldest + 1.0
 
 
-def _pod(job: dict[str, Any], i: int, task: dict[str, Any], arrival: float, gpus: _GPUs) -> dict[str, Any]:
+def _pod(
+    job: dict[str, Any], i: int, task: dict[str, Any], arrival: float, gpus: _GPUs, mem: _Memory
+) -> dict[str, Any]:
     annotations = {"tessera.dev/sim-arrival": f"{arrival:g}s", POD_GROUP: job["name"]}
-    requests = {"cpu": _qty(job.get("cpu", 1)), "memory": _mem(job.get("memory", 1e9))}
+    requests = {"cpu": _qty(job.get("cpu", 1)), "memory": mem(job.get("memory", 1e9))}
     limits: dict[str, str] = {}
     per_task = task.get("gpus", job.get("gpus", 0))
     fraction = 0 < per_task < 1
