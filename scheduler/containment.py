@@ -153,4 +153,5 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         ours=spec.get("schedulerName") == SCHEDULER_NAME,
         error=reason,
         annotations=kept,
+        terminating=bool(meta.get("deletionTimestamp")),
     )

@@ -28,7 +28,7 @@ from scheduler.api.queue import Queue
 from scheduler.containment import RETRIED, Quarantined, failure, retry_after
 from scheduler.jobs import Job, build_job, is_job_member, job_key
 from scheduler.ledger import Holding, HoldKind, Ledger, Owner, same_charge
-from scheduler.model import PodInfo
+from scheduler.model import PodInfo, PodPhase
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,15 @@ class JobIndex:
         podgroups: dict[str, PodGroup],
         queues: Mapping[str, Queue] | None = None,
         invalid_podgroups: Mapping[str, str] | None = None,
+        priority_classes: dict[str, int] | None = None,
     ) -> None:
         self.ledger = ledger
         self.podgroups = podgroups  # the mirror's, by namespace/name
         self.queues: Mapping[str, Queue] = queues if queues is not None else {}  # the mirror's, by name
         # PodGroups that failed validation (the mirror's problems): their pods wait, told why
         self.invalid_podgroups: Mapping[str, str] = invalid_podgroups if invalid_podgroups is not None else {}
+        self.priority_classes = priority_classes if priority_classes is not None else {}  # name -> value
+        self._succeeded: dict[str, set[str]] = {}  # job key -> uids of members that succeeded
         self.quarantined: dict[str, Quarantined] = {}
         self.generation = 0  # calls of `jobs()`: one a cycle
         self.usage = QueueUsage()
@@ -115,6 +118,8 @@ class JobIndex:
             self._members.setdefault(key, {})[pod.uid] = pod
         else:  # a finished pod, or not ours: whatever it still holds is nobody's usage
             self.ledger.reown(pod.uid, None)
+            if pod.ours and pod.phase is PodPhase.SUCCEEDED:  # still counts toward its gang's minMember
+                self._succeeded.setdefault(key, set()).add(pod.uid)
 
     def unindex(self, pod: PodInfo, *, changed: bool = True) -> None:
         key = job_key(pod)
@@ -122,6 +127,15 @@ class JobIndex:
         members = self._members.get(key)
         if members is not None:
             members.pop(pod.uid, None)
+        done = self._succeeded.get(key)
+        if done is not None:
+            done.discard(pod.uid)
+            if not done:
+                del self._succeeded[key]
+
+    def touch_all(self) -> None:
+        """Every job is rebuilt next time (a PriorityClass changed)."""
+        self._dirty.update(dict.fromkeys(self._members))
 
     def jobs(self) -> list[Job]:
         """All jobs, as `build_jobs(pods, podgroups)` gives them, rebuilding only the jobs whose pods
@@ -145,7 +159,10 @@ class JobIndex:
                 self.quarantine(key, problem)
                 continue
             try:
-                job = build_job(key, list(members.values()), self.podgroups)
+                job = build_job(
+                    key, list(members.values()), self.podgroups,
+                    succeeded=len(self._succeeded.get(key, ())), priority_classes=self.priority_classes,
+                )  # fmt: skip
                 job.queue = self._charged_queue(job)
             except Exception as exc:  # one job: see scheduler/containment.py
                 log.exception("building job %s failed", key)

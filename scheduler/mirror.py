@@ -25,10 +25,10 @@ from scheduler.accounting import Unaccountable, from_assignment, from_request
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
-from scheduler.api.report import GPUNodeReport
 from scheduler.cluster import WatchEvent
 from scheduler.containment import failure, invalid_pod, one_line
 from scheduler.error_log import ErrorLog, Problems
+from scheduler.gpu_identity import GPUIdentities
 from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
@@ -57,7 +57,12 @@ class ClusterMirror:
         self.queues: dict[str, Queue] = {}
         self.podgroups: dict[str, PodGroup] = {}  # namespace/name
         self.problems = Problems()
-        self.index = JobIndex(ledger, self.podgroups, self.queues, self.problems.podgroups)
+        self.priority_classes: dict[str, int] = {}  # the cluster's PriorityClasses: name -> value
+        self.index = JobIndex(
+            ledger, self.podgroups, self.queues, self.problems.podgroups, self.priority_classes
+        )
+        # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
+        self.gpu_identities = GPUIdentities()
         # Nodes deleted while pods still hold resources there: kept, unschedulable, until back or empty.
         self.gone: set[str] = set()
         # Pods bound to a node the mirror has not seen yet, by node name.
@@ -82,6 +87,8 @@ class ClusterMirror:
                     self._on_podgroup(ev)
                 elif ev.kind == "GPUNodeReport":
                     self._on_gpunodereport(ev)
+                elif ev.kind == "PriorityClass":
+                    self._on_priority_class(ev)
             except Exception as exc:  # one object, whatever went wrong with it: see scheduler/containment.py
                 self._unusable(ev, exc)
         try:
@@ -143,7 +150,7 @@ class ClusterMirror:
         if ev.type == "DELETED":
             self._node_deleted(name)
             return
-        node = parse_node(ev.obj)
+        node = self.gpu_identities.complete(parse_node(ev.obj), self.errors.add)
         self.problems.nodes.pop(node.name, None)
         self.gone.discard(node.name)  # registered again: its rows and what its pods hold are kept
         row = self.state.row_of(node.name)
@@ -154,6 +161,7 @@ class ClusterMirror:
                 f"node {node.name}: GPU {slot} left its allocatable while pods hold it; it takes no new pod "
                 "and is retired once they are gone"
             )
+        self.gpu_identities.measure(self.state, node.name)
         # Watches arrive in any order: pods bound here before we knew the node are accounted now.
         for uid in sorted(self.awaiting_node.pop(node.name, set())):
             pod = self.pods.get(uid)
@@ -170,45 +178,54 @@ class ClusterMirror:
             return
         for key in [k for k, h in self.ledger.reserved.items() if h.placement.node == row]:
             self.ledger.unreserve(key)  # a moved pod cannot go there any more
+        self.gpu_identities.forget(name)
         node = self.state.nodes[row]
-        if node is not None and any(h.placement.node == row for h in self.ledger.pods.values()):
+        if node is not None and row in self._occupied_rows():
             self.gone.add(name)
-            if not node.unschedulable:
-                self.state.update_node(replace(node, unschedulable=True))
+            self._mask(name)
             return
         self.gone.discard(name)
+        self._remove_row(name, row)
+
+    def _occupied_rows(self) -> set[int]:
+        """Rows where a pod still is: bound, or evicted and still terminating (RELEASING)."""
+        held = (*self.ledger.pods.values(), *self.ledger.releasing.values())
+        return {h.placement.node for h in held}
+
+    def _remove_row(self, name: str, row: int) -> None:
+        for uid in self.ledger.forget_row(row):  # nothing bound is left; reserved places and releasing pods
+            if (gone := self.pods.get(uid)) is not None:
+                self.index.touch(job_key(gone))
         self.state.remove_node(name)
 
     def _drop_empty_gone(self) -> None:
-        rows = {h.placement.node for h in self.ledger.pods.values()}
+        rows = self._occupied_rows()
         for name in sorted(self.gone):
             row = self.state.row_of(name)
-            if row is None or row not in rows:
-                self.gone.discard(name)
-                self.state.remove_node(name)
+            self.gone.discard(name)
+            if row is not None and row in rows:
+                self.gone.add(name)
+            elif row is not None:
+                self._remove_row(name, row)
 
     def _unusable_node(self, name: str, reason: str) -> None:
         """A node Tessera cannot read takes no pod (what runs there stays accounted) until it is fixed."""
         self.problems.nodes[name] = (
             f"node {name} is unschedulable for Tessera: {reason}; pods running there keep their GPUs"
         )
+        self._mask(name)
+
+    def _mask(self, name: str) -> None:
+        """Node `name` takes no new pod; what runs there stays accounted."""
         row = self.state.row_of(name)
         node = self.state.nodes[row] if row is not None else None
         if node is not None and not node.unschedulable:
             self.state.update_node(replace(node, unschedulable=True))
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
-        if ev.type == "DELETED":
-            return
-        report = GPUNodeReport.model_validate(ev.obj)
-        row = self.state.row_of(report.spec.node)
-        if row is None:
-            return
-        for gpu in report.spec.gpus:
-            if not 0 <= gpu.index < self.state.max_gpus:
-                continue
-            self.state.set_gpu_health(row, gpu.index, gpu.health != "Unhealthy")
-            self.state.set_reported_used(row, gpu.index, gpu.memory_used_mib)
+        self.gpu_identities.on_report(self.state, ev.type, ev.obj)
+        for name in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
+            self._mask(name)
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:
@@ -224,6 +241,8 @@ class ClusterMirror:
             return  # no name: nothing to report it on
         old = self.pods.get(pod.uid)
         if old is not None and old.holds_resources and pod.holds_resources and ev.type != "DELETED":
+            if pod.terminating and not old.terminating:  # being deleted: what it holds leaves the plan
+                self._take_pod(ev, replace(old, terminating=True))
             return  # keep the version we could read: it says what the pod holds, and where
         self._take_pod(ev, pod)
 
@@ -239,9 +258,15 @@ class ClusterMirror:
         self.index.index(pod, old)
         self.pods[pod.uid] = pod
         if pod.holds_resources:
-            if pod.uid not in self.ledger:
+            if pod.uid in self.ledger.releasing:
+                pass  # evicted, still terminating: it stays releasing until it is gone
+            elif pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
+                if pod.uid not in self.ledger:
+                    self._account_running(pod)
+                self.ledger.start_releasing(pod.uid)
+            elif pod.uid not in self.ledger:
                 self._account_running(pod, defer=True)
-        elif pod.uid in self.ledger:
+        elif pod.uid in self.ledger or pod.uid in self.ledger.releasing:
             self.ledger.release(pod.uid)
 
     def _as_admitted(self, pod: PodInfo, old: PodInfo) -> PodInfo:
@@ -268,7 +293,12 @@ class ClusterMirror:
         meta = ev.obj.get("metadata") or {}
         uid = str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
         old = self.pods.get(uid)
-        if old is None or old.phase != PodPhase.BOUND or uid not in self.ledger:
+        if (
+            old is None
+            or old.phase != PodPhase.BOUND
+            or uid not in self.ledger
+            or meta.get("deletionTimestamp")
+        ):
             return False
         phase = str((ev.obj.get("status") or {}).get("phase") or "Pending")
         if (ev.obj.get("spec") or {}).get("nodeName") != old.node or phase not in ("Pending", "Running"):
@@ -321,6 +351,17 @@ class ClusterMirror:
         self.index.touch(key)
         self.podgroups[key] = g
         self.problems.podgroups.pop(key, None)
+
+    def _on_priority_class(self, ev: WatchEvent) -> None:
+        name = str((ev.obj.get("metadata") or {}).get("name", ""))
+        value = ev.obj.get("value")
+        if ev.type == "DELETED":
+            self.priority_classes.pop(name, None)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            self.priority_classes[name] = value
+        else:
+            raise ValueError(f"value {value!r} is not an integer")
+        self.index.touch_all()  # a PodGroup naming it may now have another priority
 
     # ------------------------------------------------------------------------------------ accounting
     def max_gpu_memory_mib(self) -> int | None:

@@ -49,10 +49,9 @@ QUEUES = (("default", None), ("org", None), ("a", "org"), ("b", "org"), ("c", No
 LEAVES = ("default", "a", "b", "c")
 # Values no one should write (the parser bounds them; a value that slips through is contained).
 HOSTILE = ("nan", "-1", "0", "1e99999", "9" * 4000, "9" * 19, "٠.٥", "1_000", "abc", "", "0.5\x00")
-# The scheduler charges a gpu-memory pod 1 milli until it is placed (the "kai" stream makes it charge the
-# largest possible share, issue 14): until that lands, a queue a memory pod was bound into in a cycle is
-# not checked against its limit that cycle. Set to True once it has.
-CHECK_LIMITS_WITH_MEMORY_PODS = False
+# A gpu-memory pod is charged its largest possible share before placement (queues/charge.py), so a queue
+# a memory pod was bound into is checked against its limit like any other (False skips those checks).
+CHECK_LIMITS_WITH_MEMORY_PODS = True
 
 
 class RecordingSim(SimCluster):
@@ -282,23 +281,36 @@ class World:
         return (labels.get(QUEUE_LABEL) if isinstance(labels, dict) else None) or "default"
 
     def _forget_finished(self) -> None:
+        """Pods no longer counted in their queue: finished, gone, or being deleted."""
         for key in list(self.admitted):
             rec = self.sim.pods.get(key)
-            if rec is None or (rec.obj.get("status") or {}).get("phase") != "Running":
+            if (
+                rec is None
+                or (rec.obj.get("status") or {}).get("phase") != "Running"
+                or rec.obj["metadata"].get("deletionTimestamp")
+            ):
                 del self.admitted[key]
 
-    def _running(self) -> list[dict[str, Any]]:
+    def _running(self, *, terminating: bool = True) -> list[dict[str, Any]]:
+        """Pods that run; `terminating=False` leaves out those being deleted (evicted victims in their grace
+        period: still on their node, out of the plan and of their queue's usage, as in KAI)."""
         return [r.obj for r in self.sim.pods.values()
-                if r.obj["spec"].get("nodeName") and (r.obj.get("status") or {}).get("phase") == "Running"]  # fmt: skip
+                if r.obj["spec"].get("nodeName") and (r.obj.get("status") or {}).get("phase") == "Running"
+                and (terminating or not r.obj["metadata"].get("deletionTimestamp"))]  # fmt: skip
 
     def _check_cpu_memory(self) -> None:
         state = self.sched.cache.state
         cpu: Counter[str] = Counter()
         mem: Counter[str] = Counter()
-        for obj in self._running():
+        for obj in self._running(terminating=False):
             requests = obj["spec"]["containers"][0]["resources"]["requests"]
             cpu[obj["spec"]["nodeName"]] += cpu_milli(requests["cpu"])
             mem[obj["spec"]["nodeName"]] += memory_mib(requests["memory"])
+        on_node: Counter[str] = Counter()  # what is physically there: victims still terminating too
+        for obj in self._running():
+            on_node[obj["spec"]["nodeName"]] += cpu_milli(
+                obj["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+            )
         for held in self.sched.cache.ledger.reserved.values():  # places kept for pods being moved
             where = str(state.node_names[held.placement.node])
             cpu[where] += held.placement.cpu_milli
@@ -309,6 +321,7 @@ class World:
             assert int(state.free_cpu[row]) == int(state.total_cpu[row]) - cpu[name], f"node {name} CPU"
             assert int(state.free_mem[row]) == int(state.total_mem[row]) - mem[name], f"node {name} memory"
             assert cpu[name] <= int(state.total_cpu[row]) and mem[name] <= int(state.total_mem[row])
+            assert on_node[name] <= int(state.total_cpu[row]), f"node {name} CPU over-committed"
 
     def _check_gangs(self, new: list[tuple[str, GPUAssignment]]) -> None:
         bound_groups = {
@@ -317,11 +330,16 @@ class World:
         running = Counter(
             (obj["metadata"].get("annotations") or {}).get(POD_GROUP) for obj in self._running()
         )
+        for pod_key in self.sched.cache.ledger.reserved:  # pipelined members: bound once their victims go
+            rec = self.sim.pods.get(pod_key)
+            if rec is not None and not rec.obj["spec"].get("nodeName"):
+                running[(rec.obj["metadata"].get("annotations") or {}).get(POD_GROUP)] += 1
         for group in bound_groups - {None}:
             key = f"ns/{group}"
             if key in self.groups:  # a gang with its PodGroup: never started below minMember
                 assert running[group] >= self.groups[key], (
-                    f"gang {key} runs {running[group]} of {self.groups[key]}"
+                    f"gang {key} runs {running[group]} of {self.groups[key]} (members with a place reserved "
+                    "counted)"
                 )
 
     def _check_limits(self, new: list[tuple[str, GPUAssignment]]) -> None:

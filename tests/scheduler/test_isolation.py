@@ -15,6 +15,7 @@ from scheduler.model import PodInfo
 from scheduler.placement import registry
 from scheduler.placement.level_policy import BinpackPolicy
 from scheduler.placement.policy import Array
+from scheduler.queues.charge import GPUCharge
 from scheduler.session import Session
 from scheduler.sim.cluster import SimCluster
 from scheduler.state.demand import PodDemand
@@ -96,16 +97,14 @@ def test_a_failing_gang_member_leaves_the_gang_out_whole(monkeypatch: pytest.Mon
 
 def test_a_failure_while_the_session_opens_is_kept_to_its_job(monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's critical case: one pod made `Session.open` raise every cycle and nobody was bound."""
-    import scheduler.jobs
+    real = GPUCharge.__call__
 
-    real = scheduler.jobs.pod_request
-
-    def pod_request(p: PodInfo) -> Any:
+    def charge(self: GPUCharge, p: PodInfo) -> Any:  # what a pending pod counts, asked in Session.open
         if p.name == "bad":
             raise OverflowError("cannot convert float infinity to integer")
-        return real(p)
+        return real(self, p)
 
-    monkeypatch.setattr(scheduler.jobs, "pod_request", pod_request)
+    monkeypatch.setattr(GPUCharge, "__call__", charge)
     sim, sched = cluster([node("n0", A100, 2, 64, 512)])
     for name in ("a", "bad", "b"):
         sim.submit_pod(_pod(name))

@@ -9,7 +9,7 @@ import copy
 
 from scheduler.api.keys import SIM_DURATION, WHOLE_GPU_RESOURCE
 from scheduler.cycle import Scheduler
-from scheduler.sim.cluster import SIM_RECREATE, SimCluster
+from scheduler.sim.cluster import DEFAULT_GRACE_S, SIM_RECREATE, SimCluster
 from tests.scheduler.helpers import (
     A100,
     assert_arrays_match_world,
@@ -36,6 +36,7 @@ def _with_gpus(obj: dict, gpus: int) -> dict:
 
 
 def _delete_pod(sim: SimCluster, sched: Scheduler, key: str) -> None:
+    """Delete the pod gracefully: it is gone after its grace period (DEFAULT_GRACE_S)."""
     uid = sim.pods[key].obj["metadata"]["uid"]
     sim.evict(sched.cache.pods[uid], action="test", message="deleted by the user")
 
@@ -73,7 +74,7 @@ def test_a_deleted_node_takes_no_pod_and_its_pods_stay_charged() -> None:
     assert sched.last_session is not None
     assert sched.last_session.tree.nodes["default"].allocated.gpu == 2.0  # the gone node's pod counts
     _delete_pod(sim, sched, "default/first")  # its pods are deleted too (the pod GC): the row goes
-    run(sim, sched, cycles=2)
+    run(sim, sched, cycles=2, dt=DEFAULT_GRACE_S)
     assert sched.cache.state.row_of(where) is None
     assert_arrays_match_world(sim, sched)
 
@@ -95,7 +96,7 @@ def test_gpu_count_dip_and_return_with_every_gpu_busy() -> None:
                     .get("tessera.dev/gpu-assignment", "").replace(" ", ""))  # fmt: skip
     _delete_pod(sim, sched, on_seven)
     sim.submit_pod(_forever("late", gpus=1))
-    run(sim, sched, cycles=2)
+    run(sim, sched, cycles=2, dt=DEFAULT_GRACE_S)
     assert phase(sim, "default/late") == "Pending"  # GPU 7 is gone: nothing may go there
     assert_arrays_match_world(sim, sched)
     sim.update_object("Node", _with_gpus(n0, 8))
@@ -119,7 +120,7 @@ def test_gpu_count_comes_back_while_the_pod_on_the_missing_gpu_still_runs() -> N
     assert_arrays_match_world(sim, sched)
     for key in sorted(sim.pods):
         _delete_pod(sim, sched, key)
-    run(sim, sched)
+    run(sim, sched, dt=DEFAULT_GRACE_S)
     row = sched.cache.state.row_of("n0")
     assert row is not None and list(map(int, sched.cache.state.free_milli[row, :8])) == [1000] * 8
     assert all(bool(h) for h in sched.cache.state.healthy[row, :8])
@@ -136,7 +137,7 @@ def test_preemption_tried_on_a_gpu_that_left_the_count_never_fails_the_cycle() -
     sim.update_object("Node", _with_gpus(n0, 1))
     sim.submit_pod(_forever("urgent", gpus=1, priority_class="inference"))
     for _ in range(3):
-        run(sim, sched)  # never raises
+        run(sim, sched, dt=DEFAULT_GRACE_S)  # never raises; the victim terminates in its grace period
         assert_arrays_match_world(sim, sched)
     assert phase(sim, "default/urgent") == "Running"
     assert world_gpu_use(sim)[("n0", 0)] == (1000, 40960)
