@@ -271,3 +271,41 @@ def test_a_failure_that_leaves_the_arrays_wrong_fails_the_cycle_for_a_rebuild() 
     sim.advance(sim.now_s + 1)
     with pytest.raises(RuntimeError, match="boom"):
         sched.run_cycle()
+
+
+class FailsOnAJob:
+    """An action with a bug that fails while handling one job, after (optionally) writing the arrays
+    directly, outside the ledger: nothing can roll that back."""
+
+    name = "failing"
+
+    def __init__(self, *, corrupt: bool) -> None:
+        self.corrupt = corrupt
+
+    def execute(self, session: Session, cluster: object) -> None:
+        for job in session.pending_jobs:  # the traceback names the job through this frame's `job`
+            for member in job.pending:
+                if member.name == "bad":
+                    if self.corrupt:
+                        session.state.free_milli[0, 0] -= 100
+                    raise OverflowError("int too large to convert to C long")
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_a_contained_failure_that_left_the_arrays_corrupt_fails_the_cycle(corrupt: bool) -> None:
+    """A failure on one job is contained (the job quarantined, the others scheduled) only while the arrays
+    still equal what the holdings explain; one that wrote them outside the ledger fails the cycle, so
+    that its caller rebuilds the state from the cluster (the Kubernetes runner does: test_kube_e2e's
+    test_a_failed_cycle_rebuilds_the_state_from_the_watch_caches) instead of scheduling on a corrupt one."""
+    sim, sched = cluster([node("n0", A100, 1, 64, 512)])
+    sched.actions = [FailsOnAJob(corrupt=corrupt), Allocate()]
+    sim.submit_pod(_pod("bad"))
+    sim.submit_pod(_pod("good"))
+    if corrupt:
+        with pytest.raises(OverflowError):
+            run(sim, sched)
+        return
+    run(sim, sched)
+    assert phase(sim, "default/good") == "Running"
+    assert _reason(sim, "default/bad")[0] == "InvalidRequest"
+    assert_arrays_match_world(sim, sched)
