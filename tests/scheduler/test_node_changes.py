@@ -6,8 +6,11 @@ the cycle never fails, and no GPU is left unusable once its pods are gone."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
-from scheduler.api.keys import SIM_DURATION, WHOLE_GPU_RESOURCE
+import pytest
+
+from scheduler.api.keys import GPU_MEMORY_LABEL, SIM_DURATION, WHOLE_GPU_RESOURCE
 from scheduler.cycle import Scheduler
 from scheduler.sim.cluster import DEFAULT_GRACE_S, SIM_RECREATE, SimCluster
 from tests.scheduler.helpers import (
@@ -20,6 +23,7 @@ from tests.scheduler.helpers import (
     run,
     world_gpu_use,
 )
+from tests.scheduler.test_gpu_identity import agent_report
 
 
 def _forever(name: str, **kw: object) -> dict:
@@ -141,3 +145,47 @@ def test_preemption_tried_on_a_gpu_that_left_the_count_never_fails_the_cycle() -
         assert_arrays_match_world(sim, sched)
     assert phase(sim, "default/urgent") == "Running"
     assert world_gpu_use(sim)[("n0", 0)] == (1000, 40960)
+
+
+def _memory_label(obj: dict, value: str) -> dict:
+    out = copy.deepcopy(obj)
+    out["metadata"]["labels"][GPU_MEMORY_LABEL] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("hostile", "said"),
+    [
+        (lambda n: _memory_label(n, "9" * 20), "9" * 20),  # the issue's label
+        (lambda n: _with_gpus(n, 2**31), "nvidia.com/gpu"),  # the issue's GPU count
+        (lambda n: _memory_label(n, "٤٠٩٦٠"), "not MiB"),  # digits Kubernetes users never write
+    ],
+    ids=["memory-label", "gpu-count", "non-ascii-digits"],
+)
+def test_a_node_updated_to_hostile_values_takes_no_new_pod_and_keeps_its_running_ones(
+    hostile: Callable[[dict], dict], said: str
+) -> None:
+    """Issue 14: a Node updated to values no GPU has kept its old parsed version, still taking pods. It now
+    takes no new pod, says why (a Node warning), keeps its running pods where they are, stays so when its
+    agent's GPUNodeReport arrives (a report rewrites the node from its last readable version), and takes
+    pods again once it is fixed."""
+    n0 = node("n0", A100, 2, 64, 512)
+    sim, sched = cluster([n0])
+    sim.submit_pod(_forever("a", annotations={"gpu-fraction": "0.5"}))
+    run(sim, sched)
+    assert phase(sim, "default/a") == "Running"
+    sim.update_object("Node", hostile(n0))
+    sim.submit_pod(_forever("b", annotations={"gpu-fraction": "0.5"}))
+    run(sim, sched, cycles=2)
+    assert phase(sim, "default/a") == "Running" and phase(sim, "default/b") == "Pending"
+    warning = sched.warnings.get(("Node", None, "n0", "NodeUnusable"), "")
+    assert "node n0 is unschedulable for Tessera" in warning and said in warning, warning
+    assert_arrays_match_world(sim, sched)
+    sim.add_object("GPUNodeReport", agent_report("n0", "2xA100-40GB"))
+    run(sim, sched, cycles=2)
+    assert phase(sim, "default/b") == "Pending"
+    sim.update_object("Node", copy.deepcopy(n0))  # fixed
+    run(sim, sched, cycles=2)
+    assert phase(sim, "default/b") == "Running"
+    assert ("Node", None, "n0", "NodeUnusable") not in sched.warnings
+    assert_arrays_match_world(sim, sched)
