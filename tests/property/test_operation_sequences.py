@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -100,7 +100,37 @@ FOUND = [
         ("hostile", 0, True, 0, 0),
         ("submit", ("fraction", "0.1", 2), "default", "train", 0),
     ]),
+    # A running pod made unreadable (labels not a map), then deleted: it stayed in the plan while it
+    # terminated (any other pod being deleted leaves it).
+    ([("A100", 1)], [
+        *[("submit", ("fraction", "0.1", 1), "default", "train", 0)] * 2,
+        ("node_delete", 0),
+        ("submit", ("fraction", "0.1", 1), "default", "train", 0),
+        ("hostile", 0, True, 3, 0),
+        ("delete", 0, False),
+    ]),
+    # A pod pipelined behind a terminating pod was told nothing in that cycle.
+    ([("A100", 1), ("A100", 1)], [
+        *[("submit", ("whole", "", 1), "default", "train", 0)] * 2,
+        ("delete", 0, False),
+        ("submit", ("whole", "", 1), "default", "train", 0),
+    ]),
+    # A pipelined pod relabelled to a queue that does not exist was bound into it once its victim left.
+    ([("A100", 1), ("A100", 1)], [
+        ("submit", ("whole", "", 1), "default", "train", 0),
+        ("submit", ("fraction", "0.1", 1), "default", "train", 0),
+        ("delete", 0, False),
+        ("submit", ("whole", "", 1), "default", "inference", 0),
+        ("relabel", 0, False, "ghost"),
+        ("tick", 37),
+    ]),
 ]  # fmt: skip
+
+
+def _found(test: Callable[..., None]) -> Callable[..., None]:
+    for nodes, script in reversed(FOUND):
+        test = example(world={"nodes": nodes, "limits": {}}, script=script)(test)
+    return test
 
 
 @settings(
@@ -109,8 +139,7 @@ FOUND = [
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(world=worlds, script=st.lists(operation, min_size=10, max_size=40))
-@example(world={"nodes": FOUND[0][0], "limits": {}}, script=FOUND[0][1])
-@example(world={"nodes": FOUND[1][0], "limits": {}}, script=FOUND[1][1])
+@_found
 def test_operation_sequences_keep_every_invariant(world: dict, script: list[Op]) -> None:
     w = World(world["nodes"], world["limits"], STATS)
     STATS.sequences += 1

@@ -330,6 +330,9 @@ class World:
         running = Counter(
             (obj["metadata"].get("annotations") or {}).get(POD_GROUP) for obj in self._running()
         )
+        for rec in self.sim.pods.values():  # members that succeeded count toward minMember (as in KAI)
+            if (rec.obj.get("status") or {}).get("phase") == "Succeeded":
+                running[(rec.obj["metadata"].get("annotations") or {}).get(POD_GROUP)] += 1
         for pod_key in self.sched.cache.ledger.reserved:  # pipelined members: bound once their victims go
             rec = self.sim.pods.get(pod_key)
             if rec is not None and not rec.obj["spec"].get("nodeName"):
@@ -338,8 +341,8 @@ class World:
             key = f"ns/{group}"
             if key in self.groups:  # a gang with its PodGroup: never started below minMember
                 assert running[group] >= self.groups[key], (
-                    f"gang {key} runs {running[group]} of {self.groups[key]} (members with a place reserved "
-                    "counted)"
+                    f"gang {key} runs {running[group]} of {self.groups[key]} (members that succeeded or "
+                    "have a place reserved counted)"
                 )
 
     def _check_limits(self, new: list[tuple[str, GPUAssignment]]) -> None:
