@@ -116,6 +116,29 @@ def test_relabelling_running_pods_away_never_escapes_the_queue_limit(scene: Scen
     assert any(m.startswith("OverLimit: queue small would exceed its gpu limit") for m in messages), messages
 
 
+def test_a_node_updated_to_hostile_values_takes_no_new_pod_and_says_why(scene: Scene) -> None:
+    """The issue's node-side case on the real API server: `nvidia.com/gpu.memory` set to 20 digits while a
+    pod runs there. The node kept its old parsed version and took new pods; it now takes none, a Warning
+    Event on the Node says why, the running pod keeps its GPU, and fixing the label makes it usable."""
+    scene.node("gpu-1", gpus=1)
+    kubelet = scene.kubelet()
+    runner = scene.scheduler()
+    scene.create_pod(fraction_pod("first", "0.5"))
+    wait_until(lambda: f"{scene.ns}/first" in kubelet.allocated, timeout=20)
+    scene.core.patch_node("gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.memory": "9" * 20}}})
+    settle(runner, 5)
+    scene.create_pod(fraction_pod("second", "0.5"))
+    settle(runner)
+    assert running(scene) == {"first"} and scene.gpu_use() == {("gpu-1", 0): 500}
+    events = [
+        e for e in scene.events_for("gpu-1", "Node", namespace="default") if e["reason"] == "NodeUnusable"
+    ]
+    assert events and "9" * 20 in events[0]["message"] and events[0]["type"] == "Warning", events
+    scene.core.patch_node("gpu-1", {"metadata": {"labels": {"nvidia.com/gpu.memory": str(GIB80)}}})
+    wait_until(lambda: "second" in running(scene), timeout=20)
+    assert scene.gpu_use() == {("gpu-1", 0): 1000}
+
+
 # ---- the scheduler as a process, killed while the API misbehaves ---------------------------------------------
 
 
