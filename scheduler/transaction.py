@@ -70,6 +70,7 @@ class Transaction:
         self.action = action
         self.ops: list[Op] = []
         self._start = self.ledger.begin()
+        self._waiting_turn = False  # the first failed bind found its node busy (see `_bind`)
 
     # ---------------------------------------------------------------------------------- simulate
     def place(self, pod: PodInfo, job: Job, placement: Placement, message: str = "") -> None:
@@ -129,7 +130,7 @@ class Transaction:
             return Outcome([], evicted, failed)
         self._pipeline()
         bound = self._bind(cluster, failed)
-        if failed and bound:
+        if failed and bound and not self._waiting_turn:
             bound = self._undo_partial_gangs(cluster, bound, failed, evicted)
         self.ledger.commit()
         self.ops.clear()
@@ -213,6 +214,9 @@ class Transaction:
                 why = str(exc)
                 if first_failure is None:
                     first_failure = f"not bound: binding {op.pod.key} failed ({why}); retrying next cycle"
+                    # A node busy with its bind lock is a turn in a queue (the member is bound once the
+                    # device plugin served the one before it), not a failure to undo a gang for.
+                    self._waiting_turn = exc.node_busy
                 self.ledger.release(op.pod.uid)
                 s.set_reason(op.pod, Reason.BIND_FAILED, why)
                 failed.append((op.pod, why))
