@@ -115,12 +115,12 @@ QUEUE_CASES: list[tuple[str, Obj, dict[str, tuple[float, float, float]], str | N
         None, 100, [],
     ),
     (
-        "fields Tessera does not use yet are named",
+        "fields Tessera does not use are named; minimum runtimes carry over",
         kai_queue("slow", {"preemptMinRuntime": "10m", "reclaimMinRuntime": "1h", "futureField": 3,
                            "resources": {r: {**res(1, -1), "lendingLimit": 0} for r in ("cpu", "gpu", "memory")}}),
         {"gpu": (1, -1, 1), "cpu": (1, -1, 1), "memory": (MB_IN_MIB, -1, 1)},
         None, 100,
-        ["spec.preemptMinRuntime", "spec.reclaimMinRuntime", "spec.futureField is not known",
+        ["spec.futureField is not known",
          "gpu.lendingLimit", "cpu.lendingLimit", "memory.lendingLimit"],
     ),
 ]  # fmt: skip
