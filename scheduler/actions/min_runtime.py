@@ -35,7 +35,7 @@ class Protection:
     until: float  # Unix time the first of them may go
     first: Victim
     min_runtime_s: float
-    started_s: float
+    started_s: float  # when the first to go started (Unix time)
 
     def describe(self, action: str, now_epoch_s: float) -> str:
         """E.g. "reclaim waits for minimum runtime: first victim eligible in 4m10s (...)"."""
@@ -66,7 +66,7 @@ def split(
         runtime = min_runtime_of(v)
         started = job_started_s(v.pods, now)
         until = protected_until(started, runtime, now)
-        if until is None:
+        if until is None or started is None:
             free.append(v)
             continue
         count += 1

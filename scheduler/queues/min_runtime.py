@@ -17,7 +17,7 @@ scheduler configuration; Tessera has neither: a default is a value on the top-le
 (docs/differences-from-kai.md).
 
 A job's age is measured from its start: the earliest `status.startTime` of its running pods (a pod bound
-but not yet started counts as starting now). Protection applies to a job as a whole: an elastic gang's
+but not yet started counts as starting now; KAI stamps a job when it allocates it from nothing). Protection applies to a job as a whole: an elastic gang's
 members above its minMember may always go, one at a time, as in KAI (its scenario validator only refuses
 plans that take a protected job below minMember).
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler.model import PodInfo
+from scheduler.model import PodInfo, PodPhase
 from scheduler.queues.tree import QueueNode, QueueTree
 
 
@@ -83,12 +83,21 @@ class MinRuntimes:
         return (_first_set(chain, preempt=True), _first_set(chain, preempt=False))
 
 
-def job_started_s(pods: Iterable[PodInfo], now_epoch_s: float) -> float:
-    """When a job started: its earliest running pod's start (a pod not started yet: now)."""
-    return min((p.started_s if p.started_s is not None else now_epoch_s for p in pods), default=now_epoch_s)
+def job_started_s(pods: Iterable[PodInfo], now_epoch_s: float) -> float | None:
+    """When a job started: its earliest pod's `status.startTime`; a pod bound but not started yet counts
+    as starting now. None when no pod says (a running pod without a start time, which no kubelet leaves):
+    such a job is not protected, as a KAI job without its last-start timestamp."""
+    starts = [
+        p.started_s if p.started_s is not None else (now_epoch_s if p.phase is PodPhase.BOUND else None)
+        for p in pods
+    ]
+    known = [s for s in starts if s is not None]
+    return min(known) if known else None
 
 
-def protected_until(started_epoch_s: float, min_runtime_s: float, now_epoch_s: float) -> float | None:
+def protected_until(started_epoch_s: float | None, min_runtime_s: float, now_epoch_s: float) -> float | None:
     """The Unix time protection ends, or None when the job may be a victim now."""
+    if started_epoch_s is None or min_runtime_s <= 0:
+        return None
     until = started_epoch_s + min_runtime_s
-    return until if min_runtime_s > 0 and now_epoch_s < until else None
+    return until if now_epoch_s < until else None

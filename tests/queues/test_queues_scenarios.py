@@ -3,6 +3,7 @@ measured outcomes asserted."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -119,3 +120,44 @@ def test_guaranteed_quota_against_one_big_job():
     assert "queue team-a would pass its fair share with it (2 GPUs of 4 GPUs allocated" in message
     rec.run(20)
     assert len(rec.evictions()) == 8  # settled: team-a, below its quota now, takes nothing back
+
+
+def simulate_json(name: str, until: str) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["simulate", "-f", str(SCENARIOS / f"{name}.yaml"), "--until", until,
+                                      "-o", "json", "--backend", "numpy"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+def test_reclaim_waits_for_the_victims_minimum_runtime():
+    rec = scenario("reclaim-min-runtime")
+    rec.run(61)  # team-b's pods arrived at t=60: every pod team-a could give up started less than 10m ago
+    assert rec.evictions() == [] and gpus_by_queue(rec.sim) == {"team-a": 8.0}
+    reason, message = pending_reason(rec, "team-b/b-0")
+    assert reason == Reason.WAITING_FOR_MIN_RUNTIME
+    # (the Recorder's first cycle is at t=1s: team-a's first pods started then)
+    assert "reclaim waits for minimum runtime: first victim eligible in 9m (" in message
+    assert "of queue team-a started 1m ago, reclaimMinRuntime 10m; 7 more protected)" in message
+    # `tessera simulate` jumps to the moment the first victim may go (no event would wake it before 1h).
+    summary = simulate_json("reclaim-min-runtime", "11m")
+    evicted = [(e["time_s"], e["pod"], e["action"]) for e in summary["events"] if e["type"] == "Evicted"]
+    assert evicted == [(600.0 + i, f"team-a/a-{i}", "reclaim") for i in range(4)]  # the oldest, as they age
+    scheduled = {e["pod"]: e["time_s"] for e in summary["events"] if e["type"] == "Scheduled"}
+    assert [scheduled[f"team-b/b-{i}"] for i in range(4)] == [630.0, 631.0, 632.0, 633.0]
+    queues = {q["name"]: q["allocated"]["gpu"] for q in summary["queues"]}
+    assert queues["team-a"] == 4 and queues["team-b"] == 4
+
+
+def test_preempt_waits_for_the_inherited_minimum_runtime():
+    rec = scenario("preempt-min-runtime")
+    rec.run(31)
+    reason, message = pending_reason(rec, "research/build-0")
+    assert reason == Reason.WAITING_FOR_MIN_RUNTIME
+    assert message.startswith("preempt waits for minimum runtime: first victim eligible in 4m30s")
+    assert "preemptMinRuntime 5m" in message  # set on queue lab, inherited by research
+    summary = simulate_json("preempt-min-runtime", "6m")
+    evicted = [(e["time_s"], e["pod"], e["action"]) for e in summary["events"] if e["type"] == "Evicted"]
+    assert len(evicted) == 1 and evicted[0][0] == 300.0 and evicted[0][2] == "preempt"
+    pods = {p["name"]: p["phase"] for p in summary["pods"]}
+    assert pods["build-0"] == "Running"
