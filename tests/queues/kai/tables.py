@@ -123,12 +123,12 @@ def _queue(
     }
     if parent:
         spec["parentQueue"] = parent
-    for key, field in (
+    for key, field_name in (
         ("preempt_min_runtime", "preemptMinRuntime"),
         ("reclaim_min_runtime", "reclaimMinRuntime"),
     ):
         if key in q:
-            spec[field] = q[key]
+            spec[field_name] = q[key]
     created = (SIM_EPOCH + timedelta(minutes=index)).isoformat()
     return {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "Queue",
             "metadata": {"name": name, "creationTimestamp": created}, "spec": spec}  # fmt: skip
