@@ -18,6 +18,7 @@ class Slice:
     milli: int
     mib: int
     gang: str | None = None
+    protected: str = ""  # how long its job's minimum runtimes still protect it ("" when they do not)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class QueueView:
     is_leaf: bool
     priority: int
     resources: dict[str, QueueFigures]  # gpu, cpu, memory
+    min_runtime: str = ""  # its preempt/reclaim minimum runtimes, inherited ones named ("" when none)
 
 
 @dataclass(frozen=True)
