@@ -44,7 +44,7 @@ class Protection:
         return (
             f"{action} waits for minimum runtime: first victim eligible in "
             f"{show_duration(self.until - now_epoch_s)} ({label(job)} of queue {job.queue} started "
-            f"{show_duration(now_epoch_s - self.started_s)} ago, {field} {show_duration(self.min_runtime_s)}"
+            f"{show_duration(now_epoch_s - self.started_s, up=False)} ago, {field} {show_duration(self.min_runtime_s)}"
             + (f"; {self.count - 1} more protected" if self.count > 1 else "")
             + ")"
         )

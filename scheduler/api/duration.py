@@ -57,9 +57,10 @@ def seconds(value: str | None) -> float | None:
     return None if value is None else parse_go_duration(value)
 
 
-def show_duration(seconds: float) -> str:
-    """Seconds as people read them: "4m10s", "1h", "45s" (whole seconds, rounded up: never "0s" early)."""
-    total = int(-(-seconds // 1))
+def show_duration(seconds: float, *, up: bool = True) -> str:
+    """Seconds as people read them: "4m10s", "1h", "45s"; whole seconds, rounded up (a wait is never
+    shown shorter than it is) or, with `up=False`, down (an age)."""
+    total = int(-(-seconds // 1)) if up else int(seconds // 1)
     if total <= 0:
         return "0s"
     h, rest = divmod(total, 3600)
