@@ -19,7 +19,7 @@ from scheduler.queues import QueueTree
 from scheduler.reasons import PendingReason, Reason
 from scheduler.resources import RESOURCE_NAMES
 from scheduler.ui.colors import OTHER_QUEUE, queue_colors
-from scheduler.ui.min_runtime import protection_notes, queue_min_runtime
+from scheduler.ui.min_runtime import elastic_notes, protection_notes, queue_min_runtime
 from scheduler.ui.view import (
     DashboardView,
     GPUCell,
@@ -115,7 +115,7 @@ def _build(
     pending_pods = [
         p for p in pods.values() if p.ours and p.phase == PodPhase.PENDING and not p.holds_resources
     ]
-    pending = _pending(pending_pods, reasons, queue_of, now)
+    pending = _pending(pending_pods, reasons, queue_of, now, elastic_notes(session.jobs) if session else {})
     cells = [g for n in nodes for g in n.gpus]
     totals = Totals(
         nodes=len(nodes),
@@ -275,6 +275,7 @@ def _pending(
     reasons: dict[str, PendingReason],
     queue_of: QueueOf,
     now: float,
+    notes: dict[str, str],
 ) -> list[PendingGroup]:
     # reason -> message -> subject key -> (subject fields, pods)
     grouped: dict[str, dict[str, dict[str, list[PodInfo]]]] = {}
@@ -299,6 +300,7 @@ def _pending(
                         pods=len(members),
                         request=f"{req} × {len(members)} pods" if gang else req,
                         waiting_s=now - first.created_s if 0 < first.created_s <= now else None,
+                        note=notes.get(key.split(":", 1)[1], "") if gang else "",
                     )
                 )
             entries.append(PendingEntry(message=message, subjects=tuple(subjects)))

@@ -1,5 +1,6 @@
-"""Minimum runtimes on the dashboard: each queue's (and where it inherits them from), and how long a
-running pod's job is still protected (docs/min-runtime.md)."""
+"""Minimum runtimes and elastic gangs on the dashboard: each queue's minimum runtimes (and where it
+inherits them from), how long a running pod's job is still protected (docs/min-runtime.md), and what an
+elastic gang with members waiting already runs (docs/elastic.md)."""
 
 from __future__ import annotations
 
@@ -54,4 +55,16 @@ def protection_notes(tree: QueueTree, jobs: list[Job], now_epoch_s: float) -> di
             note = f"protected {', '.join(parts)}{extra}"
             for p in job.running:
                 out[p.uid] = note
+    return out
+
+
+def elastic_notes(jobs: list[Job]) -> dict[str, str]:
+    """PodGroup key -> "elastic: 5 of 8 running, minMember 2" for gangs that run at least their minMember
+    and have members waiting to grow into."""
+    out: dict[str, str] = {}
+    for job in jobs:
+        held = len(job.running) + job.succeeded
+        if job.is_gang and job.pending and held >= job.min_member:
+            total = held + len(job.pending)
+            out[job.key] = f"elastic: {len(job.running)} of {total} running, minMember {job.min_member}"
     return out

@@ -102,6 +102,7 @@ class PendingSubject:
     pods: int
     request: str  # human-readable: "0.5 GPU", "4 whole GPUs x 4 pods"
     waiting_s: float | None = None
+    note: str = ""  # e.g. an elastic gang's "elastic: 5 running, minMember 2"
 
 
 @dataclass(frozen=True)

@@ -161,3 +161,30 @@ def test_preempt_waits_for_the_inherited_minimum_runtime():
     assert len(evicted) == 1 and evicted[0][0] == 300.0 and evicted[0][2] == "preempt"
     pods = {p["name"]: p["phase"] for p in summary["pods"]}
     assert pods["build-0"] == "Running"
+
+
+def test_an_elastic_gang_starts_with_what_fits_grows_and_gives_back_members_one_by_one():
+    def running(summary: dict[str, Any], prefix: str) -> list[str]:
+        return sorted(
+            p["name"] for p in summary["pods"] if p["phase"] == "Running" and p["name"].startswith(prefix)
+        )
+
+    start = simulate_json("elastic-gang", "1m")
+    assert running(start, "ddp-") == [f"ddp-{i}" for i in range(4)]  # minMember 2; the 4 free GPUs
+    waiting = next(p for p in start["pods"] if p["name"] == "ddp-4")
+    assert "gang team-a/ddp runs its minMember (2); its extra members wait for room" in waiting["reason"]
+    grown = simulate_json("elastic-gang", "3m")
+    assert len(running(grown, "ddp-")) == 8  # team-b's pods finished at 2m: the gang grew into them
+    end = simulate_json("elastic-gang", "6m")
+    evicted = [e for e in end["events"] if e["type"] == "Evicted"]
+    assert [(e["time_s"], e["action"]) for e in evicted] == [(300.0, "reclaim")] * 3
+    assert sorted(e["pod"] for e in evicted) == ["team-a/ddp-5", "team-a/ddp-6", "team-a/ddp-7"]
+    assert running(end, "ddp-") == [f"ddp-{i}" for i in range(5)] and len(running(end, "late-")) == 3
+    rec = scenario("elastic-gang")
+    for _ in range(360):  # cycle by cycle: the gang never runs fewer than its minMember once started
+        rec.sim.advance(rec.sim.now_s + 1)
+        rec.sched.run_cycle()
+        held = sum(1 for i in range(8) if phase(rec.sim, f"team-a/ddp-{i}") == "Running")
+        assert held == 0 or held >= 2
+    status = rec.sim.group_status["team-a/ddp"]
+    assert status.phase == "Running" and status.running == 5

@@ -1,5 +1,5 @@
-"""The dashboard shows minimum runtimes: each queue's (inherited ones named) and how long a running
-pod's job is still protected (docs/min-runtime.md)."""
+"""The dashboard shows minimum runtimes (each queue's, inherited ones named; how long a running pod's
+job is still protected: docs/min-runtime.md) and what an elastic gang waiting to grow runs (docs/elastic.md)."""
 
 from __future__ import annotations
 
@@ -43,3 +43,11 @@ def test_a_protected_pod_says_for_how_long() -> None:
         "team-a/a-0 · queue team-a · 1 GPU · 40.0 GiB · protected from reclaim by sibling queues for 9m"
         in page
     )
+
+
+def test_an_elastic_gang_waiting_to_grow_says_what_it_runs() -> None:
+    view = build_view(_at("elastic-gang", 30))
+    subjects = [s for g in view.pending for e in g.entries for s in e.subjects if s.kind == "gang"]
+    (ddp,) = [s for s in subjects if s.key == "team-a/ddp"]
+    assert ddp.pods == 4 and ddp.note == "elastic: 4 of 8 running, minMember 2"
+    assert "elastic: 4 of 8 running, minMember 2" in render_dashboard(view)
