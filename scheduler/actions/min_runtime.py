@@ -55,6 +55,8 @@ def split(
 ) -> tuple[list[Victim], Protection | None]:
     """The victims that may go now, in their order, and what protection left out (None: nothing); asks
     for a cycle when the first protected one may go (whether or not this search needs it)."""
+    if min_runtimes(session).none_set:
+        return pool, None
     now = session.epoch_s
     free: list[Victim] = []
     first: Protection | None = None
@@ -64,6 +66,9 @@ def split(
             free.append(v)
             continue
         runtime = min_runtime_of(v)
+        if runtime <= 0:
+            free.append(v)
+            continue
         started = job_started_s(v.pods, now)
         until = protected_until(started, runtime, now)
         if until is None or started is None:

@@ -46,6 +46,17 @@ class MinRuntimes:
     tree: QueueTree
     _preempt: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _reclaim: dict[tuple[str, str], float] = field(default_factory=dict, init=False, repr=False)
+    _none: bool | None = field(default=None, init=False, repr=False)
+
+    @property
+    def none_set(self) -> bool:
+        """No queue sets a minimum runtime (the common case: nothing to check)."""
+        if self._none is None:
+            self._none = all(
+                n.spec.preempt_min_runtime is None and n.spec.reclaim_min_runtime is None
+                for n in self.tree.nodes.values()
+            )
+        return self._none
 
     def preempt_s(self, victim_queue: str) -> float:
         """Seconds a job of `victim_queue` runs before a job of its own queue may preempt it."""
