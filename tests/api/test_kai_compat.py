@@ -440,4 +440,6 @@ def test_kai_min_runtimes_carry_over_and_bad_ones_are_refused() -> None:
     assert (spec.preempt_min_runtime_s, spec.reclaim_min_runtime_s) == (600, 5400)
     assert not any("MinRuntime" in n for n in out.notes)  # used as KAI means them: nothing to warn about
     with pytest.raises(ValueError, match="cannot be negative"):
-        translate(kai_queue("neg", {"reclaimMinRuntime": "-5s"}))  # KAI's server takes it; it protects nothing
+        translate(
+            kai_queue("neg", {"reclaimMinRuntime": "-5s"})
+        )  # KAI's server takes it; it protects nothing
