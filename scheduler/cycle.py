@@ -59,6 +59,8 @@ class CycleResult:
     reasons: dict[str, PendingReason] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     phase_s: dict[str, float] = field(default_factory=dict)  # state_update, scoring, commit, other
+    # Unix time by which a cycle should run again though nothing happens (a victim's minimum runtime ends)
+    retry_at_epoch_s: float | None = None
 
 
 class Scheduler:
@@ -119,6 +121,7 @@ class Scheduler:
         return CycleResult(
             started_s=now, duration_s=duration, action_s=timings, bound=bound, evicted=evicted,
             pending=len(session.reasons), reasons=dict(session.reasons), events=session.events, phase_s=phases,
+            retry_at_epoch_s=session.retry_at,
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------------ containment
@@ -127,17 +130,22 @@ class Scheduler:
         index = self.cache.index
         for _ in range(MAX_CULPRITS):
             try:
-                session = Session.open(self.cache, self.placer, now, self.budget, probe=self.probe)
+                session = self._session(now)
                 break
             except Exception as exc:
                 key = culprit(exc)
                 if key is None or not index.quarantine(key, self._failed_on(exc, key, "opening the session")):
                     raise
         else:
-            session = Session.open(self.cache, self.placer, now, self.budget, probe=self.probe)
+            session = self._session(now)
         for pod, message in index.quarantined_pods():
             session.set_reason(pod, Reason.INVALID_REQUEST, message)
         return session
+
+    def _session(self, now: float) -> Session:
+        return Session.open(
+            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=self.cluster.epoch_s()
+        )
 
     def _execute(self, action: Action, session: Session) -> None:
         """Run one action; when it fails on a job, that job is rolled back, quarantined, and the action run
