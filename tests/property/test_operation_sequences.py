@@ -124,6 +124,19 @@ FOUND = [
         ("relabel", 0, False, "ghost"),
         ("tick", 37),
     ]),
+    # A pipelined pod was bound into its queue after that queue's limit was lowered to 0 while it waited.
+    ([("A100", 1)], [
+        *[("submit", ("fraction", "0.1", 1), "default", "train", 0)] * 4,
+        ("submit", ("fraction", "0.1", 1), "a", "train", 0),
+        *[("submit", ("fraction", "0.25", 1), "default", "train", 0)] * 2,
+        ("submit", ("fraction", "0.5", 1), "default", "train", 0),
+        ("delete", 0, False),
+        *[("submit", ("fraction", "0.1", 1), "default", "train", 0)] * 3,
+        ("queue_edit", "default", 0),
+        ("delete", 0, False),
+        ("submit", ("fraction", "0.1", 1), "default", "train", 0),
+        ("tick", 22),
+    ]),
 ]  # fmt: skip
 
 
