@@ -156,13 +156,20 @@ class Session:
             self._exclude = mask
         return self._exclude
 
-    def place(self, d: PodDemand) -> Placement | None:
-        """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`)."""
-        return self.placer.place(d, exclude=self.excluded(d))
+    def place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
+        """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`).
+        `within`: bool[C] the rows it may use (a topology domain), None: any."""
+        return self.placer.place(d, exclude=self._outside(d, within))
 
-    def place_one(self, d: PodDemand) -> Placement | None:
+    def place_one(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` goes now, scored afresh (for plans tried and rolled back by the thousand)."""
-        return place_one(self.state, self.policy, d, exclude=self.excluded(d))
+        return place_one(self.state, self.policy, d, exclude=self._outside(d, within))
+
+    def _outside(self, d: PodDemand, within: Array | None) -> Array | None:
+        exclude = self.excluded(d)
+        if within is None:
+            return exclude
+        return ~within if exclude is None else exclude | ~within
 
     def feasible(self, d: PodDemand) -> tuple[Array, Array]:
         """(bool[N] nodes `d` fits now, bool[N, G] GPUs it fits), masked nodes left out."""

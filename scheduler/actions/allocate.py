@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from scheduler.actions.ordering import jobs_in_order
+from scheduler.actions.topology_placement import place_in_topology
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.placement.explain import explain_unschedulable
@@ -94,8 +95,11 @@ class Allocate:
                 _tell_all(session, job, *verdict)
                 continue
             tx = Transaction(session, "allocate")
-            placed = try_place_job(session, job, tx, unplaceable)
-            if placed == 0 or placed < job.need:
+            if job.topology is not None:  # inside one domain of its topology, or told why not
+                if not place_in_topology(session, tx, job, job.pending, max(job.need, 1)):
+                    tx.rollback()
+                    continue
+            elif (placed := try_place_job(session, job, tx, unplaceable)) == 0 or placed < job.need:
                 tx.rollback()
                 if job.is_gang:
                     failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.actions.allocate import admissible
+from scheduler.actions.domain_consolidation import DomainConsolidation
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victims import Victim, candidates, evict
 from scheduler.actions.views import capacity_blocked, label, need_now, static_rows, waiting_jobs
@@ -55,6 +56,7 @@ class Consolidate:
         # Pod shapes no plan was found for, with the fingerprint of the layout tried: a plan that failed
         # on a layout fails on it again, so it is not searched for until something moved.
         self.futile: dict[PodDemand, int] = {}
+        self.domains = DomainConsolidation()
 
     def execute(self, session: Session, cluster: Cluster) -> None:
         start = time.perf_counter()
@@ -62,6 +64,9 @@ class Consolidate:
         for job in jobs_in_order(session, waiting_jobs(session)):
             pods = capacity_blocked(session, job)
             if not pods or admissible(session, job) is not None:
+                continue
+            if job.topology is not None:  # room is made inside one topology domain (domain_consolidation.py)
+                self.domains.run(session, cluster, job, pods, need_now(session, job))
                 continue
             count = need_now(session, job)
             d = demand_for(pods[0])

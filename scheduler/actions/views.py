@@ -118,6 +118,10 @@ def waiting_jobs(session: Session, helps: frozenset[Wait] = MAKING_ROOM_HELPS) -
 
 def place_members(session: Session, tx: Transaction, job: Job, pods: list[PodInfo], count: int) -> bool:
     """Place `count` of `pods` in the transaction; False (and nothing placed) if they do not all fit."""
+    if job.topology is not None:  # inside one domain of its topology (topology_placement.py)
+        from scheduler.actions.topology_placement import place_in_topology  # it imports this module
+
+        return place_in_topology(session, tx, job, pods, count, fresh=True, fill=False, explain=False) > 0
     cp = tx.checkpoint()
     placed = 0
     for i, pod in enumerate(pods):

@@ -59,8 +59,8 @@ class SimCluster:
         sim = cls(warnings=list(manifests.warnings))
         for obj in manifests.objects["Node"]:
             sim.add_object("Node", obj)
-        for kind in ("Queue", "PodGroup"):
-            for obj in manifests.objects[kind]:
+        for kind in ("Queue", "PodGroup", "Topology"):
+            for obj in manifests.objects.get(kind, []):
                 sim._emit(kind, "ADDED", obj)
         for obj in manifests.objects["Pod"]:
             sim.submit_pod(obj)

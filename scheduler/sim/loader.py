@@ -1,4 +1,4 @@
-"""Load Kubernetes YAML manifests (Nodes, Pods, Queues, PodGroups) for the simulated cluster."""
+"""Load Kubernetes YAML manifests (Nodes, Pods, Queues, PodGroups, Topologies) for the simulated cluster."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-SUPPORTED = ("Node", "Pod", "Queue", "PodGroup")
+SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "Topology")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 

@@ -1,0 +1,329 @@
+"""Placing a gang under its topology constraint (KAI Scheduler's topology plugin; docs/topology.md).
+
+1. The constraint is resolved against its Topology: the levels tried run from the preferred one (or the
+   required one) up to the required one (or, with no required level, the whole topology), innermost
+   first, as KAI's `calculateRelevantDomainLevels` does.
+2. At each level, every domain's capacity for the gang is a segment sum of how many of its pods each node
+   can host now (`placement/topology.py`); the domains that hold all of them are tried tightest first (the
+   highest share of their free GPU, CPU and memory the gang would take: bin packing, as KAI).
+3. Inside the domain tried, the pods fill the preferred level's domains with the most room first (KAI
+   scores nodes by that order), each pod through the session's placer restricted to one such domain's
+   rows, so the policy still chooses the node and the GPUs.
+A gang with members running stays in the required-level domain that holds them. Every placement is in
+the caller's transaction; what a failed try placed is rolled back before the next is tried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scheduler.actions.views import running_now
+from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.api.topology import Topology, TopologyConstraint
+from scheduler.jobs import Job
+from scheduler.model import PodInfo
+from scheduler.placement.filters import gpu_need
+from scheduler.placement.policy import Array
+from scheduler.placement.topology import dominant_ratio, first_rows, order_by, pods_per_node, segment_sum
+from scheduler.reasons import Reason
+from scheduler.session import Session
+from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand, demand_for
+from scheduler.transaction import Transaction
+
+MAX_DOMAINS = 16  # candidate domains tried per gang (the tightest ones)
+BUDGET_S = 0.05  # per gang: beyond this, the next cycle tries again
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A constraint resolved against its Topology."""
+
+    topology: str
+    columns: tuple[int, ...]  # `ClusterState.domain` column of each level, outermost first
+    names: tuple[str, ...]  # each level as people read it (alias, else label key)
+    required: int | None  # level index
+    preferred: int | None
+
+    def levels(self) -> list[int | None]:
+        """Levels tried, innermost first; None stands for the whole topology."""
+        low = self.preferred if self.preferred is not None else self.required
+        assert low is not None
+        top = self.required if self.required is not None else -1
+        return [lv if lv >= 0 else None for lv in range(low, top - 1, -1)]
+
+
+def resolve(state: ClusterState, topologies: Mapping[str, Topology], c: TopologyConstraint) -> Scope | str:
+    """The constraint's scope, or why it cannot be used (a person must fix it)."""
+    if not c.topology:
+        return f"names a topology level ({c.describe()}) but no topology"
+    t = topologies.get(c.topology)
+    if t is None:
+        return f"topology {c.topology} does not exist (kubectl get topologies)"
+    if not (c.required_topology_level or c.preferred_topology_level):
+        return f"names topology {c.topology} but no required or preferred level"
+    idx: dict[str, int | None] = {}
+    for what, level in (("required", c.required_topology_level), ("preferred", c.preferred_topology_level)):
+        idx[what] = None if level is None else t.level_index(level)
+        if level is not None and idx[what] is None:
+            known = ", ".join(lv.name for lv in t.spec.levels)
+            return f"topology {t.name} has no level {level} ({what}); its levels: {known}"
+    req, pref = idx["required"], idx["preferred"]
+    if req is not None and pref is not None and pref < req:
+        pref = req  # a preferred level above the required one adds nothing (KAI ignores it too)
+    columns = tuple(state.domains.column[(t.name, i)] for i in range(len(t.spec.levels)))
+    return Scope(t.name, columns, tuple(lv.name for lv in t.spec.levels), req, pref)
+
+
+def place_in_topology(
+    session: Session,
+    tx: Transaction,
+    job: Job,
+    pods: list[PodInfo],
+    need: int,
+    *,
+    fresh: bool = False,
+    fill: bool = True,
+    explain: bool = True,
+) -> int:
+    """Place `need` of `pods` (the job's pending members, in order) inside one domain of the job's
+    constraint, and with `fill` as many more of them as fit there; return how many were placed (0, and
+    nothing left in the transaction, when fewer than `need` fit). `fresh`: score afresh (for plans tried
+    and rolled back); `explain`: tell the pods why they wait when the gang does not fit."""
+    assert job.topology is not None
+    scope = resolve(session.state, session.cache.topologies, job.topology)
+    if isinstance(scope, str):
+        if explain:
+            for p in pods:
+                session.set_reason(p, Reason.INVALID_TOPOLOGY, f"{_who(job)}: {scope}")
+        return 0
+    t0 = time.perf_counter()
+    gang = GangFit(session, job, pods, need, scope)
+    tried: list[tuple[int | None, int]] = []
+    for level in scope.levels():
+        for code in gang.candidates(level)[:MAX_DOMAINS]:
+            cp = tx.checkpoint()
+            placed = gang.fill(tx, level, code, fresh=fresh, limit=None if fill else need)
+            if placed >= need:
+                session.add_time("topology", time.perf_counter() - t0)
+                return placed
+            tx.rollback_to(cp)
+            tried.append((level, code))
+            if time.perf_counter() - t0 > BUDGET_S:
+                break
+    session.add_time("topology", time.perf_counter() - t0)
+    if explain:
+        message = gang.why_not(tried)
+        for p in pods:
+            session.set_reason(p, Reason.TOPOLOGY_UNSATISFIED, message)
+    return 0
+
+
+def _who(job: Job) -> str:
+    return ("gang " if job.is_gang else "pod ") + job.key.removeprefix("pod:")
+
+
+class GangFit:
+    """A gang's figures over the node rows under its scope: per-node pod counts, free resources, and per
+    domain of a level the capacity for the gang (computed when first asked). Built once per attempt: the
+    figures are those of the state when it was built."""
+
+    def __init__(self, session: Session, job: Job, pods: list[PodInfo], need: int, scope: Scope) -> None:
+        self.session, self.job, self.pods, self.need, self.scope = session, job, pods, need, scope
+        s: ClusterState = session.state
+        xp = s.xp
+        self.xp, self.s = xp, s
+        self.in_topology = s.domain[:, scope.columns[-1]] >= 0
+        anchor = self._anchor()  # rows of the required-level domain holding running members, if any
+        if anchor is not None:
+            self.in_topology = self.in_topology & anchor
+        # Demands of the `need` pods that must fit (a gang's pods are nearly always alike: one entry).
+        self.counts: dict[PodDemand, int] = {}
+        for p in pods[:need]:
+            d = demand_for(p)
+            self.counts[d] = self.counts.get(d, 0) + 1
+        self.per_node: dict[PodDemand, Array] = {}
+        free_mib = xp.minimum(s.free_mib, s.report_free_mib)
+        for d, count in self.counts.items():
+            mask, fit = session.placer.feasible(d)
+            busy = session.excluded(d)
+            mask = mask & self.in_topology if busy is None else mask & self.in_topology & ~busy
+            zero = xp.zeros(fit.shape, dtype=xp.int64)
+            milli, mib = gpu_need(s, d) if d.uses_gpu else (zero, zero)
+            need_tuple = (milli, mib, d.num_gpus, d.cpu_milli, d.memory_mib)
+            self.per_node[d] = pods_per_node(
+                xp, mask, fit, s.free_milli, free_mib, s.free_cpu, s.free_mem, need_tuple, count
+            )
+        # Free resources per node (KAI compares a domain's idle resources with the gang's request).
+        usable = s.present & s.healthy & s.valid[:, None]
+        free_gpu = xp.sum(
+            xp.where(usable, xp.astype(s.free_milli, xp.int64), xp.zeros_like(s.free_mib)), axis=1
+        )
+        live = xp.astype(s.valid, xp.int64)
+        self.free = xp.stack([free_gpu, s.free_cpu * live, s.free_mem * live], axis=1)  # int64[C, 3]
+        self.request = (
+            sum(c * _gpu_milli(d) for d, c in self.counts.items()),
+            sum(c * d.cpu_milli for d, c in self.counts.items()),
+            sum(c * d.memory_mib for d, c in self.counts.items()),
+        )
+        self.total = sum(self.per_node.values(), start=xp.zeros(self.in_topology.shape, dtype=xp.int64))
+        self.capacity: dict[int, list[Array]] = {}  # level -> per demand, int64[domains]
+        self.ratio: dict[int, Array] = {}  # level -> float64[domains]
+
+    def _anchor(self) -> Array | None:
+        """bool[C]: the rows of the required-level domain the running members are in (None: no running
+        members, or no required level)."""
+        req = self.scope.required
+        running = running_now(self.session, self.job)
+        if req is None or not running:
+            return None
+        held = self.session.ledger
+        col = self.scope.columns[req]
+        codes = [
+            int(self.s.domain[pl.node, col]) for p in running if (pl := held.placement(p.uid)) is not None
+        ]
+        if not codes:
+            return None
+        home = max(set(codes), key=codes.count)
+        return self.s.domain[:, col] == home
+
+    def codes(self, level: int) -> Array:
+        return self.s.domain[:, self.scope.columns[level]]
+
+    def size(self, level: int) -> int:
+        return self.s.domains.size(self.scope.columns[level])
+
+    def capacities(self, level: int) -> list[Array]:
+        """Per demand, int64[domains]: how many of its pods each domain of `level` can host now."""
+        if level not in self.capacity:
+            codes, size = self.codes(level), self.size(level)
+            self.capacity[level] = [segment_sum(self.xp, codes, self.per_node[d], size) for d in self.counts]
+        return self.capacity[level]
+
+    def ranks(self, level: int) -> Array:
+        return self.xp.asarray(self.s.domains.ranks(self.scope.columns[level]), dtype=self.xp.int64)
+
+    def ratios(self, level: int) -> Array:
+        """float64[domains]: KAI's ratio of the gang's request to each domain's free resources."""
+        if level not in self.ratio:
+            free = segment_sum(self.xp, self.masked(level), self.free, self.size(level))
+            self.ratio[level] = dominant_ratio(self.xp, self.request, (free[:, 0], free[:, 1], free[:, 2]))
+        return self.ratio[level]
+
+    def masked(self, level: int) -> Array:
+        """int[C]: the level's codes, -1 outside the topology (or the anchor domain)."""
+        return self.xp.where(
+            self.in_topology, self.codes(level), self.xp.full(self.in_topology.shape, -1, dtype=self.xp.int32)
+        )
+
+    def tight_first(self, level: int, codes: Array, top: int) -> Array:
+        """int64[K]: `codes` (domains of `level`) ordered as KAI's sorted domain tree lists them: by the
+        ratio of their ancestor at level `top`, then the next level down..., then their own, highest
+        (tightest) first, ties by name."""
+        xp = self.xp
+        reps = xp.take(first_rows(xp, self.masked(level), self.size(level)), codes)
+        keys: list[Array] = []
+        for k in range(top, level + 1):
+            ancestor = xp.take(self.codes(k), reps)
+            keys += [-xp.take(self.ratios(k), ancestor), xp.take(self.ranks(k), ancestor)]
+        return xp.take(codes, order_by(xp, keys))
+
+    def candidates(self, level: int | None) -> list[int]:
+        """Codes of the domains at `level` that can hold the gang now, tightest first ([-1]: the whole
+        topology, when it can)."""
+        xp = self.xp
+        if level is None:
+            total = [int(xp.sum(self.per_node[d])) for d in self.counts]
+            return [-1] if all(t >= c for t, c in zip(total, self.counts.values(), strict=True)) else []
+        caps = self.capacities(level)
+        ok = xp.ones(caps[0].shape, dtype=xp.bool)
+        for cap, count in zip(caps, self.counts.values(), strict=True):
+            ok = ok & (cap >= count)
+        codes = xp.nonzero(ok)[0]
+        if int(codes.shape[0]) == 0:
+            return []
+        order = self.tight_first(level, xp.astype(codes, xp.int64), 0)
+        return [int(order[i]) for i in range(int(order.shape[0]))]
+
+    def rows(self, level: int | None, code: int) -> Array:
+        if level is None:
+            return self.in_topology
+        return self.in_topology & (self.codes(level) == code)
+
+    def _groups(self, level: int | None, code: int) -> list[Array]:
+        """bool[C] row sets to fill in turn: the domain's preferred-level domains, roomiest first (the
+        reverse of KAI's sorted tree below the domain: its node score grows along that order)."""
+        xp, rows = self.xp, self.rows(level, code)
+        pref = self.scope.preferred
+        if pref is None or (level is not None and pref <= level):
+            return [rows]
+        sub = xp.where(rows, self.codes(pref), xp.full(rows.shape, -1, dtype=xp.int32))
+        cap = segment_sum(xp, sub, self.total, self.size(pref))
+        codes = xp.astype(xp.nonzero(cap > 0)[0], xp.int64)
+        order = self.tight_first(pref, codes, 0 if level is None else level + 1)
+        prefs = self.codes(pref)
+        return [rows & (prefs == int(order[i])) for i in range(int(order.shape[0]) - 1, -1, -1)]
+
+    def fill(self, tx: Transaction, level: int | None, code: int, *, fresh: bool, limit: int | None) -> int:
+        """Place the pods (at most `limit`) inside one domain, its preferred-level domains filled in
+        turn; how many were placed."""
+        groups = self._groups(level, code)
+        start: dict[PodDemand, int] = {}  # per demand, the first group that may still take one
+        placed = 0
+        for i, pod in enumerate(self.pods):
+            if placed == limit:
+                break
+            d = demand_for(pod)
+            g = start.get(d, 0)
+            while g < len(groups):
+                pl = self.session.place_one(d, groups[g]) if fresh else self.session.place(d, groups[g])
+                if pl is not None:
+                    tx.place(pod, self.job, pl)
+                    placed += 1
+                    break
+                g += 1
+            start[d] = g
+            if g == len(groups) and placed + len(self.pods) - i - 1 < self.need:
+                return placed  # the rest cannot reach `need`
+        return placed
+
+    def why_not(self, tried: list[tuple[int | None, int]]) -> str:
+        """Which level could not be satisfied, with the domains closest to holding the gang."""
+        xp, scope = self.xp, self.scope
+        d = next(iter(self.counts))
+        what = f"{self.need} pods of {d.describe()}" if self.need > 1 else d.describe()
+        head = f"{_who(self.job)} needs {what}"
+        if tried:
+            names = ", ".join(self._name(lv, c) for lv, c in tried[:4])
+            return (
+                f"{head} inside one domain of topology {scope.topology}: {names} could hold them by count, "
+                "but they did not all fit when placed (GPU shares in pieces, or other pods placed first)"
+            )
+        level = scope.required
+        if level is None:
+            total = int(xp.sum(self.per_node[d]))
+            return f"{head} on the nodes of topology {scope.topology}; they can hold {total} now"
+        cap = self.capacities(level)[0]
+        size = int(cap.shape[0])
+        best = sorted(range(size), key=lambda c: (-int(cap[c]), self.s.domains.name(scope.columns[level], c)))
+        shown = ", ".join(
+            f"{self.s.domains.name(scope.columns[level], c)} {int(cap[c])}" for c in best[:4] if int(cap[c]) > 0
+        )
+        more = f" (+{size - 4} more)" if size > 4 else ""
+        return (
+            f"{head} inside one {scope.names[level]} of topology {scope.topology} (required level); "
+            "none can hold them now: " + (f"the most are {shown}{more}" if shown else "no domain has room")
+        )
+
+    def _name(self, level: int | None, code: int) -> str:
+        if level is None:
+            return f"topology {self.scope.topology}"
+        return f"{self.scope.names[level]} {self.s.domains.name(self.scope.columns[level], code)}"
+
+
+def _gpu_milli(d: PodDemand) -> int:
+    """GPU milli a pod asks in all (a memory request counts as half a GPU per device: its milli depends on
+    the GPU it lands on, and the ratio only orders domains)."""
+    return d.num_gpus * (d.gpu_milli or MILLI_PER_GPU // 2)

@@ -1,0 +1,118 @@
+"""Topology domains as array programs: per-node figures summed per domain, domains ranked for a gang.
+
+A domain is a set of nodes sharing a path of topology labels down to one level (a zone, a rack, an NVLink
+domain); `ClusterState.domain[:, col]` holds each node's domain code at one level (-1: outside the
+topology). Everything here is a pure function of arrays, so the free capacity of every domain at a level
+costs one sort and a cumulative sum over the node rows, whatever the number of domains:
+
+- `segment_sum` adds a per-node figure into per-domain cells (rows with a negative code count nowhere);
+- `pods_per_node` is how many pods of one demand each node can host now (KAI Scheduler's "allocatable
+  pods" of a node: exact for whole GPUs and one-device fractions, an upper bound for a fraction on several
+  devices, which the placement itself then checks exactly);
+- `dominant_ratio` is KAI's job-to-free ratio of a domain: the largest share of a domain's free GPU, CPU
+  or memory the whole gang would take (above 1: it cannot fit; a resource with nothing free: 1000);
+- `first_rows` gives a representative node of each domain (its row names the domain's ancestors), and
+  `order_by` sorts domains by several keys: KAI orders a level's domains by their ancestors' ratios first
+  (it sorts the domain tree from the top), tightest first, ties by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.backend import ArrayNamespace
+
+Array = Any
+NOT_IN_DOMAIN_RATIO = 1000.0  # KAI's ratio for a resource the domain has none of
+
+
+def segment_sum(xp: ArrayNamespace, codes: Array, values: Array, size: int) -> Array:
+    """int64[size] (or int64[size, K]): for each code 0..size-1 the sum of `values` (int64[N], or
+    int64[N, K] for K figures at once) over the rows whose `codes` (int[N]) equal it. One sort by code,
+    cumulative sums, and each segment's bounds by binary search: no scatter-add, which the array API
+    lacks."""
+    keys = xp.astype(codes, xp.int64)
+    order = xp.argsort(keys, stable=True)
+    keys = xp.take(keys, order)
+    vals = xp.take(values, order, axis=0)
+    head = xp.zeros((1, *vals.shape[1:]), dtype=xp.int64)
+    sums = xp.concat([head, xp.cumulative_sum(vals, axis=0)], axis=0)
+    cells = xp.arange(size, dtype=xp.int64)
+    lo = xp.searchsorted(keys, cells, side="left")
+    hi = xp.searchsorted(keys, cells, side="right")
+    return xp.take(sums, hi, axis=0) - xp.take(sums, lo, axis=0)
+
+
+def pods_per_node(
+    xp: ArrayNamespace,
+    mask: Array,
+    fit: Array,
+    free_milli: Array,
+    free_mib: Array,
+    free_cpu: Array,
+    free_mem: Array,
+    need: tuple[Array, Array, int, int, int],
+    cap: int,
+) -> Array:
+    """int64[N]: pods of one demand each node can host now, at most `cap`; 0 outside `mask` (bool[N],
+    the node fits one). fit bool[N, G] (the GPU fits one device-share), free_milli and free_mib int[N, G]
+    (free_mib: the lower of accounting and the node report), free_cpu and free_mem int64[N].
+    need = (milli int64[N, G], MiB int64[N, G] of one device-share, devices per pod, CPU milli, MiB)."""
+    need_milli, need_mib, devices, cpu, mem = need
+    n = xp.full(mask.shape, cap, dtype=xp.int64)
+    if cpu:
+        n = xp.minimum(n, free_cpu // cpu)
+    if mem:
+        n = xp.minimum(n, free_mem // mem)
+    if devices:
+        zero = xp.zeros(fit.shape, dtype=xp.int64)
+        per_gpu = xp.minimum(
+            xp.astype(free_milli, xp.int64) // xp.maximum(need_milli, xp.ones_like(need_milli)),
+            free_mib // xp.maximum(need_mib, xp.ones_like(need_mib)),
+        )
+        shares = xp.sum(xp.where(fit, per_gpu, zero), axis=1)
+        n = xp.minimum(n, shares // devices)
+    return xp.where(mask, n, xp.zeros_like(n))
+
+
+def dominant_ratio(
+    xp: ArrayNamespace, request: tuple[int, int, int], free: tuple[Array, Array, Array]
+) -> Array:
+    """float64[D]: max over requested resources of request / free per domain (KAI's
+    getJobRatioToFreeResources). request = the gang's total (GPU milli, CPU milli, MiB); free = per-domain
+    int64[D] of the same. Domains with none of a requested resource get NOT_IN_DOMAIN_RATIO."""
+    ratio = xp.zeros(free[0].shape, dtype=xp.float64)
+    for want, have in zip(request, free, strict=True):
+        if want <= 0:
+            continue
+        have_f = xp.astype(have, xp.float64)
+        safe = xp.where(have_f > 0, have_f, xp.ones_like(have_f))
+        r = xp.where(have_f > 0, float(want) / safe, xp.full(have_f.shape, NOT_IN_DOMAIN_RATIO))
+        ratio = xp.maximum(ratio, r)
+    return ratio
+
+
+def first_rows(xp: ArrayNamespace, codes: Array, size: int) -> Array:
+    """int64[size]: for each code 0..size-1 the first row (lowest index) whose `codes` (int[N]) equal it,
+    -1 for a code no row has: a representative node, whose other columns name the domain's ancestors."""
+    keys = xp.astype(codes, xp.int64)
+    n = int(keys.shape[0])
+    if n == 0:
+        return xp.full((size,), -1, dtype=xp.int64)
+    order = xp.argsort(keys, stable=True)
+    sorted_keys = xp.take(keys, order)
+    cells = xp.arange(size, dtype=xp.int64)
+    lo = xp.searchsorted(sorted_keys, cells, side="left")
+    at = xp.clip(lo, 0, n - 1)
+    hit = (lo < n) & (xp.take(sorted_keys, at) == cells)
+    return xp.where(hit, xp.astype(xp.take(order, at), xp.int64), xp.full((size,), -1, dtype=xp.int64))
+
+
+def order_by(xp: ArrayNamespace, keys: list[Array]) -> Array:
+    """int64[K]: the permutation that sorts K items by `keys` (each [K]; the first most significant,
+    all ascending), as successive stable sorts from the least significant key."""
+    k = int(keys[0].shape[0])
+    order = xp.arange(k, dtype=xp.int64)
+    for key in reversed(keys):
+        order = xp.take(order, xp.argsort(xp.take(key, order), stable=True))
+    return order

@@ -1,0 +1,130 @@
+"""Topology gangs through the whole cycle: constraints from annotations, bad constraints told, a
+Topology created later, consolidation freeing a domain, reclaim evicting inside one domain only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.api.keys import POD_GROUP
+from scheduler.cycle import Scheduler, SchedulerConfig
+from scheduler.reasons import Reason
+from scheduler.sim.builtin import pod, podgroup, queue
+from scheduler.sim.cluster import SimCluster
+from scheduler.sim.loader import Manifests
+from tests.queues.util import Recorder
+from tests.scheduler.helpers import assignment, phase
+from tests.topology.util import FOREVER, Gang, gpu_node, topology, world
+
+RACK = "example.com/rack"
+
+
+def rack_nodes(racks: int, per_rack: int, gpus: int) -> list[dict[str, Any]]:
+    return [
+        gpu_node(f"node{r * per_rack + i}", gpus, {"example.com/zone": "z1", RACK: f"rack{r + 1}"})
+        for r in range(racks) for i in range(per_rack)
+    ]  # fmt: skip
+
+
+def rack_of(rec: Recorder, key: str) -> str:
+    a = assignment(rec.sim, key)
+    assert a is not None
+    return str(rec.sim.nodes[a.node]["metadata"]["labels"][RACK])
+
+
+def recorder(objects: list[dict[str, Any]], policy: str = "binpack") -> Recorder:
+    m = Manifests()
+    for o in objects:
+        m.objects[o["kind"]].append(o)
+    sim = SimCluster.from_manifests(m)
+    return Recorder(sim, Scheduler(sim, SchedulerConfig(policy=policy, backend="numpy")))
+
+
+def gang_pods(
+    name: str, queue_name: str, n: int, *, arrival_s: float, annotations: dict[str, str]
+) -> list[Any]:
+    return [
+        pod(f"{name}-{i}", queue_name, arrival_s=arrival_s, duration_s=FOREVER, gpus=1, cpu="1",
+            annotations={POD_GROUP: name, **annotations})
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_kai_annotations_place_a_gang_without_a_constraint_in_its_podgroup() -> None:
+    """KAI's workload annotations (kai.scheduler/topology, ...-required-placement) are honoured on pods
+    whose PodGroup states no constraint, as the podgrouper would derive it."""
+    kai = {"kai.scheduler/topology": "dc", "kai.scheduler/topology-required-placement": "rack"}
+    rec = recorder([
+        queue("queue0", None, -1), topology("dc", "example.com/zone", RACK, aliases={RACK: "rack"}),
+        *rack_nodes(2, 2, 2), podgroup("g", "queue0", "queue0", 4),
+        pod("filler", "queue0", arrival_s=0, duration_s=FOREVER, gpus=1, cpu="1"),
+        *gang_pods("g", "queue0", 4, arrival_s=2, annotations=kai),
+    ])  # fmt: skip
+    rec.run(4)
+    assert rack_of(rec, "queue0/filler") == "rack1"
+    # rack1 holds only 3 more: the whole gang goes to rack2 (binpack alone would start on rack1's nodes).
+    assert {rack_of(rec, f"queue0/g-{i}") for i in range(4)} == {"rack2"}
+
+
+def test_bad_constraints_are_told_and_a_topology_created_later_is_used() -> None:
+    w = world([], rack_nodes(1, 2, 2), Gang(topology="dc", required="rack"))
+    reason = w.reason()
+    assert reason is not None and reason[0] == Reason.INVALID_TOPOLOGY
+    assert "topology dc does not exist" in reason[1]
+    w.sim.add_object("Topology", topology("dc", "example.com/zone", RACK))
+    w.run()
+    reason = w.reason()
+    assert reason is not None and reason[0] == Reason.INVALID_TOPOLOGY
+    assert "has no level rack (required); its levels: example.com/zone, example.com/rack" in reason[1]
+    w.sim.add_object(
+        "Topology", topology("dc", "example.com/zone", RACK, aliases={RACK: "rack"})
+    )  # an update
+    w.run()
+    assert set(w.placement().values()) <= {"node0", "node1"} and None not in w.placement().values()
+
+
+def test_levels_without_a_topology_are_invalid() -> None:
+    w = world([topology("dc", RACK)], rack_nodes(1, 1, 2), Gang(topology=None, required=RACK))
+    reason = w.reason()
+    assert reason is not None and reason[0] == Reason.INVALID_TOPOLOGY and "but no topology" in reason[1]
+
+
+def test_consolidation_moves_pods_out_of_a_rack_to_make_room_for_a_gang() -> None:
+    """Two racks of two 4-GPU nodes, each node running three single preemptible pods (spread): each rack
+    has 2 GPUs free, the gang needs 3 in one rack. Consolidation moves one pod out of a rack, to a planned
+    place in the other, and the gang runs in the freed rack; its pods never straddle racks."""
+    singles = [pod(f"s{i}", "batch", arrival_s=0, duration_s=FOREVER, gpus=1, cpu="1") for i in range(12)]
+    gang_pg = podgroup("ddp", "train", "train", 3)
+    gang_pg["spec"]["topologyConstraint"] = {"topology": "dc", "requiredTopologyLevel": RACK}
+    rec = recorder([
+        queue("batch", None, -1), queue("train", None, -1), topology("dc", RACK), *rack_nodes(2, 2, 4),
+        *singles, gang_pg, *gang_pods("ddp", "train", 3, arrival_s=3, annotations={}),
+    ], policy="spread")  # fmt: skip
+    rec.run(2)
+    assert all(phase(rec.sim, f"batch/s{i}") == "Running" for i in range(12))
+    rec.run(2)
+    moves = rec.evictions("consolidate")
+    assert len(moves) == 1 and "to free example.com/rack" in moves[0]["message"]
+    rec.run(2)
+    racks = {rack_of(rec, f"train/ddp-{i}") for i in range(3)}
+    assert len(racks) == 1 and all(phase(rec.sim, f"train/ddp-{i}") == "Running" for i in range(3))
+    moved = moves[0]["pod"]
+    assert phase(rec.sim, moved) == "Running" and rack_of(rec, moved) not in racks  # where it was planned
+    assert rec.sched.cache.state.allocated_milli() == 15000  # 12 singles and 3 gang pods, nothing lost
+
+
+def test_reclaim_evicts_inside_one_rack_only() -> None:
+    """A queue with quota 4 reclaims for a 4-pod gang that must share a rack: the victims are lender pods
+    of one rack, the gang runs there."""
+    lender = [pod(f"l{i}", "lender", arrival_s=0, duration_s=FOREVER, gpus=1, cpu="1") for i in range(8)]
+    gang_pg = podgroup("ddp", "owner", "owner", 4)
+    gang_pg["spec"]["topologyConstraint"] = {"topology": "dc", "requiredTopologyLevel": RACK}
+    rec = recorder([
+        queue("lender", None, 0), queue("owner", None, 4), topology("dc", RACK), *rack_nodes(2, 2, 2),
+        *lender, gang_pg, *gang_pods("ddp", "owner", 4, arrival_s=3, annotations={}),
+    ])  # fmt: skip
+    rec.run(6)
+    racks = {rack_of(rec, f"owner/ddp-{i}") for i in range(4)}
+    assert len(racks) == 1 and all(phase(rec.sim, f"owner/ddp-{i}") == "Running" for i in range(4))
+    victims = rec.evictions("reclaim")
+    assert len(victims) == 4
+    assert all(e["beneficiary"] == "owner/ddp" for e in victims)
