@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from scheduler.actions.views import running_now
 from scheduler.api.keys import MILLI_PER_GPU
@@ -26,7 +27,16 @@ from scheduler.jobs import Job
 from scheduler.model import PodInfo
 from scheduler.placement.filters import gpu_need
 from scheduler.placement.policy import Array
-from scheduler.placement.topology import dominant_ratio, first_rows, order_by, pods_per_node, segment_sum
+from scheduler.placement.topology import (
+    Runs,
+    ancestors,
+    domain_runs,
+    dominant_ratio,
+    order_by,
+    pods_per_node,
+    run_sums,
+    segment_sum,
+)
 from scheduler.reasons import Reason
 from scheduler.session import Session
 from scheduler.state.cluster_state import ClusterState
@@ -170,7 +180,9 @@ class GangFit:
         )
         self.total = sum(self.per_node.values(), start=xp.zeros(self.in_topology.shape, dtype=xp.int64))
         self.capacity: dict[int, list[Array]] = {}  # level -> per demand, int64[domains]
-        self.ratio: dict[int, Array] = {}  # level -> float64[domains]
+        self.ratio: dict[int, Array] = {}  # level -> float64[runs]
+        self.runs = self._runs()
+        self.sums: list[Array] | None = None
 
     def _anchor(self) -> Array | None:
         """bool[C]: the rows of the required-level domain the running members are in (None: no running
@@ -205,30 +217,46 @@ class GangFit:
     def ranks(self, level: int) -> Array:
         return self.xp.asarray(self.s.domains.ranks(self.scope.columns[level]), dtype=self.xp.int64)
 
-    def ratios(self, level: int) -> Array:
-        """float64[domains]: KAI's ratio of the gang's request to each domain's free resources."""
+    def _runs(self) -> Runs:
+        """The topology's nodes sorted by domain path, kept until a node or a topology changes."""
+        s, scope = self.s, self.scope
+        kept = s.domains.derived.get(("runs", scope.topology))
+        if kept is not None and kept[0] == s.node_epoch:
+            return cast(Runs, kept[1])
+        xp = self.xp
+        inside = s.domain[:, scope.columns[-1]] >= 0
+        rows = xp.astype(xp.nonzero(inside)[0], xp.int64)
+        codes = xp.take(s.domain, rows, axis=0)[:, scope.columns[0] : scope.columns[-1] + 1]
+        runs = domain_runs(xp, rows, codes)
+        s.domains.derived[("runs", scope.topology)] = (s.node_epoch, runs)
+        return runs
+
+    def _sums(self) -> list[Array]:
+        """Per level, int64[runs, demands + 3]: pods each domain holds per demand, then free GPU milli,
+        CPU milli and MiB (one cumulative sum over the nodes in path order serves every level)."""
+        if self.sums is None:
+            xp = self.xp
+            per_node = [xp.reshape(self.per_node[d], (-1, 1)) for d in self.counts]
+            self.sums = run_sums(xp, self.runs, xp.concat([*per_node, self.free], axis=1))
+        return self.sums
+
+    def _run_ratios(self, level: int) -> Array:
+        """float64[runs]: KAI's ratio of the gang's request to each domain's free resources."""
         if level not in self.ratio:
-            free = segment_sum(self.xp, self.masked(level), self.free, self.size(level))
+            free = self._sums()[level][:, len(self.counts) :]
             self.ratio[level] = dominant_ratio(self.xp, self.request, (free[:, 0], free[:, 1], free[:, 2]))
         return self.ratio[level]
 
-    def masked(self, level: int) -> Array:
-        """int[C]: the level's codes, -1 outside the topology (or the anchor domain)."""
-        return self.xp.where(
-            self.in_topology, self.codes(level), self.xp.full(self.in_topology.shape, -1, dtype=self.xp.int32)
-        )
-
-    def tight_first(self, level: int, codes: Array, top: int) -> Array:
-        """int64[K]: `codes` (domains of `level`) ordered as KAI's sorted domain tree lists them: by the
-        ratio of their ancestor at level `top`, then the next level down..., then their own, highest
-        (tightest) first, ties by name."""
+    def tight_first(self, level: int, index: Array, top: int) -> Array:
+        """int64[K]: the runs `index` of `level` ordered as KAI's sorted domain tree lists them: by the
+        ratio of their enclosing domain at level `top`, then the next level down..., then their own,
+        highest (tightest) first, ties by name."""
         xp = self.xp
-        reps = xp.take(first_rows(xp, self.masked(level), self.size(level)), codes)
         keys: list[Array] = []
-        for k in range(top, level + 1):
-            ancestor = xp.take(self.codes(k), reps)
-            keys += [-xp.take(self.ratios(k), ancestor), xp.take(self.ranks(k), ancestor)]
-        return xp.take(codes, order_by(xp, keys))
+        for k, run in zip(range(top, level + 1), ancestors(xp, self.runs, level, index, top), strict=True):
+            code = xp.take(self.runs.codes[k], run)
+            keys += [-xp.take(self._run_ratios(k), run), xp.take(self.ranks(k), code)]
+        return xp.take(index, order_by(xp, keys))
 
     def candidates(self, level: int | None) -> list[int]:
         """Codes of the domains at `level` that can hold the gang now, tightest first ([-1]: the whole
@@ -237,15 +265,15 @@ class GangFit:
         if level is None:
             total = [int(xp.sum(self.per_node[d])) for d in self.counts]
             return [-1] if all(t >= c for t, c in zip(total, self.counts.values(), strict=True)) else []
-        caps = self.capacities(level)
-        ok = xp.ones(caps[0].shape, dtype=xp.bool)
-        for cap, count in zip(caps, self.counts.values(), strict=True):
-            ok = ok & (cap >= count)
-        codes = xp.nonzero(ok)[0]
-        if int(codes.shape[0]) == 0:
+        caps = self._sums()[level]
+        ok = xp.ones((int(caps.shape[0]),), dtype=xp.bool)
+        for i, count in enumerate(self.counts.values()):
+            ok = ok & (caps[:, i] >= count)
+        index = xp.astype(xp.nonzero(ok)[0], xp.int64)
+        if int(index.shape[0]) == 0:
             return []
-        order = self.tight_first(level, xp.astype(codes, xp.int64), 0)
-        return [int(order[i]) for i in range(int(order.shape[0]))]
+        codes = xp.take(self.runs.codes[level], self.tight_first(level, index, 0))
+        return [int(codes[i]) for i in range(int(codes.shape[0]))]
 
     def rows(self, level: int | None, code: int) -> Array:
         if level is None:
@@ -259,12 +287,17 @@ class GangFit:
         pref = self.scope.preferred
         if pref is None or (level is not None and pref <= level):
             return [rows]
-        sub = xp.where(rows, self.codes(pref), xp.full(rows.shape, -1, dtype=xp.int32))
-        cap = segment_sum(xp, sub, self.total, self.size(pref))
-        codes = xp.astype(xp.nonzero(cap > 0)[0], xp.int64)
-        order = self.tight_first(pref, codes, 0 if level is None else level + 1)
+        caps = self._sums()[pref][:, : len(self.counts)]
+        ok = xp.sum(caps, axis=1) > 0
+        if level is not None:  # only those inside the domain
+            inside = self.runs.codes[level] == code
+            runs = xp.astype(xp.arange(int(ok.shape[0])), xp.int64)
+            ok = ok & xp.take(inside, ancestors(xp, self.runs, pref, runs, level)[0])
+        index = xp.astype(xp.nonzero(ok)[0], xp.int64)
+        order = self.tight_first(pref, index, 0 if level is None else level + 1)
+        codes = xp.take(self.runs.codes[pref], order)
         prefs = self.codes(pref)
-        return [rows & (prefs == int(order[i])) for i in range(int(order.shape[0]) - 1, -1, -1)]
+        return [rows & (prefs == int(codes[i])) for i in range(int(codes.shape[0]) - 1, -1, -1)]
 
     def fill(self, tx: Transaction, level: int | None, code: int, *, fresh: bool, limit: int | None) -> int:
         """Place the pods (at most `limit`) inside one domain, its preferred-level domains filled in
@@ -309,7 +342,9 @@ class GangFit:
         size = int(cap.shape[0])
         best = sorted(range(size), key=lambda c: (-int(cap[c]), self.s.domains.name(scope.columns[level], c)))
         shown = ", ".join(
-            f"{self.s.domains.name(scope.columns[level], c)} {int(cap[c])}" for c in best[:4] if int(cap[c]) > 0
+            f"{self.s.domains.name(scope.columns[level], c)} {int(cap[c])}"
+            for c in best[:4]
+            if int(cap[c]) > 0
         )
         more = f" (+{size - 4} more)" if size > 4 else ""
         return (

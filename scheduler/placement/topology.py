@@ -11,14 +11,16 @@ costs one sort and a cumulative sum over the node rows, whatever the number of d
   devices, which the placement itself then checks exactly);
 - `dominant_ratio` is KAI's job-to-free ratio of a domain: the largest share of a domain's free GPU, CPU
   or memory the whole gang would take (above 1: it cannot fit; a resource with nothing free: 1000);
-- `first_rows` gives a representative node of each domain (its row names the domain's ancestors), and
-  `order_by` sorts domains by several keys: KAI orders a level's domains by their ancestors' ratios first
+- `domain_runs` sorts a topology's nodes by domain path once (kept until a node changes): every domain,
+  at every level, is then a contiguous run, and `run_sums` gives all levels' per-domain sums from one
+  cumulative sum; `ancestors` walks from a domain to the ones enclosing it;
+- `order_by` sorts domains by several keys: KAI orders a level's domains by their ancestors' ratios first
   (it sorts the domain tree from the top), tightest first, ties by name.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.backend import ArrayNamespace
 
@@ -92,22 +94,6 @@ def dominant_ratio(
     return ratio
 
 
-def first_rows(xp: ArrayNamespace, codes: Array, size: int) -> Array:
-    """int64[size]: for each code 0..size-1 the first row (lowest index) whose `codes` (int[N]) equal it,
-    -1 for a code no row has: a representative node, whose other columns name the domain's ancestors."""
-    keys = xp.astype(codes, xp.int64)
-    n = int(keys.shape[0])
-    if n == 0:
-        return xp.full((size,), -1, dtype=xp.int64)
-    order = xp.argsort(keys, stable=True)
-    sorted_keys = xp.take(keys, order)
-    cells = xp.arange(size, dtype=xp.int64)
-    lo = xp.searchsorted(sorted_keys, cells, side="left")
-    at = xp.clip(lo, 0, n - 1)
-    hit = (lo < n) & (xp.take(sorted_keys, at) == cells)
-    return xp.where(hit, xp.astype(xp.take(order, at), xp.int64), xp.full((size,), -1, dtype=xp.int64))
-
-
 def order_by(xp: ArrayNamespace, keys: list[Array]) -> Array:
     """int64[K]: the permutation that sorts K items by `keys` (each [K]; the first most significant,
     all ascending), as successive stable sorts from the least significant key."""
@@ -116,3 +102,59 @@ def order_by(xp: ArrayNamespace, keys: list[Array]) -> Array:
     for key in reversed(keys):
         order = xp.take(order, xp.argsort(xp.take(key, order), stable=True))
     return order
+
+
+class Runs(NamedTuple):
+    """A topology's nodes sorted by domain path, so that every domain, at every level, is one contiguous
+    run of them: per-domain sums are then differences of one cumulative sum (`run_sums`)."""
+
+    order: Array  # int64[M]: the topology's node rows, sorted by domain path
+    starts: list[Array]  # per level, int64[R]: where each domain's run starts in `order`
+    ends: list[Array]  # per level, int64[R]: where it ends (exclusive)
+    codes: list[Array]  # per level, int64[R]: each run's domain code
+    parent: list[Array]  # per level, int64[R]: the run of the enclosing domain one level up (level 0: 0)
+
+
+def domain_runs(xp: ArrayNamespace, rows: Array, codes: Array) -> Runs:
+    """The runs of the nodes `rows` (int64[M]) whose domain codes per level are `codes` (int[M, L],
+    outermost level first, none negative). Codes name paths, so a change of the level-k code between two
+    sorted rows is a domain boundary at level k (and at every level below)."""
+    levels = int(codes.shape[1])
+    c64 = xp.astype(codes, xp.int64)
+    order_m = order_by(xp, [c64[:, k] for k in range(levels)])
+    order = xp.take(rows, order_m)
+    sorted_codes = xp.take(c64, order_m, axis=0)
+    m = int(rows.shape[0])
+    starts: list[Array] = []
+    ends: list[Array] = []
+    run_codes: list[Array] = []
+    parent: list[Array] = []
+    for k in range(levels):
+        col = sorted_codes[:, k]
+        new = xp.concat([xp.ones((min(m, 1),), dtype=xp.bool), col[1:] != col[:-1]])
+        s = xp.astype(xp.nonzero(new)[0], xp.int64)
+        starts.append(s)
+        ends.append(xp.concat([s[1:], xp.full((min(m, 1),), m, dtype=xp.int64)]))
+        run_codes.append(xp.take(col, s))
+        up = starts[k - 1] if k else xp.zeros((1,), dtype=xp.int64)
+        parent.append(xp.searchsorted(up, s, side="right") - 1)
+    return Runs(order, starts, ends, run_codes, parent)
+
+
+def run_sums(xp: ArrayNamespace, runs: Runs, values: Array) -> list[Array]:
+    """Per level, int64[R, K]: the sums of `values` (int64[C, K] over all node rows) over each domain."""
+    vals = xp.take(values, runs.order, axis=0)
+    head = xp.zeros((1, *vals.shape[1:]), dtype=xp.int64)
+    cs = xp.concat([head, xp.cumulative_sum(vals, axis=0)], axis=0)
+    return [
+        xp.take(cs, e, axis=0) - xp.take(cs, s, axis=0) for s, e in zip(runs.starts, runs.ends, strict=True)
+    ]
+
+
+def ancestors(xp: ArrayNamespace, runs: Runs, level: int, index: Array, top: int) -> list[Array]:
+    """For runs `index` (int64[K]) of `level`, their enclosing runs at levels top..level (the last is
+    `index` itself)."""
+    out = [index]
+    for k in range(level, top, -1):
+        out.append(xp.take(runs.parent[k], out[-1]))
+    return out[::-1]

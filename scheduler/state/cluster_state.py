@@ -229,6 +229,7 @@ class ClusterState:
         if not self.domains.configure(topologies):
             return
         self.domain = self.xp.full((self.capacity, self.domains.width), -1, dtype=self.xp.int32)
+        self.node_epoch += 1  # the nodes' domains changed
         for row, node in enumerate(self.nodes):
             if node is None:
                 continue

@@ -14,6 +14,7 @@ Topologies change rarely: any change rebuilds the columns from the nodes' labels
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from scheduler.state.codebook import Codebook
 
@@ -26,6 +27,9 @@ class DomainColumns:
         self.column: dict[tuple[str, int], int] = {}  # (topology, level index) -> column of `domain`
         self.books: list[Codebook] = []  # per column: domain path -> code
         self._ranks: dict[int, tuple[int, list[int]]] = {}  # column -> (book size, rank of each code)
+        # What the placement derives from the columns, kept until they change (e.g. each topology's node
+        # order by domain path), keyed by the caller; cleared with the columns.
+        self.derived: dict[Any, Any] = {}
 
     @property
     def width(self) -> int:
@@ -41,6 +45,7 @@ class DomainColumns:
         self.column = {}
         self.books = []
         self._ranks = {}
+        self.derived = {}
         for name, keys in wanted.items():
             for i in range(len(keys)):
                 self.column[(name, i)] = len(self.books)

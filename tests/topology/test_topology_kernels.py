@@ -11,7 +11,15 @@ import pytest
 from scheduler.backend import get_namespace, to_numpy
 from scheduler.model import NodeInfo
 from scheduler.placement.filters import feasible, gpu_need
-from scheduler.placement.topology import dominant_ratio, first_rows, order_by, pods_per_node, segment_sum
+from scheduler.placement.topology import (
+    ancestors,
+    domain_runs,
+    dominant_ratio,
+    order_by,
+    pods_per_node,
+    run_sums,
+    segment_sum,
+)
 from scheduler.state import ClusterState, PodDemand
 
 BACKENDS = ["numpy", "strict"]
@@ -35,8 +43,39 @@ def test_segment_sum_is_a_grouped_sum(backend: str, seed: int) -> None:
         xp, xp.asarray(codes, dtype=xp.int32), xp.asarray([v[0] for v in values], dtype=xp.int64), size
     )
     assert to_numpy(one).tolist() == [w[0] for w in want]
-    first = first_rows(xp, xp.asarray(codes, dtype=xp.int32), size)
-    assert to_numpy(first).tolist() == [codes.index(d) if d in codes else -1 for d in range(size)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(4))
+def test_domain_runs_give_every_levels_sums_and_parents(backend: str, seed: int) -> None:
+    """Nodes labelled with random paths of 3 levels: per level, each run is one domain, its sums are the
+    domain's grouped sums, and its parent run is the domain one level up that encloses it."""
+    rng = random.Random(seed)
+    xp = get_namespace(backend)
+    n = rng.randint(1, 50)
+    paths = [(rng.randint(0, 2), rng.randint(0, 3), rng.randint(0, 2)) for _ in range(n)]
+    inside = [i for i in range(n) if rng.random() < 0.85]  # the other rows are outside the topology
+    books: list[dict[tuple[int, ...], int]] = [{}, {}, {}]
+    codes = [[books[k].setdefault(paths[i][: k + 1], len(books[k])) for k in range(3)] for i in inside]
+    values = [[rng.randint(0, 9), rng.randint(0, 9)] for _ in range(n)]
+    if not inside:
+        return
+    runs = domain_runs(xp, xp.asarray(inside, dtype=xp.int64), xp.asarray(codes, dtype=xp.int32))
+    sums = run_sums(xp, runs, xp.asarray(values, dtype=xp.int64))
+    for k in range(3):
+        run_codes = to_numpy(runs.codes[k]).tolist()
+        assert sorted(run_codes) == sorted(set(books[k].values()))  # one run per domain
+        name = {c: p for p, c in books[k].items()}
+        for r, c in enumerate(run_codes):
+            members = [i for i in inside if paths[i][: k + 1] == name[c]]
+            assert to_numpy(sums[k][r, :]).tolist() == [sum(values[i][j] for i in members) for j in range(2)]
+        if k:
+            up = {c: p for p, c in books[k - 1].items()}
+            parents = to_numpy(runs.parent[k]).tolist()
+            up_codes = to_numpy(runs.codes[k - 1]).tolist()
+            assert all(up[up_codes[parents[r]]] == name[c][:k] for r, c in enumerate(run_codes))
+    top = ancestors(xp, runs, 2, xp.asarray([0], dtype=xp.int64), 0)
+    assert len(top) == 3 and int(top[2][0]) == 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
