@@ -425,8 +425,9 @@ KINDS: list[CRDKind] = [
         short_names=["ttopo"],
         has_status=False,
         columns=[
-            _column("Levels", ".spec.levels[*].nodeLabel", "string", "Node label keys, outermost first"),
-            _column("Aliases", ".spec.levels[*].alias", "string", "Short names of the levels", priority=1),
+            # kubectl prints the first match of a column's path: the outermost level names the topology.
+            _column("Outermost", ".spec.levels[0].nodeLabel", "string", "Node label of the outermost level"),
+            _column("Alias", ".spec.levels[0].alias", "string", "Its short name", priority=1),
             AGE,
         ],
     ),

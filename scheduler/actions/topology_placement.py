@@ -117,13 +117,13 @@ def place_in_topology(
             cp = tx.checkpoint()
             placed = gang.fill(tx, level, code, fresh=fresh, limit=None if fill else need)
             if placed >= need:
-                session.add_time("topology", time.perf_counter() - t0)
+                session.add_time("scoring", time.perf_counter() - t0)
                 return placed
             tx.rollback_to(cp)
             tried.append((level, code))
             if time.perf_counter() - t0 > BUDGET_S:
                 break
-    session.add_time("topology", time.perf_counter() - t0)
+    session.add_time("scoring", time.perf_counter() - t0)
     if explain:
         message = gang.why_not(tried)
         for p in pods:
