@@ -40,6 +40,7 @@ class RunnerConfig:
     watch_timeout_s: int = 300
     sync_timeout_s: float = 60.0
     backoff_initial_s: float = 0.2
+    kai_compat: bool = False  # also read KAI Scheduler's Queue and PodGroup kinds (docs/kai-compat.md)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -60,6 +61,7 @@ class SchedulerRunner:
             event_interval_s=cfg.event_interval_s,
             watch_timeout_s=cfg.watch_timeout_s,
             backoff=Backoff(initial_s=cfg.backoff_initial_s),
+            kai_compat=cfg.kai_compat,
         )
         self.scheduler = Scheduler(self.cluster, cfg.scheduler)
         self.elector = (
