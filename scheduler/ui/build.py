@@ -188,6 +188,8 @@ def _nodes(
     total = state.host(state.total_mib)
     present = state.host(state.present)
     healthy = state.host(state.healthy)
+    domain = state.host(state.domain)
+    innermost = [(t, state.domains.column[(t, len(keys) - 1)]) for t, keys in state.domains.levels.items()]
     rows: list[NodeRow] = []
     for row, node in enumerate(list(state.nodes)):
         if node is None:
@@ -219,9 +221,14 @@ def _nodes(
                 model=node.gpu_model or ("no GPU" if not node.gpu_count else "-"),
                 schedulable=not node.unschedulable,
                 gpus=tuple(cells),
+                domains=tuple(
+                    (t, state.domains.name(col, int(domain[row, col])))
+                    for t, col in innermost
+                    if row < domain.shape[0] and int(domain[row, col]) >= 0
+                ),
             )
         )
-    rows.sort(key=lambda r: r.name)
+    rows.sort(key=lambda r: (r.domain, r.name))  # a topology's domains together (nodes outside it first)
     return rows
 
 

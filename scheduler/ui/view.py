@@ -66,6 +66,13 @@ class NodeRow:
     model: str
     schedulable: bool
     gpus: tuple[GPUCell, ...]
+    # (topology, domain path down to its innermost level, e.g. "zone-1/rack-a/a-2"), per topology the node is in
+    domains: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def domain(self) -> str:
+        """Its innermost domain in the first topology (by name), "" outside every topology."""
+        return self.domains[0][1] if self.domains else ""
 
 
 @dataclass(frozen=True)
