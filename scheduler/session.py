@@ -11,6 +11,7 @@ out. The cluster state is not touched; later cycles see the lock in the node's o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +92,16 @@ class Session:
         return self.cache.xp
 
     @classmethod
-    def open(cls, cache: Cache, placer: IncrementalPlacer, now: float) -> Session:
+    def open(
+        cls,
+        cache: Cache,
+        placer: IncrementalPlacer,
+        now: float,
+        recent_usage: Mapping[str, Resources] | None = None,
+        k_value: float = 1.0,
+    ) -> Session:
+        """`recent_usage`: queues' recent usage, for time-based fair share (None: off; see
+        queues/fairshare.py)."""
         tree = QueueTree(cache.queues.values())
         jobs = cache.index.jobs()  # kept across cycles; only changed jobs and those with pending pods rebuilt
         # Usage per queue is kept by the job index as integer sums (GPU milli, CPU milli, MiB), updated as
@@ -123,7 +133,7 @@ class Session:
         for q, a in allocated.items():
             requested[q] = requested.get(q, Resources()) + a
         tree.roll_up(allocated, requested, allocated_np)
-        compute_fair_shares(tree, cluster_capacity(cache.state))
+        compute_fair_shares(tree, cluster_capacity(cache.state), recent_usage, k_value)
         session = cls(
             cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, pending_jobs=pending, reserved=reserved
         )
