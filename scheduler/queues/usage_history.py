@@ -261,6 +261,7 @@ class TimeBasedFairShare:
         self.history = UsageHistory(params)
         self.loaded = False  # nothing is saved before the stored history was read (or known absent)
         self.saved_at = -math.inf
+        self.last: dict[str, Resources] = {}  # the usage the latest cycle divided by (for the dashboard)
 
     def shares(self, t: float) -> dict[str, Resources] | None:
         """Usage per queue for this cycle's fair share; None while the stored history cannot be read
@@ -276,7 +277,8 @@ class TimeBasedFairShare:
             if record is not None:
                 self.history.restore(record, t)
             self.loaded = True
-        return self.history.shares(t)
+        self.last = self.history.shares(t)
+        return self.last
 
     def observe(self, t: float, allocated: Mapping[str, Resources], capacity: Resources) -> None:
         self.history.record(t, allocated, capacity)

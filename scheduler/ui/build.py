@@ -19,6 +19,7 @@ from scheduler.queues import QueueTree
 from scheduler.reasons import PendingReason, Reason
 from scheduler.resources import RESOURCE_NAMES
 from scheduler.ui.colors import OTHER_QUEUE, queue_colors
+from scheduler.ui.usage_spark import usage_note, with_usage
 from scheduler.ui.view import (
     DashboardView,
     GPUCell,
@@ -106,7 +107,7 @@ def _build(
             return OTHER_QUEUE
         return job_queue.get(pod.uid, pod.queue)
 
-    queues = _queues(tree)
+    queues = with_usage(_queues(tree), scheduler)
     colors = queue_colors([q.name for q in queues])
     nodes = _nodes(scheduler, pods, placements, {r.spec.node: r for r in reports}, queue_of)
     reasons = dict(session.reasons) if session is not None else dict(scheduler.last_reasons)
@@ -135,6 +136,7 @@ def _build(
         timeline=timeline,
         warnings=_warnings(scheduler, tree),
         queue_colors=colors,
+        usage_note=usage_note(scheduler),
     )
 
 

@@ -95,6 +95,10 @@ class QueueView:
     is_leaf: bool
     priority: int
     resources: dict[str, QueueFigures]  # gpu, cpu, memory
+    # Time-based fair share: recent usage per resource (share of the cluster over the window, decayed) and
+    # the GPU share it held in each bucket of the window, oldest first (empty when the feature is off).
+    recent_usage: dict[str, float] = field(default_factory=dict)
+    usage_series: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,3 +160,4 @@ class DashboardView:
     timeline: tuple[tuple[float, float], ...] = ()  # (time_s, GPU allocated %)
     warnings: tuple[str, ...] = ()
     queue_colors: dict[str, str] = field(default_factory=dict)
+    usage_note: str = ""  # how recent usage is measured ("" when time-based fair share is off)
