@@ -120,3 +120,23 @@ def test_usage_history_survives_a_restart(scene: Scene) -> None:
     assert fair_share(scene, "team-a") == 0 and fair_share(scene, "team-b") == 4
     evicted = [e for e in scene.events_for("team-b-0") if e.get("reason") == "Evicted"]
     assert evicted == []  # placed by allocate from the first cycle on, not after a reclaim
+
+
+def test_the_store_keeps_what_it_cannot_read_and_never_writes_blind(scene: Scene) -> None:
+    from scheduler.kube.usage_store import UNREADABLE_KEY, ConfigMapUsageStore
+    from scheduler.queues.usage_store import UsageStoreError
+
+    name = f"usage-{scene.ns}"
+    # Without the chart's Role the scheduler's account may not read it: an error, never a blind save.
+    denied = ConfigMapUsageStore(client.CoreV1Api(scene.tessera.scheduler_client()), RELEASE_NAMESPACE, name)
+    with pytest.raises(UsageStoreError, match="403"):
+        denied.load()
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={HISTORY_KEY: "not json {"})
+    scene.core.create_namespaced_config_map(RELEASE_NAMESPACE, body)
+    scene.on_cleanup(lambda: scene.core.delete_namespaced_config_map(name, RELEASE_NAMESPACE))
+    store = ConfigMapUsageStore(client.CoreV1Api(scene.admin), RELEASE_NAMESPACE, name)
+    assert store.load() is None  # not a history: a new one is started...
+    store.save(UsageHistoryRecord(saved_at=1.0))
+    data = scene.core.read_namespaced_config_map(name, RELEASE_NAMESPACE).data
+    assert data[UNREADABLE_KEY] == "not json {"  # ...and what was there is kept aside
+    assert UsageHistoryRecord.model_validate_json(data[HISTORY_KEY]).saved_at == 1.0
