@@ -244,7 +244,7 @@ class GangFit:
         """float64[runs]: KAI's ratio of the gang's request to each domain's free resources."""
         if level not in self.ratio:
             free = self._sums()[level][:, len(self.counts) :]
-            self.ratio[level] = dominant_ratio(self.xp, self.request, (free[:, 0], free[:, 1], free[:, 2]))
+            self.ratio[level] = dominant_ratio(self.xp, self.request, free)
         return self.ratio[level]
 
     def tight_first(self, level: int, index: Array, top: int) -> Array:

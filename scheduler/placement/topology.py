@@ -77,21 +77,18 @@ def pods_per_node(
     return xp.where(mask, n, xp.zeros_like(n))
 
 
-def dominant_ratio(
-    xp: ArrayNamespace, request: tuple[int, int, int], free: tuple[Array, Array, Array]
-) -> Array:
+def dominant_ratio(xp: ArrayNamespace, request: tuple[int, int, int], free: Array) -> Array:
     """float64[D]: max over requested resources of request / free per domain (KAI's
-    getJobRatioToFreeResources). request = the gang's total (GPU milli, CPU milli, MiB); free = per-domain
-    int64[D] of the same. Domains with none of a requested resource get NOT_IN_DOMAIN_RATIO."""
-    ratio = xp.zeros(free[0].shape, dtype=xp.float64)
-    for want, have in zip(request, free, strict=True):
-        if want <= 0:
-            continue
-        have_f = xp.astype(have, xp.float64)
-        safe = xp.where(have_f > 0, have_f, xp.ones_like(have_f))
-        r = xp.where(have_f > 0, float(want) / safe, xp.full(have_f.shape, NOT_IN_DOMAIN_RATIO))
-        ratio = xp.maximum(ratio, r)
-    return ratio
+    getJobRatioToFreeResources). request = the gang's total (GPU milli, CPU milli, MiB); free int64[D, 3],
+    each domain's free amounts of the same. Domains with none of a requested resource get
+    NOT_IN_DOMAIN_RATIO."""
+    asked = [k for k in range(3) if request[k] > 0]
+    if not asked:
+        return xp.zeros((int(free.shape[0]),), dtype=xp.float64)
+    want = xp.asarray([float(request[k]) for k in asked], dtype=xp.float64)
+    have = xp.astype(xp.take(free, xp.asarray(asked, dtype=xp.int64), axis=1), xp.float64)  # [D, R]
+    ratio = xp.where(have > 0, want / xp.where(have > 0, have, xp.ones_like(have)), NOT_IN_DOMAIN_RATIO)
+    return xp.max(ratio, axis=1)
 
 
 def order_by(xp: ArrayNamespace, keys: list[Array]) -> Array:

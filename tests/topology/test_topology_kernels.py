@@ -91,10 +91,10 @@ def test_order_by_sorts_on_several_keys(backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_dominant_ratio_is_kais_job_to_free_ratio(backend: str) -> None:
     xp = get_namespace(backend)
-    free = (xp.asarray([4000, 1000, 0], dtype=xp.int64), xp.asarray([8000, 1000, 8000], dtype=xp.int64),
-            xp.asarray([0, 0, 0], dtype=xp.int64))  # fmt: skip
+    free = xp.asarray([[4000, 8000, 0], [1000, 1000, 0], [0, 8000, 0]], dtype=xp.int64)
     r = to_numpy(dominant_ratio(xp, (2000, 2000, 0), free)).tolist()
     assert r == [0.5, 2.0, 1000.0]  # memory is not asked for; no GPU free: KAI's 1000
+    assert to_numpy(dominant_ratio(xp, (0, 0, 0), free)).tolist() == [0.0, 0.0, 0.0]
 
 
 def state_with(backend: str) -> ClusterState:
