@@ -36,6 +36,7 @@ from scheduler.placement.topology import (
     pods_per_node,
     run_sums,
     segment_sum,
+    split_levels,
 )
 from scheduler.reasons import Reason
 from scheduler.session import Session
@@ -160,14 +161,15 @@ class GangFit:
             mask, fit = session.placer.feasible(d)
             busy = session.excluded(d)
             mask = mask & self.in_topology if busy is None else mask & self.in_topology & ~busy
-            zero = xp.zeros(fit.shape, dtype=xp.int64)
-            milli, mib = gpu_need(s, d) if d.uses_gpu else (zero, zero)
+            # Whole GPUs: a fitting GPU holds exactly one device-share (no division needed).
+            milli, mib = gpu_need(s, d) if d.uses_gpu and not d.whole else (None, None)
             need_tuple = (milli, mib, d.num_gpus, d.cpu_milli, d.memory_mib)
             self.per_node[d] = pods_per_node(
                 xp, mask, fit, s.free_milli, free_mib, s.free_cpu, s.free_mem, need_tuple, count
             )
         # Free resources per node (KAI compares a domain's idle resources with the gang's request).
-        usable = s.present & s.healthy & s.valid[:, None]
+        # (absent GPUs have no free milli; unhealthy ones and cordoned nodes count nothing)
+        usable = s.healthy & s.valid[:, None]
         free_gpu = xp.sum(
             xp.where(usable, xp.astype(s.free_milli, xp.int64), xp.zeros_like(s.free_mib)), axis=1
         )
@@ -215,7 +217,14 @@ class GangFit:
         return self.capacity[level]
 
     def ranks(self, level: int) -> Array:
-        return self.xp.asarray(self.s.domains.ranks(self.scope.columns[level]), dtype=self.xp.int64)
+        """int64[domains]: each domain's rank in name order (ties between equal domains go by name)."""
+        col = self.scope.columns[level]
+        size = self.s.domains.size(col)
+        kept = self.s.domains.derived.get(("ranks", col))
+        if kept is None or kept[0] != size:
+            kept = (size, self.xp.asarray(self.s.domains.ranks(col), dtype=self.xp.int64))
+            self.s.domains.derived[("ranks", col)] = kept
+        return kept[1]
 
     def _runs(self) -> Runs:
         """The topology's nodes sorted by domain path, kept until a node or a topology changes."""
@@ -237,14 +246,16 @@ class GangFit:
         if self.sums is None:
             xp = self.xp
             per_node = [xp.reshape(self.per_node[d], (-1, 1)) for d in self.counts]
-            self.sums = run_sums(xp, self.runs, xp.concat([*per_node, self.free], axis=1))
+            every = run_sums(xp, self.runs, xp.concat([*per_node, self.free], axis=1))
+            self.sums = split_levels(self.runs, every)
+            # KAI's ratio of the gang's request to each domain's free resources, every level at once.
+            ratio = dominant_ratio(xp, self.request, every[:, len(self.counts) :])
+            self.ratio = dict(enumerate(split_levels(self.runs, ratio)))
         return self.sums
 
     def _run_ratios(self, level: int) -> Array:
         """float64[runs]: KAI's ratio of the gang's request to each domain's free resources."""
-        if level not in self.ratio:
-            free = self._sums()[level][:, len(self.counts) :]
-            self.ratio[level] = dominant_ratio(self.xp, self.request, free)
+        self._sums()
         return self.ratio[level]
 
     def tight_first(self, level: int, index: Array, top: int) -> Array:
@@ -259,8 +270,8 @@ class GangFit:
         return xp.take(index, order_by(xp, keys))
 
     def candidates(self, level: int | None) -> list[int]:
-        """Codes of the domains at `level` that can hold the gang now, tightest first ([-1]: the whole
-        topology, when it can)."""
+        """Codes of the domains at `level` that can hold the gang now, the MAX_DOMAINS tightest first
+        ([-1]: the whole topology, when it can)."""
         xp = self.xp
         if level is None:
             total = [int(xp.sum(self.per_node[d])) for d in self.counts]
@@ -273,7 +284,7 @@ class GangFit:
         if int(index.shape[0]) == 0:
             return []
         codes = xp.take(self.runs.codes[level], self.tight_first(level, index, 0))
-        return [int(codes[i]) for i in range(int(codes.shape[0]))]
+        return [int(codes[i]) for i in range(min(int(codes.shape[0]), MAX_DOMAINS))]
 
     def rows(self, level: int | None, code: int) -> Array:
         if level is None:

@@ -85,3 +85,26 @@ def label_nodes(nodes: list[Obj], spec: TopologySpec) -> None:
 def constrain(podgroups: list[Obj], spec: TopologySpec) -> None:
     for pg in podgroups:
         pg["spec"]["topologyConstraint"] = spec.constraint()
+
+
+def run_with_peer(cfg: Any, repeat: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The constrained workload and its unconstrained peer, `repeat` times each, interleaved (peer,
+    constrained, peer...) so that a machine growing busier slows both alike; of each, the run that took
+    the least CPU time (other processes only ever add to it). Returns (constrained, peer) reports."""
+    from dataclasses import replace
+
+    from scheduler.bench.runner import run_bench
+
+    runs: dict[bool, list[Any]] = {True: [], False: []}
+    for _ in range(max(1, repeat)):
+        for constrained in (False, True):
+            runs[constrained].append(run_bench(replace(cfg, constrained=constrained)))
+
+    def best(results: list[Any]) -> dict[str, Any]:
+        top = min(results, key=lambda r: r.cpu_s / max(r.scheduled, 1))
+        out: dict[str, Any] = top.to_dict()
+        rates = sorted(r.to_dict()["pods_per_cpu_s"] for r in results)
+        out["repeat"] = {"runs": len(results), "pods_per_cpu_s_all": rates, "chosen": "least CPU per pod"}
+        return out
+
+    return best(runs[True]), best(runs[False])

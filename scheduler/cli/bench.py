@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -14,7 +13,7 @@ from scheduler.api.cli import check_choice, fail, new_app, warning_line
 from scheduler.backend import BACKENDS, BackendError
 from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
-from scheduler.bench.topology import TopologySpec
+from scheduler.bench.topology import TopologySpec, run_with_peer
 from scheduler.bench.workload import CORES_PER_GPU, mean_demand
 from scheduler.placement.registry import policy_names
 
@@ -88,7 +87,7 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
             f"[bold]{t['cost_ratio_cpu']:.2f}x[/] the CPU time per pod of the same gangs unconstrained "
             f"({t['peer']['pods_per_cpu_s']:.0f} pods per CPU second; wall {t['cost_ratio_wall']:.2f}x)"
         )
-    if "repeat" in r and r["repeat"]["runs"] > 1:
+    if "repeat" in r and r["repeat"]["runs"] > 1 and "pods_per_s_all" in r["repeat"]:
         rates = ", ".join(f"{x:.0f}" for x in r["repeat"]["pods_per_s_all"])
         console.print(f"best of {r['repeat']['runs']} runs shown; all averages (pods/s): {rates}")
 
@@ -185,8 +184,10 @@ def register(app: typer.Typer) -> None:
             gangs=gangs, batch=batch, backend=backend, seed=seed, gang_size=gang_size, topology=spec,
         )  # fmt: skip
         try:
-            peer = run_repeated(replace(cfg, constrained=False), repeat) if spec is not None else None
-            result = run_repeated(cfg, repeat)
+            if spec is not None:  # and the same gangs unconstrained, in the same run (bench/topology.py)
+                result, peer = run_with_peer(cfg, repeat)
+            else:
+                result, peer = run_repeated(cfg, repeat), None
         except BackendError as exc:
             raise fail(str(exc)) from None
         if spec is not None and peer is not None:

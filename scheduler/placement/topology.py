@@ -53,13 +53,14 @@ def pods_per_node(
     free_mib: Array,
     free_cpu: Array,
     free_mem: Array,
-    need: tuple[Array, Array, int, int, int],
+    need: tuple[Array | None, Array | None, int, int, int],
     cap: int,
 ) -> Array:
     """int64[N]: pods of one demand each node can host now, at most `cap`; 0 outside `mask` (bool[N],
     the node fits one). fit bool[N, G] (the GPU fits one device-share), free_milli and free_mib int[N, G]
     (free_mib: the lower of accounting and the node report), free_cpu and free_mem int64[N].
-    need = (milli int64[N, G], MiB int64[N, G] of one device-share, devices per pod, CPU milli, MiB)."""
+    need = (milli int64[N, G], MiB int64[N, G] of one device-share, devices per pod, CPU milli, MiB);
+    milli and MiB None for whole GPUs (a fitting GPU is then exactly one device-share)."""
     need_milli, need_mib, devices, cpu, mem = need
     n = xp.full(mask.shape, cap, dtype=xp.int64)
     if cpu:
@@ -67,12 +68,15 @@ def pods_per_node(
     if mem:
         n = xp.minimum(n, free_mem // mem)
     if devices:
-        zero = xp.zeros(fit.shape, dtype=xp.int64)
-        per_gpu = xp.minimum(
-            xp.astype(free_milli, xp.int64) // xp.maximum(need_milli, xp.ones_like(need_milli)),
-            free_mib // xp.maximum(need_mib, xp.ones_like(need_mib)),
-        )
-        shares = xp.sum(xp.where(fit, per_gpu, zero), axis=1)
+        if need_milli is None or need_mib is None:
+            shares = xp.sum(xp.astype(fit, xp.int64), axis=1)
+        else:
+            zero = xp.zeros(fit.shape, dtype=xp.int64)
+            per_gpu = xp.minimum(
+                xp.astype(free_milli, xp.int64) // xp.maximum(need_milli, xp.ones_like(need_milli)),
+                free_mib // xp.maximum(need_mib, xp.ones_like(need_mib)),
+            )
+            shares = xp.sum(xp.where(fit, per_gpu, zero), axis=1)
         n = xp.minimum(n, shares // devices)
     return xp.where(mask, n, xp.zeros_like(n))
 
@@ -110,6 +114,8 @@ class Runs(NamedTuple):
     ends: list[Array]  # per level, int64[R]: where it ends (exclusive)
     codes: list[Array]  # per level, int64[R]: each run's domain code
     parent: list[Array]  # per level, int64[R]: the run of the enclosing domain one level up (level 0: 0)
+    all_starts: Array  # int64[sum of R]: `starts` of every level, concatenated (one take for all levels)
+    all_ends: Array
 
 
 def domain_runs(xp: ArrayNamespace, rows: Array, codes: Array) -> Runs:
@@ -135,17 +141,26 @@ def domain_runs(xp: ArrayNamespace, rows: Array, codes: Array) -> Runs:
         run_codes.append(xp.take(col, s))
         up = starts[k - 1] if k else xp.zeros((1,), dtype=xp.int64)
         parent.append(xp.searchsorted(up, s, side="right") - 1)
-    return Runs(order, starts, ends, run_codes, parent)
+    return Runs(order, starts, ends, run_codes, parent, xp.concat(starts), xp.concat(ends))
 
 
-def run_sums(xp: ArrayNamespace, runs: Runs, values: Array) -> list[Array]:
-    """Per level, int64[R, K]: the sums of `values` (int64[C, K] over all node rows) over each domain."""
+def run_sums(xp: ArrayNamespace, runs: Runs, values: Array) -> Array:
+    """int64[sum of R, K]: the sums of `values` (int64[C, K] over all node rows) over each domain of
+    every level, the levels one after the other (`split_levels` cuts them apart)."""
     vals = xp.take(values, runs.order, axis=0)
     head = xp.zeros((1, *vals.shape[1:]), dtype=xp.int64)
     cs = xp.concat([head, xp.cumulative_sum(vals, axis=0)], axis=0)
-    return [
-        xp.take(cs, e, axis=0) - xp.take(cs, s, axis=0) for s, e in zip(runs.starts, runs.ends, strict=True)
-    ]
+    return xp.take(cs, runs.all_ends, axis=0) - xp.take(cs, runs.all_starts, axis=0)
+
+
+def split_levels(runs: Runs, per_run: Array) -> list[Array]:
+    """Cut an array over the runs of every level (first axis) into one per level."""
+    out, at = [], 0
+    for s in runs.starts:
+        n = int(s.shape[0])
+        out.append(per_run[at : at + n, ...])
+        at += n
+    return out
 
 
 def ancestors(xp: ArrayNamespace, runs: Runs, level: int, index: Array, top: int) -> list[Array]:

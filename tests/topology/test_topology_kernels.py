@@ -19,6 +19,7 @@ from scheduler.placement.topology import (
     pods_per_node,
     run_sums,
     segment_sum,
+    split_levels,
 )
 from scheduler.state import ClusterState, PodDemand
 
@@ -61,7 +62,7 @@ def test_domain_runs_give_every_levels_sums_and_parents(backend: str, seed: int)
     if not inside:
         return
     runs = domain_runs(xp, xp.asarray(inside, dtype=xp.int64), xp.asarray(codes, dtype=xp.int32))
-    sums = run_sums(xp, runs, xp.asarray(values, dtype=xp.int64))
+    sums = split_levels(runs, run_sums(xp, runs, xp.asarray(values, dtype=xp.int64)))
     for k in range(3):
         run_codes = to_numpy(runs.codes[k]).tolist()
         assert sorted(run_codes) == sorted(set(books[k].values()))  # one run per domain
@@ -124,6 +125,10 @@ def test_pods_per_node_counts_what_fits(backend: str, demand: PodDemand) -> None
     need = (milli, mib, demand.num_gpus, demand.cpu_milli, demand.memory_mib)
     free_mib = xp.minimum(s.free_mib, s.report_free_mib)
     got = to_numpy(pods_per_node(xp, mask, fit, s.free_milli, free_mib, s.free_cpu, s.free_mem, need, 9))
+    if demand.whole:  # the fast path for whole GPUs answers alike
+        fast = (None, None, demand.num_gpus, demand.cpu_milli, demand.memory_mib)
+        same = pods_per_node(xp, mask, fit, s.free_milli, free_mib, s.free_cpu, s.free_mem, fast, 9)
+        assert to_numpy(same).tolist() == got.tolist()
     # Brute force: place one pod after another on a copy of each node until it no longer fits.
     fm, fmib = to_numpy(s.free_milli).copy(), to_numpy(s.free_mib).copy()
     cpu, nm, nmib = to_numpy(s.free_cpu).copy(), to_numpy(milli), to_numpy(mib)
