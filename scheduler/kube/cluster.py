@@ -90,7 +90,12 @@ class KubeCluster:
             WatchTarget(
                 "GPUNodeReport", self.custom.list_cluster_custom_object, (GROUP, VERSION, "gpunodereports")
             ),
-            WatchTarget("Topology", self.custom.list_cluster_custom_object, (GROUP, VERSION, "topologies")),
+            WatchTarget(
+                "Topology",
+                self.custom.list_cluster_custom_object,
+                (GROUP, VERSION, "topologies"),
+                optional=True,
+            ),
             WatchTarget("PriorityClass", sched.list_priority_class),
         ]
         # KAI Scheduler's Queue and PodGroup kinds, translated to Tessera's (docs/kai-compat.md).

@@ -87,3 +87,26 @@ def test_a_gang_lands_inside_one_rack_and_waits_for_its_topology(scene: Scene) -
     racks = {rack_of(scene, p) for name, p in scene.bound().items() if name.startswith("ddp")}
     assert racks == {"rack-1" if first == "rack-0" else "rack-0"}  # the rack without the single pod
     assert all(v <= 1000 for v in scene.gpu_use().values())
+
+
+def test_a_cluster_without_the_topology_crd_still_syncs(scene: Scene) -> None:
+    """After a chart upgrade (Helm never installs new CRDs then) the Topology kind may not be served: its
+    watch counts as synced and empty, so the scheduler becomes ready; the list keeps being retried."""
+    from kubernetes import client
+
+    from scheduler.kube.backoff import Backoff
+    from scheduler.kube.event_queue import EventQueue
+    from scheduler.kube.informer import Informer, WatchTarget
+
+    # As the admin: the chart's RBAC names the kind, so the server answers 404 (not 403) for a missing CRD.
+    custom = client.CustomObjectsApi(scene.admin)
+    missing = WatchTarget("Topology", custom.list_cluster_custom_object, (GROUP, VERSION, "notservedyets"),
+                          optional=True)  # fmt: skip
+    informer = Informer(missing, EventQueue().put, backoff=Backoff(initial_s=0.05, max_s=0.2)).start()
+    scene.on_cleanup(informer.stop)
+    assert informer.synced.wait(10) and informer.snapshot() == []
+    wait_until(lambda: informer.errors >= 2)  # still trying
+    required = Informer(WatchTarget("Topology", custom.list_cluster_custom_object, (GROUP, VERSION, "notservedyets")),
+                        EventQueue().put, backoff=Backoff(initial_s=0.05, max_s=0.2)).start()  # fmt: skip
+    scene.on_cleanup(required.stop)
+    assert not required.synced.wait(0.5)  # without `optional`, a missing kind never syncs
