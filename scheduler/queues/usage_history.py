@@ -262,17 +262,22 @@ class TimeBasedFairShare:
         self.loaded = False  # nothing is saved before the stored history was read (or known absent)
         self.saved_at = -math.inf
         self.last: dict[str, Resources] = {}  # the usage the latest cycle divided by (for the dashboard)
+        self._retry_at = -math.inf  # after a failed read, the next one waits `persist_s` (and its warning)
 
     def shares(self, t: float) -> dict[str, Resources] | None:
         """Usage per queue for this cycle's fair share; None while the stored history cannot be read
         (fair share then ignores usage, as with the feature off, and says so in the log)."""
         if not self.loaded:
+            if t < self._retry_at:
+                return None
             try:
                 record = self.store.load()
             except UsageStoreError as exc:
+                self._retry_at = t + self.params.persist_s
                 log.warning(
-                    "time-based fair share: the usage history cannot be read (%s); retried next cycle", exc
-                )
+                    "time-based fair share: the usage history cannot be read (%s); fair share ignores usage "
+                    "until it can (retried in %.0fs)", exc, self.params.persist_s,
+                )  # fmt: skip
                 return None
             if record is not None:
                 self.history.restore(record, t)

@@ -60,8 +60,11 @@ class Unreachable(MemoryUsageStore):
 
 
 def test_nothing_is_saved_over_a_history_that_could_not_be_read() -> None:
-    tbfs = TimeBasedFairShare(P, Unreachable())
+    store = Unreachable()
+    tbfs = TimeBasedFairShare(P, store)
     assert tbfs.shares(0.0) is None  # fair share without usage this cycle
+    store.load = lambda: (_ for _ in ()).throw(AssertionError("retried too soon"))  # type: ignore[method-assign]
+    assert tbfs.shares(P.persist_s / 2) is None  # not read again before persist_s
     tbfs.observe(0.0, {"a": Resources(gpu=1)}, Resources(gpu=8))
     tbfs.observe(HOUR, {"a": Resources(gpu=1)}, Resources(gpu=8))
     assert not tbfs.save(HOUR) and not tbfs.loaded
