@@ -16,10 +16,10 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
-from scheduler.api.report import GPUNodeReport
 from scheduler.api.topology import Topology
 from scheduler.cluster import WatchEvent
 from scheduler.error_log import ErrorLog
+from scheduler.gpu_identity import GPUIdentities
 from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
@@ -51,6 +51,8 @@ class ClusterMirror:
         self.podgroups: dict[str, PodGroup] = {}  # namespace/name
         self.topologies: dict[str, Topology] = {}  # their levels are columns of the state's `domain`
         self.index = JobIndex(ledger, self.podgroups)
+        # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
+        self.gpu_identities = GPUIdentities()
         # Pods bound to a node the mirror has not seen yet, by node name.
         self.awaiting_node: dict[str, set[str]] = {}
         # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
@@ -107,12 +109,14 @@ class ClusterMirror:
                     if (gone := self.pods.get(uid)) is not None:
                         self.index.touch(job_key(gone))
             self.state.remove_node(name)
+            self.gpu_identities.forget(name)
             return
-        node = parse_node(ev.obj)
+        node = self.gpu_identities.complete(parse_node(ev.obj), self.errors.add)
         row = self.state.row_of(node.name)
         if row is not None and self._shrinks_below_allocation(row, node):
             log.warning("node %s shrank below what is allocated on it; keeping old GPU layout", node.name)
         self.state.add_node(node)
+        self.gpu_identities.measure(self.state, node.name)
         # Watches arrive in any order: pods bound here before we knew the node are accounted now.
         for uid in sorted(self.awaiting_node.pop(node.name, set())):
             pod = self.pods.get(uid)
@@ -129,17 +133,7 @@ class ClusterMirror:
         )
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
-        if ev.type == "DELETED":
-            return
-        report = GPUNodeReport.model_validate(ev.obj)
-        row = self.state.row_of(report.spec.node)
-        if row is None:
-            return
-        for gpu in report.spec.gpus:
-            if gpu.index >= self.state.max_gpus:
-                continue
-            self.state.set_gpu_health(row, gpu.index, gpu.health != "Unhealthy")
-            self.state.set_reported_used(row, gpu.index, gpu.memory_used_mib)
+        self.gpu_identities.on_report(self.state, ev.type, ev.obj)
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:

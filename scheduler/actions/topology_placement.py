@@ -72,7 +72,7 @@ def resolve(state: ClusterState, topologies: Mapping[str, Topology], c: Topology
         return f"names a topology level ({c.describe()}) but no topology"
     t = topologies.get(c.topology)
     if t is None:
-        return f"topology {c.topology} does not exist (kubectl get topologies)"
+        return f"topology {_short(c.topology)} does not exist (kubectl get topologies)"
     if not (c.required_topology_level or c.preferred_topology_level):
         return f"names topology {c.topology} but no required or preferred level"
     idx: dict[str, int | None] = {}
@@ -80,7 +80,7 @@ def resolve(state: ClusterState, topologies: Mapping[str, Topology], c: Topology
         idx[what] = None if level is None else t.level_index(level)
         if level is not None and idx[what] is None:
             known = ", ".join(lv.name for lv in t.spec.levels)
-            return f"topology {t.name} has no level {level} ({what}); its levels: {known}"
+            return f"topology {t.name} has no level {_short(level)} ({what}); its levels: {known}"
     req, pref = idx["required"], idx["preferred"]
     if req is not None and pref is not None and pref < req:
         pref = req  # a preferred level above the required one adds nothing (KAI ignores it too)
@@ -130,6 +130,11 @@ def place_in_topology(
         for p in pods:
             session.set_reason(p, Reason.TOPOLOGY_UNSATISFIED, message)
     return 0
+
+
+def _short(text: str, most: int = 80) -> str:
+    """A name as quoted in a message (an annotation may hold anything)."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _who(job: Job) -> str:

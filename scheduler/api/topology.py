@@ -102,9 +102,13 @@ class TopologyConstraint(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
-    topology: str | None = Field(default=None, min_length=1)
-    required_topology_level: str | None = Field(default=None, alias="requiredTopologyLevel", min_length=1)
-    preferred_topology_level: str | None = Field(default=None, alias="preferredTopologyLevel", min_length=1)
+    topology: str | None = Field(default=None, min_length=1, max_length=253)  # an object name
+    required_topology_level: str | None = Field(
+        default=None, alias="requiredTopologyLevel", min_length=1, max_length=316
+    )  # a label key or an alias
+    preferred_topology_level: str | None = Field(
+        default=None, alias="preferredTopologyLevel", min_length=1, max_length=316
+    )
 
     @property
     def active(self) -> bool:
@@ -133,6 +137,7 @@ def constraint_from_annotations(annotations: Mapping[str, str]) -> TopologyConst
     preferred = get(TOPOLOGY_PREFERRED, KAI_TOPOLOGY_PREFERRED)
     if topology is None and required is None and preferred is None:
         return None
-    return TopologyConstraint(
+    # Not validated: a name too long for the CRD is simply one no Topology has, and the pod is told so.
+    return TopologyConstraint.model_construct(
         topology=topology, required_topology_level=required, preferred_topology_level=preferred
     )

@@ -14,6 +14,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 HISTORY_KEY = "history.json"  # the ConfigMap's data key
+# Bounds (scheduler/api/limits.py's spirit): 2**40 millicores held for 30 years is about 1e21.
+MAX_AMOUNT = 1e22
+MAX_SECONDS = 100 * 365 * 24 * 3600.0
 HISTORY_VERSION: Literal[1] = 1
 
 
@@ -22,16 +25,16 @@ class Amounts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    gpu: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    cpu: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    memory: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    gpu: float = Field(default=0.0, ge=0, le=MAX_AMOUNT, allow_inf_nan=False)
+    cpu: float = Field(default=0.0, ge=0, le=MAX_AMOUNT, allow_inf_nan=False)
+    memory: float = Field(default=0.0, ge=0, le=MAX_AMOUNT, allow_inf_nan=False)
 
 
 class UsageBucket(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
-    start: float = Field(allow_inf_nan=False)  # Unix time
-    seconds: float = Field(gt=0, allow_inf_nan=False)
+    start: float = Field(ge=-MAX_SECONDS, le=10 * MAX_SECONDS, allow_inf_nan=False)  # Unix time
+    seconds: float = Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     capacity: Amounts = Field(default_factory=Amounts)
     queues: dict[str, Amounts] = Field(default_factory=dict)
 
@@ -40,7 +43,7 @@ class UsageHistoryRecord(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
     version: Literal[1] = HISTORY_VERSION
-    saved_at: float = Field(alias="savedAt", allow_inf_nan=False)
+    saved_at: float = Field(alias="savedAt", ge=-MAX_SECONDS, le=10 * MAX_SECONDS, allow_inf_nan=False)
     buckets: list[UsageBucket] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -145,6 +145,12 @@ def run(
         metavar="USERS",
         help="Users allowed to write tessera.dev/gpu-assignment, comma-separated (default: own SA).",
     ),
+    webhook_device_plugin_users: str = typer.Option(
+        "",
+        metavar="USERS",
+        help="Users allowed to write tessera.dev/gpu-allocated, comma-separated "
+        "(default: the <release>-device-plugin account next to our own).",
+    ),
     bind_lock_timeout: str = typer.Option(
         "60s", metavar="TIME", help="Age after which a node's bind lock is stale."
     ),
@@ -225,9 +231,13 @@ def run(
         allowed = {u.strip() for u in webhook_allowed_users.split(",") if u.strip()}
         if not allowed and (sa := own_service_account()):
             allowed.add(sa)
+        plugin = {u.strip() for u in webhook_device_plugin_users.split(",") if u.strip()}
+        if not plugin and (sa := own_service_account()):
+            plugin.add(sa.removesuffix("-scheduler") + "-device-plugin")
         admission = AdmissionConfig(
             scheduler_name=scheduler_name,
             privileged_users=frozenset(allowed),
+            allocation_writers=frozenset(plugin),
             queue_lookup=(
                 runner.cluster.kai.queue_lookup()
                 if runner.cluster.kai is not None

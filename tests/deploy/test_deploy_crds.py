@@ -296,6 +296,7 @@ INVALID = [
     ("GPUNodeReport", "spec.gpus.0.processes.0.pid", _DELETE),
     ("GPUNodeReport", "spec.gpus.0.shares.0.milli", 0.5),
     ("PodGroup", "spec.topologyConstraint.topology", ""),
+    ("PodGroup", "spec.topologyConstraint.requiredTopologyLevel", "r" * 317),
     ("Topology", "spec.levels", []),
     ("Topology", "spec.levels.0.nodeLabel", "not a label key!"),
     ("Topology", "spec.levels.1.nodeLabel", _DELETE),

@@ -72,10 +72,12 @@ def test_nothing_is_saved_over_a_history_that_could_not_be_read() -> None:
 
 def test_a_store_holding_something_else_is_kept_aside_and_a_new_history_started() -> None:
     store = MemoryUsageStore()
-    store.text = '{"version": 7, "oops": true}'
-    tbfs = TimeBasedFairShare(P, store)
-    assert tbfs.shares(0.0) == {}
-    assert store.unreadable == '{"version": 7, "oops": true}' and tbfs.loaded
+    for bad in ('{"version": 7, "oops": true}', '{"version":1,"savedAt":0,"buckets":[{"start":0,"seconds":1,'
+                '"capacity":{"gpu":1e300}}]}', "not json"):  # fmt: skip
+        store.text = bad
+        tbfs = TimeBasedFairShare(P, store)
+        assert tbfs.shares(0.0) == {}
+        assert store.unreadable == bad and tbfs.loaded
 
 
 def test_a_long_history_of_many_queues_is_kept_within_a_configmap() -> None:

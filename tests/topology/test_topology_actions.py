@@ -128,3 +128,19 @@ def test_reclaim_evicts_inside_one_rack_only() -> None:
     victims = rec.evictions("reclaim")
     assert len(victims) == 4
     assert all(e["beneficiary"] == "owner/ddp" for e in victims)
+
+
+def test_a_hostile_annotation_is_told_in_one_short_line() -> None:
+    """Annotations are not checked by the CRD: any string is a topology no object has, and the message
+    quotes it shortened."""
+    huge = "z" * 100_000
+    rec = recorder([
+        queue("queue0", None, -1), topology("dc", RACK), *rack_nodes(1, 1, 2),
+        pod("p", "queue0", arrival_s=0, duration_s=FOREVER, gpus=1, cpu="1",
+            annotations={"tessera.dev/topology": huge, "tessera.dev/topology-required-placement": "rack"}),
+        pod("ok", "queue0", arrival_s=0, duration_s=FOREVER, gpus=1, cpu="1"),
+    ])  # fmt: skip
+    rec.run(2)
+    reason = rec.sim.pods["queue0/p"].reason
+    assert reason is not None and reason[0] == Reason.INVALID_TOPOLOGY and len(reason[1]) < 200
+    assert phase(rec.sim, "queue0/ok") == "Running"  # the rest goes on
