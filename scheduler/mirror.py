@@ -50,7 +50,8 @@ class ClusterMirror:
         self.queues: dict[str, Queue] = {}
         self.podgroups: dict[str, PodGroup] = {}  # namespace/name
         self.topologies: dict[str, Topology] = {}  # their levels are columns of the state's `domain`
-        self.index = JobIndex(ledger, self.podgroups)
+        self.priority_classes: dict[str, int] = {}  # the cluster's PriorityClasses: name -> value
+        self.index = JobIndex(ledger, self.podgroups, self.priority_classes)
         # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
         self.gpu_identities = GPUIdentities()
         # Pods bound to a node the mirror has not seen yet, by node name.
@@ -75,6 +76,8 @@ class ClusterMirror:
                     self._on_podgroup(ev)
                 elif ev.kind == "GPUNodeReport":
                     self._on_gpunodereport(ev)
+                elif ev.kind == "PriorityClass":
+                    self._on_priority_class(ev)
                 elif ev.kind == "Topology":
                     self._on_topology(ev)
             except (InvalidObject, ValidationError, ValueError) as exc:
@@ -148,9 +151,15 @@ class ClusterMirror:
         self.index.index(pod, self.pods.get(pod.uid))
         self.pods[pod.uid] = pod
         if pod.holds_resources:
-            if pod.uid not in self.ledger:
+            if pod.uid in self.ledger.releasing:
+                pass  # evicted, still terminating: it stays releasing until it is gone
+            elif pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
+                if pod.uid not in self.ledger:
+                    self._account_running(pod)
+                self.ledger.start_releasing(pod.uid)
+            elif pod.uid not in self.ledger:
                 self._account_running(pod, defer=True)
-        elif pod.uid in self.ledger:
+        elif pod.uid in self.ledger or pod.uid in self.ledger.releasing:
             self.ledger.release(pod.uid)
 
     def _bind_echo(self, ev: WatchEvent) -> bool:
@@ -161,7 +170,12 @@ class ClusterMirror:
         meta = ev.obj.get("metadata") or {}
         uid = str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
         old = self.pods.get(uid)
-        if old is None or old.phase != PodPhase.BOUND or uid not in self.ledger:
+        if (
+            old is None
+            or old.phase != PodPhase.BOUND
+            or uid not in self.ledger
+            or meta.get("deletionTimestamp")
+        ):
             return False
         phase = str((ev.obj.get("status") or {}).get("phase") or "Pending")
         if (ev.obj.get("spec") or {}).get("nodeName") != old.node or phase not in ("Pending", "Running"):
@@ -209,6 +223,17 @@ class ClusterMirror:
             self.podgroups.pop(key, None)
         else:
             self.podgroups[key] = g
+
+    def _on_priority_class(self, ev: WatchEvent) -> None:
+        name = str((ev.obj.get("metadata") or {}).get("name", ""))
+        value = ev.obj.get("value")
+        if ev.type == "DELETED":
+            self.priority_classes.pop(name, None)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            self.priority_classes[name] = value
+        else:
+            raise ValueError(f"value {value!r} is not an integer")
+        self.index.touch_all()  # a PodGroup naming it may now have another priority
 
     # ------------------------------------------------------------------------------------ accounting
     def max_gpu_memory_mib(self) -> int | None:

@@ -87,6 +87,8 @@ class PodInfo:
     ours: bool = True  # schedulerName is tessera
     error: str | None = None
     annotations: dict[str, str] = field(default_factory=dict)
+    terminating: bool = False  # being deleted (deletionTimestamp): it holds its GPU until it is gone
+    grace_s: float = 30.0  # terminationGracePeriodSeconds
 
     @property
     def key(self) -> str:

@@ -281,6 +281,12 @@ def _gpu_request(
     return parse_gpu_request(annotations, limits, max_gpu_memory_mib=max_mib)
 
 
+def _grace_s(spec: Obj) -> float:
+    """terminationGracePeriodSeconds (Kubernetes' default 30 when unset or unreadable)."""
+    raw = spec.get("terminationGracePeriodSeconds")
+    return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0 else 30.0
+
+
 def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
     """Parse a pod; an invalid GPU request, resource or priority lands in `PodInfo.error`.
 
@@ -358,6 +364,8 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         ours=spec.get("schedulerName") == SCHEDULER_NAME,
         error=error,
         annotations=annotations,
+        terminating=bool(meta.get("deletionTimestamp")),
+        grace_s=_grace_s(spec),
     )
 
 

@@ -14,11 +14,10 @@ constraint), kept apart so the action's own search stays as it is.
 
 from __future__ import annotations
 
-import time
-
 from scheduler.actions.topology_placement import GangFit, Scope, resolve
 from scheduler.actions.victims import Victim, candidates, evict
 from scheduler.actions.views import label
+from scheduler.budget import Meter
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.model import Placement, PodInfo
@@ -29,18 +28,19 @@ from scheduler.transaction import Transaction
 
 MAX_DOMAINS = 4  # domains tried per gang, those closest to holding it first
 MAX_MOVES = 16  # pods moved per plan
-BUDGET_S = 0.1  # per gang
 
 
 class DomainConsolidation:
-    def run(self, session: Session, cluster: Cluster, job: Job, pods: list[PodInfo], need: int) -> bool:
+    def run(
+        self, session: Session, cluster: Cluster, job: Job, pods: list[PodInfo], need: int, meter: Meter
+    ) -> bool:
         """Make room for `need` of the gang's pending `pods` in one domain of its required level and
-        place them; commit, or change nothing. Whether the gang was placed."""
+        place them; commit, or change nothing. Whether the gang was placed. Each domain tried spends one
+        unit of `meter` (scheduler/budget.py)."""
         assert job.topology is not None
         scope = resolve(session.state, session.cache.topologies, job.topology)
         if isinstance(scope, str) or scope.required is None or not pods:
             return False  # invalid (already told), or only a preference: never blocked by topology
-        deadline = time.perf_counter() + BUDGET_S
         gang = GangFit(session, job, pods, need, scope)
         level = scope.required
         caps = gang.capacities(level)[0]
@@ -58,8 +58,9 @@ class DomainConsolidation:
             key=lambda c: (-int(caps[c]), session.state.domains.name(scope.columns[level], c)),
         )[:MAX_DOMAINS]
         for code in order:
-            if time.perf_counter() > deadline:
+            if meter.exhausted:
                 break
+            meter.spend()
             tx = Transaction(session, "consolidate")
             if self._plan(session, tx, job, pods, need, scope, code, by_domain[code]):
                 outcome = tx.commit(cluster)
@@ -89,7 +90,7 @@ class DomainConsolidation:
 
         taken: list[Victim] = []
         for v in sorted(victims, key=emptiest_first)[:MAX_MOVES]:
-            evict(tx, v, "", label(job))
+            evict(tx, [v], "", label(job))
             taken.append(v)
             fit = GangFit(session, job, pods, need, scope)
             if all(
@@ -99,12 +100,12 @@ class DomainConsolidation:
         else:
             return False
         gang = GangFit(session, job, pods, need, scope)
-        if gang.fill(tx, level, code, fresh=True, limit=need) < need:
+        if gang.fill(tx, level, code, probe=True, limit=need) < need:
             return False
         outside = ~gang.rows(level, code)
         moves: list[tuple[Victim, Placement]] = []
         for v in sorted(taken, key=lambda v: -v.usage.gpu):  # biggest first: the hardest to fit
-            new = session.place_one(demand_for(v.pods[0]), outside)
+            new = session.probe_place(demand_for(v.pods[0]), outside)
             if new is None:
                 return False
             tx.reserve(v.pods[0], v.job, new, label(job))
@@ -114,8 +115,8 @@ class DomainConsolidation:
         domain = f"{scope.names[level]} {s.domains.name(scope.columns[level], code)}"
         for v, new in moves:
             to = f"{s.node_names[new.node]} GPU {','.join(str(g.slot) for g in new.gpus)}"
-            evict(tx, v, f"moved to {to} to free {domain} for {label(job)} (consolidation)", label(job))
-        if GangFit(session, job, pods, need, scope).fill(tx, level, code, fresh=True, limit=need) < need:
+            evict(tx, [v], f"moved to {to} to free {domain} for {label(job)} (consolidation)", label(job))
+        if GangFit(session, job, pods, need, scope).fill(tx, level, code, probe=False, limit=need) < need:
             return False
         for v, new in moves:
             tx.reserve(v.pods[0], v.job, new, label(job))
@@ -123,11 +124,12 @@ class DomainConsolidation:
 
 
 def _movable(session: Session, job: Job) -> list[Victim]:
-    """Single preemptible pods holding GPUs, of other jobs (a gang is never split to make room)."""
+    """Preemptible pods that move alone, holding GPUs, of other jobs: a job of one pod or a member of an
+    elastic gang above its minMember, as `consolidate` moves (a gang is never split to make room)."""
     held = session.ledger
     return [
         v for v in candidates(session)
-        if not v.job.is_gang and v.job.key != job.key and (pl := held.placement(v.pods[0].uid)) is not None
+        if len(v.pods) == 1 and v.job.key != job.key and (pl := held.placement(v.pods[0].uid)) is not None
         and pl.gpus
     ]  # fmt: skip
 

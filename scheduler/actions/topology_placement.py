@@ -44,8 +44,10 @@ from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand, demand_for
 from scheduler.transaction import Transaction
 
-MAX_DOMAINS = 16  # candidate domains tried per gang (the tightest ones)
-BUDGET_S = 0.05  # per gang: beyond this, the next cycle tries again
+MAX_DOMAINS = 16  # candidate domains tried per level (the tightest ones)
+# Domains filled per gang and cycle, over all levels (work, not seconds, so that a simulation decides the
+# same on any machine: scheduler/budget.py); beyond this, the next cycle tries again.
+MAX_TRIES = 24
 
 
 @dataclass(frozen=True)
@@ -95,14 +97,15 @@ def place_in_topology(
     pods: list[PodInfo],
     need: int,
     *,
-    fresh: bool = False,
+    probe: bool = False,
     fill: bool = True,
     explain: bool = True,
 ) -> int:
     """Place `need` of `pods` (the job's pending members, in order) inside one domain of the job's
     constraint, and with `fill` as many more of them as fit there; return how many were placed (0, and
-    nothing left in the transaction, when fewer than `need` fit). `fresh`: score afresh (for plans tried
-    and rolled back); `explain`: tell the pods why they wait when the gang does not fit."""
+    nothing left in the transaction, when fewer than `need` fit). `probe`: by the session's cheap placer
+    (a victim search trying a plan), else by its policy; `explain`: tell the pods why they wait when the
+    gang does not fit."""
     assert job.topology is not None
     scope = resolve(session.state, session.cache.topologies, job.topology)
     if isinstance(scope, str):
@@ -115,15 +118,15 @@ def place_in_topology(
     tried: list[tuple[int | None, int]] = []
     for level in scope.levels():
         for code in gang.candidates(level)[:MAX_DOMAINS]:
+            if len(tried) >= MAX_TRIES:
+                break
             cp = tx.checkpoint()
-            placed = gang.fill(tx, level, code, fresh=fresh, limit=None if fill else need)
+            placed = gang.fill(tx, level, code, probe=probe, limit=None if fill else need)
             if placed >= need:
                 session.add_time("scoring", time.perf_counter() - t0)
                 return placed
             tx.rollback_to(cp)
             tried.append((level, code))
-            if time.perf_counter() - t0 > BUDGET_S:
-                break
     session.add_time("scoring", time.perf_counter() - t0)
     if explain:
         message = gang.why_not(tried)
@@ -141,6 +144,35 @@ def _who(job: Job) -> str:
     return ("gang " if job.is_gang else "pod ") + job.key.removeprefix("pod:")
 
 
+def home_rows(session: Session, job: Job, scope: Scope) -> Array:
+    """bool[C]: the rows the job's pods may use: the topology's nodes, and with a required level and
+    members already holding places (running, placed this cycle or reserved), only their domain there."""
+    s = session.state
+    rows = s.domain[:, scope.columns[-1]] >= 0
+    req = scope.required
+    if req is None:
+        return rows
+    held = session.ledger
+    col = scope.columns[req]
+    placed = [held.placement(p.uid) for p in (*running_now(session, job), *job.reserved)]
+    codes = [int(s.domain[pl.node, col]) for pl in placed if pl is not None]
+    if not codes:
+        return rows
+    home = max(set(codes), key=codes.count)
+    return rows & (s.domain[:, col] == home)
+
+
+def topology_rows(session: Session, job: Job) -> Array | None:
+    """bool[C]: the rows a job's pod may take under its topology constraint (all False when the constraint
+    cannot be used); None: the job has none. For searches that place one pod by arithmetic per node."""
+    if job.topology is None:
+        return None
+    scope = resolve(session.state, session.cache.topologies, job.topology)
+    if isinstance(scope, str):
+        return session.xp.zeros((session.state.capacity,), dtype=session.xp.bool)
+    return home_rows(session, job, scope)
+
+
 class GangFit:
     """A gang's figures over the node rows under its scope: per-node pod counts, free resources, and per
     domain of a level the capacity for the gang (computed when first asked). Built once per attempt: the
@@ -151,10 +183,7 @@ class GangFit:
         s: ClusterState = session.state
         xp = s.xp
         self.xp, self.s = xp, s
-        self.in_topology = s.domain[:, scope.columns[-1]] >= 0
-        anchor = self._anchor()  # rows of the required-level domain holding running members, if any
-        if anchor is not None:
-            self.in_topology = self.in_topology & anchor
+        self.in_topology = home_rows(session, job, scope)
         # Demands of the `need` pods that must fit (a gang's pods are nearly always alike: one entry).
         self.counts: dict[PodDemand, int] = {}
         for p in pods[:need]:
@@ -190,23 +219,6 @@ class GangFit:
         self.ratio: dict[int, Array] = {}  # level -> float64[runs]
         self.runs = self._runs()
         self.sums: list[Array] | None = None
-
-    def _anchor(self) -> Array | None:
-        """bool[C]: the rows of the required-level domain the running members are in (None: no running
-        members, or no required level)."""
-        req = self.scope.required
-        running = running_now(self.session, self.job)
-        if req is None or not running:
-            return None
-        held = self.session.ledger
-        col = self.scope.columns[req]
-        codes = [
-            int(self.s.domain[pl.node, col]) for p in running if (pl := held.placement(p.uid)) is not None
-        ]
-        if not codes:
-            return None
-        home = max(set(codes), key=codes.count)
-        return self.s.domain[:, col] == home
 
     def codes(self, level: int) -> Array:
         return self.s.domain[:, self.scope.columns[level]]
@@ -315,7 +327,7 @@ class GangFit:
         prefs = self.codes(pref)
         return [rows & (prefs == int(codes[i])) for i in range(int(codes.shape[0]) - 1, -1, -1)]
 
-    def fill(self, tx: Transaction, level: int | None, code: int, *, fresh: bool, limit: int | None) -> int:
+    def fill(self, tx: Transaction, level: int | None, code: int, *, probe: bool, limit: int | None) -> int:
         """Place the pods (at most `limit`) inside one domain, its preferred-level domains filled in
         turn; how many were placed."""
         groups = self._groups(level, code)
@@ -327,7 +339,7 @@ class GangFit:
             d = demand_for(pod)
             g = start.get(d, 0)
             while g < len(groups):
-                pl = self.session.place_one(d, groups[g]) if fresh else self.session.place(d, groups[g])
+                pl = self.session.probe_place(d, groups[g]) if probe else self.session.place(d, groups[g])
                 if pl is not None:
                     tx.place(pod, self.job, pl)
                     placed += 1

@@ -10,8 +10,10 @@ cycle the adapter:
   eviction counts a member that succeeded (a pod whose group says nothing more than the pod itself gets no
   PodGroup object: it is its own job);
 - fills `spec.priority` from the PriorityClass when the API server left it out;
-- shows pods it bound as bound until the watch catches up, and pods it evicted as gone, so the cycle never
-  sees an assumed placement undone by a stale event (which would double-allocate the GPU share).
+- shows pods it bound as bound until the watch catches up, so the cycle never sees an assumed placement
+  undone by a stale event (which would double-allocate the GPU share). A pod it evicted is shown as it
+  is: terminating (graceful deletion) until it is gone; the cycle keeps it releasing meanwhile, and binds
+  the pod it made room for only then.
 """
 
 from __future__ import annotations
@@ -125,7 +127,6 @@ class KubeCluster:
         self.podgroups = PodGroupReconciler(self.custom, book, self.informers["PodGroup"].get)
         self._priorities: dict[str, int] = {}
         self._bound: dict[str, str] = {}  # pod uid -> node, bound by us, not yet seen bound by the watch
-        self._evicted: dict[str, float] = {}  # pod uid -> when we evicted it
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
@@ -202,6 +203,7 @@ class KubeCluster:
         """One informer event into what the cycle should see (appended to `out`)."""
         if ev.kind == "PriorityClass":
             self._on_priority_class(ev)
+            out.append(WatchEvent("PriorityClass", ev.type, ev.obj))  # PodGroups name them too
         elif ev.kind == "Pod":
             for event in self._pod_events(ev):
                 self._route(event, out)
@@ -278,8 +280,6 @@ class KubeCluster:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
         if not result.ok:
             raise EvictError(result.reason)
-        with self._lock:
-            self._evicted[pod.uid] = time.monotonic()
 
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
         with self._lock:
@@ -348,7 +348,6 @@ class KubeCluster:
         if ev.type == "DELETED":
             with self._lock:
                 self._bound.pop(uid, None)
-                self._evicted.pop(uid, None)
                 self._lock_waiters.discard(uid)
             if self.podgrouper:
                 self.podgroups.forget(obj)
@@ -356,8 +355,6 @@ class KubeCluster:
             self.pending.forget(uid)
             return [WatchEvent("Pod", "DELETED", obj)]
         with self._lock:
-            if uid in self._evicted:
-                return []  # already gone as far as the cycle knows (terminating: resources handed over)
             bound_to = self._bound.get(uid)
             if bound_to is not None and spec.get("nodeName"):
                 del self._bound[uid]

@@ -21,6 +21,7 @@ from kubernetes import client, config
 from scheduler.api import cli as house
 from scheduler.api.cli import CommandError, HouseCommand, VersionOption, check_choice, first_line, new_app
 from scheduler.api.keys import SCHEDULER_NAME
+from scheduler.budget import BudgetLimits
 from scheduler.cycle import SchedulerConfig
 from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.kai_compat import access_problem
@@ -212,9 +213,11 @@ def run(
             lease_name=leader_elect_lease_name,
             lock_timeout_s=lock_timeout_s,
             kai_compat=kai_compat,
-            scheduler=SchedulerConfig(policy=placement, usage=usage)
-            if placement
-            else SchedulerConfig(usage=usage),
+            scheduler=(
+                SchedulerConfig(policy=placement, budget=BudgetLimits.live(), usage=usage)
+                if placement
+                else SchedulerConfig(budget=BudgetLimits.live(), usage=usage)
+            ),
             usage_configmap=usage_configmap,
             usage_namespace=usage_namespace or os.environ.get("POD_NAMESPACE") or leader_elect_namespace,
         ),

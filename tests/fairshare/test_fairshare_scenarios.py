@@ -11,7 +11,7 @@ from scheduler.sim.builtin import pod
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import Manifests, load_files
 from scheduler.sim.usage_report import DAY_S, QueueTimeline
-from tests.queues.util import Recorder, gpus_by_queue
+from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
 from tests.scheduler.helpers import A100, node, phase
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
@@ -48,14 +48,16 @@ def test_kai_should_schedule_fairly_based_on_historical_usage() -> None:
     rec.run(29)
     assert gpus_by_queue(rec.sim) == {"queue-a": 4.0}
     rec.cycle()  # t=30s: queue-b's pod arrives
-    assert phase(rec.sim, "queue-b/b-0") == "Running"
     (victim,) = rec.evictions("reclaim")
     assert victim["pod"].startswith("queue-a/fill-") and victim["beneficiary"] == "queue-b/b-0"
     tree = rec.sched.last_session.tree  # type: ignore[union-attr]
     assert tree.nodes["queue-b"].fair_share.gpu == 1.0  # about 4/10001 of a GPU without usage
-    # With kValue 10000 the swing is as sharp back: once queue-b's own second of use shows, its share
-    # is 0 and queue-a reclaims the GPU (KAI relies on a minimum runtime against this; not in Tessera yet).
+    rec.run(GRACE_S - 1)
+    assert phase(rec.sim, "queue-b/b-0") == "Pending"  # its place is reserved while the victim terminates
     rec.cycle()
+    assert phase(rec.sim, "queue-b/b-0") == "Running"
+    # With kValue 10000 the swing is as sharp back: queue-b's reserved GPU counted as its usage, its share
+    # is 0 and queue-a reclaims the GPU (KAI relies on a minimum runtime against this).
     assert [e["pod"] for e in rec.evictions("reclaim")][1:] == ["queue-b/b-0"]
 
 
@@ -88,8 +90,10 @@ def run_until(rec: Recorder, timeline: QueueTimeline, t_s: float) -> None:
 def test_fairshare_alternating() -> None:
     rec, timeline = alternating(FAIRSHARE)
     run_until(rec, timeline, 48 * HOUR + 5)
-    # team-b used the cluster more recently (day 1) than team-a (day 0): team-a gets most of it.
-    assert gpus_by_queue(rec.sim) == {"team-a": 6.0, "team-b": 2.0}
+    # team-b used the cluster more recently (day 1) than team-a (day 0): team-a gets most of it (KAI's
+    # queue order serves the smaller share with the job next: team-a's 7th GPU, 7/6.4, before team-b's
+    # 2nd, 2/1.6).
+    assert gpus_by_queue(rec.sim) == {"team-a": 7.0, "team-b": 1.0}
     tree = rec.sched.last_session.tree  # type: ignore[union-attr]
     assert (
         round(tree.nodes["team-a"].fair_share.gpu, 1) == 6.4
@@ -100,8 +104,8 @@ def test_fairshare_alternating() -> None:
     assert [(d.get("team-a", 0), d.get("team-b", 0)) for d in days] == [
         (192, 0),
         (0, 192),
-        (112, 80),
-        (80, 112),
+        (116, 76),
+        (76, 116),
     ]
     assert sum(d["team-a"] for d in days) == sum(d["team-b"] for d in days) == 384  # evened out
     assert rec.evictions() == []

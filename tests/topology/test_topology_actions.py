@@ -11,7 +11,7 @@ from scheduler.reasons import Reason
 from scheduler.sim.builtin import pod, podgroup, queue
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import Manifests
-from tests.queues.util import Recorder
+from tests.queues.util import GRACE_S, Recorder
 from tests.scheduler.helpers import assignment, phase
 from tests.topology.util import FOREVER, Gang, gpu_node, topology, world
 
@@ -104,7 +104,7 @@ def test_consolidation_moves_pods_out_of_a_rack_to_make_room_for_a_gang() -> Non
     rec.run(2)
     moves = rec.evictions("consolidate")
     assert len(moves) == 1 and "to free example.com/rack" in moves[0]["message"]
-    rec.run(2)
+    rec.run(GRACE_S + 2)  # the moved pod has terminated: it and the gang are bound where planned
     racks = {rack_of(rec, f"train/ddp-{i}") for i in range(3)}
     assert len(racks) == 1 and all(phase(rec.sim, f"train/ddp-{i}") == "Running" for i in range(3))
     moved = moves[0]["pod"]
@@ -122,7 +122,7 @@ def test_reclaim_evicts_inside_one_rack_only() -> None:
         queue("lender", None, 0), queue("owner", None, 4), topology("dc", RACK), *rack_nodes(2, 2, 2),
         *lender, gang_pg, *gang_pods("ddp", "owner", 4, arrival_s=3, annotations={}),
     ])  # fmt: skip
-    rec.run(6)
+    rec.run(GRACE_S + 6)  # the victims terminate before the gang is bound in their place
     racks = {rack_of(rec, f"owner/ddp-{i}") for i in range(4)}
     assert len(racks) == 1 and all(phase(rec.sim, f"owner/ddp-{i}") == "Running" for i in range(4))
     victims = rec.evictions("reclaim")

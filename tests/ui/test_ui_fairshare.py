@@ -25,14 +25,14 @@ def test_the_queue_view_carries_recent_usage_and_its_series(at_49h: tuple[str, d
     a, b = queues["team-a"], queues["team-b"]
     assert 0 < a.recent_usage["gpu"] < b.recent_usage["gpu"] < 1  # type: ignore[attr-defined]
     # One value per bucket of the window so far (3d / 168: about 26 minutes): team-a held the cluster on
-    # day 0, team-b on day 1, team-a 6 of 8 GPUs since 48h.
+    # day 0, team-b on day 1, team-a 7 of 8 GPUs since 48h.
     series_a, series_b = a.usage_series, b.usage_series  # type: ignore[attr-defined]
     # (the last cycle ran just after 48h: nothing happened after it until 52h)
     assert len(series_a) == len(series_b) == math.ceil(48 * HOUR / FAIRSHARE.bucket_s) + 1
     day = int(24 * HOUR // FAIRSHARE.bucket_s)
     assert series_a[0] == pytest.approx(1.0) and series_b[0] == 0.0
     assert series_b[day + 5] == pytest.approx(1.0) and series_a[day + 5] == 0.0
-    assert series_a[-1] == pytest.approx(0.75)
+    assert series_a[-1] == pytest.approx(0.875)
 
 
 def test_the_panel_shows_a_recent_use_column_with_sparklines(at_49h: tuple[str, dict[str, object]]) -> None:
