@@ -53,10 +53,13 @@ class DomainConsolidation:
             pl = held.placement(v.pods[0].uid)
             if pl is not None and bool(gang.in_topology[pl.node]):
                 by_domain.setdefault(int(codes[pl.node]), []).append(v)
+        # Most room first; between equals, the one whose pods are the most expendable (KAI's victim order:
+        # the lowest priority, then the youngest), then by name.
         order = sorted(
             (c for c in range(size) if c in by_domain),
-            key=lambda c: (-int(caps[c]), session.state.domains.name(scope.columns[level], c)),
-        )[:MAX_DOMAINS]
+            key=lambda c: (-int(caps[c]), min(_expendable(v) for v in by_domain[c]),
+                           session.state.domains.name(scope.columns[level], c)),
+        )[:MAX_DOMAINS]  # fmt: skip
         for code in order:
             if meter.exhausted:
                 break
@@ -83,10 +86,10 @@ class DomainConsolidation:
         s, held = session.state, session.ledger
         cp = tx.checkpoint()
 
-        def emptiest_first(v: Victim) -> tuple[int, float, str]:
+        def emptiest_first(v: Victim) -> tuple[int, float, tuple[int, float, str]]:
             pl = held.placement(v.pods[0].uid)
             free = sum(s.node_gpu_row(pl.node)) if pl is not None else 0
-            return (-free, v.usage.gpu, v.job.key)
+            return (-free, v.usage.gpu, _expendable(v))
 
         taken: list[Victim] = []
         for v in sorted(victims, key=emptiest_first)[:MAX_MOVES]:
@@ -121,6 +124,11 @@ class DomainConsolidation:
         for v, new in moves:
             tx.reserve(v.pods[0], v.job, new, label(job))
         return True
+
+
+def _expendable(v: Victim) -> tuple[int, float, str]:
+    """KAI's victim order: the lowest priority, then the youngest."""
+    return (v.job.priority, -v.job.created_s, v.key)
 
 
 def _movable(session: Session, job: Job) -> list[Victim]:
