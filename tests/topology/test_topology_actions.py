@@ -144,3 +144,33 @@ def test_a_hostile_annotation_is_told_in_one_short_line() -> None:
     reason = rec.sim.pods["queue0/p"].reason
     assert reason is not None and reason[0] == Reason.INVALID_TOPOLOGY and len(reason[1]) < 200
     assert phase(rec.sim, "queue0/ok") == "Running"  # the rest goes on
+
+
+def test_an_elastic_gang_grows_inside_its_rack_and_reclaims_only_there() -> None:
+    """An elastic gang (minMember 2 of 4 pods) requiring a rack runs 3 pods in rack1; its 4th waits for
+    room in rack1 although rack2 has free GPUs, and reclaim takes its victim in rack1 only (a one-pod plan
+    is searched on the nodes the constraint allows: here n1, though n0 comes first and its victim alone
+    would make room there)."""
+    nodes = [gpu_node("n0", 4, {RACK: "rack2"}), gpu_node("n1", 4, {RACK: "rack1"})]
+    batch = [
+        pod(f"b{i}", "batch", arrival_s=0, duration_s=FOREVER, gpus=1, cpu="1",
+            node_selector={"kubernetes.io/hostname": f"n{i}"})
+        for i in range(2)
+    ]  # fmt: skip
+    gang_pg = podgroup("ddp", "train", "train", 2)
+    gang_pg["spec"]["topologyConstraint"] = {"topology": "dc", "requiredTopologyLevel": RACK}
+    m = Manifests()
+    for o in [queue("batch", None, 0), queue("train", None, 4), topology("dc", RACK), *nodes, *batch, gang_pg,
+              *gang_pods("ddp", "train", 4, arrival_s=2, annotations={})]:  # fmt: skip
+        m.objects[o["kind"]].append(o)
+    sim = SimCluster.from_manifests(m)
+    config = SchedulerConfig(backend="numpy", actions=("bind_reserved", "allocate", "reclaim"))
+    rec = Recorder(sim, Scheduler(sim, config))
+    rec.run(3)
+    running = [f"train/ddp-{i}" for i in range(4) if phase(rec.sim, f"train/ddp-{i}") == "Running"]
+    assert len(running) == 3 and {rack_of(rec, k) for k in running} == {"rack1"}
+    (victim,) = rec.evictions("reclaim")
+    assert victim["pod"] == "batch/b1" and victim["node"] == "n1"  # rack1's, not b0 on n0
+    rec.run(GRACE_S + 2)
+    assert {rack_of(rec, f"train/ddp-{i}") for i in range(4)} == {"rack1"}
+    assert phase(rec.sim, "batch/b0") == "Running" and rec.evictions("reclaim") == [victim]
