@@ -162,17 +162,6 @@ def home_rows(session: Session, job: Job, scope: Scope) -> Array:
     return rows & (s.domain[:, col] == home)
 
 
-def topology_rows(session: Session, job: Job) -> Array | None:
-    """bool[C]: the rows a job's pod may take under its topology constraint (all False when the constraint
-    cannot be used); None: the job has none. For searches that place one pod by arithmetic per node."""
-    if job.topology is None:
-        return None
-    scope = resolve(session.state, session.cache.topologies, job.topology)
-    if isinstance(scope, str):
-        return session.xp.zeros((session.state.capacity,), dtype=session.xp.bool)
-    return home_rows(session, job, scope)
-
-
 class GangFit:
     """A gang's figures over the node rows under its scope: per-node pod counts, free resources, and per
     domain of a level the capacity for the gang (computed when first asked). Built once per attempt: the

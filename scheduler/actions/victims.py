@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.actions.topology_placement import topology_rows
+from scheduler.actions.topology_victims import domain_pools, topology_rows
 from scheduler.actions.views import label, place_members, running_now, static_rows
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.budget import Meter
@@ -258,13 +258,17 @@ class VictimSearch:
             return []
         d = demand_for(self.pods[0])
         rows = self._rows(d)
-        pool = [v for v in pool if any(bool(rows[r]) for r in v.nodes)][:MAX_VICTIM_UNITS]
+        pool = [v for v in pool if any(bool(rows[r]) for r in v.nodes)]
         if not pool:
             return None
         self._ranks = {v.key: i for i, v in enumerate(pool)}
         if self.count == 1 and len(self.pods) >= 1:
-            return self._single(pool, d)
-        return self._gang(pool)
+            return self._single(pool[:MAX_VICTIM_UNITS], d)
+        # A gang that must sit in one domain: victims searched domain by domain (topology_victims.py).
+        for part in domain_pools(self.session, self.job, pool) or [pool]:
+            if (plan := self._gang(part[:MAX_VICTIM_UNITS])) is not None:
+                return plan
+        return None
 
     # ------------------------------------------------------------------------------------- helpers
     def _rows(self, d: PodDemand) -> Any:

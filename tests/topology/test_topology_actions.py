@@ -174,3 +174,32 @@ def test_an_elastic_gang_grows_inside_its_rack_and_reclaims_only_there() -> None
     rec.run(GRACE_S + 2)
     assert {rack_of(rec, f"train/ddp-{i}") for i in range(4)} == {"rack1"}
     assert phase(rec.sim, "batch/b0") == "Running" and rec.evictions("reclaim") == [victim]
+
+
+def test_reclaim_searches_victims_rack_by_rack() -> None:
+    """4 racks of 2 four-GPU nodes full of single lender pods placed round-robin over the racks, so the
+    youngest (the first victims in KAI's order) are spread over all four. A gang of 8 requiring a rack
+    gets one whole rack's pods evicted, no more: victims are searched rack by rack (searched in plain
+    victim order, the work budget ran out while the plan was still being pruned: 11 pods evicted)."""
+    nodes = [gpu_node(f"n{r}{i}", 4, {RACK: f"rack{r}"}) for r in range(4) for i in range(2)]
+    order = [f"n{r}{i}" for i in range(2) for _ in range(4) for r in range(4)]  # rack by rack, round-robin
+    lender = [
+        pod(f"l{k:02d}", "lender", arrival_s=k * 0.01, duration_s=FOREVER, gpus=1, cpu="1",
+            node_selector={"kubernetes.io/hostname": order[k]})
+        for k in range(32)
+    ]  # fmt: skip
+    gang_pg = podgroup("ddp", "owner", "owner", 8)
+    gang_pg["spec"]["topologyConstraint"] = {"topology": "dc", "requiredTopologyLevel": RACK}
+    rec = recorder([
+        queue("lender", None, 0), queue("owner", None, 8), topology("dc", RACK), *nodes, *lender, gang_pg,
+        *gang_pods("ddp", "owner", 8, arrival_s=3, annotations={}),
+    ])  # fmt: skip
+    rec.run(4)
+    victims = rec.evictions("reclaim")
+    assert (
+        len(victims) == 8
+        and len({rec.sim.nodes[e["node"]]["metadata"]["labels"][RACK] for e in victims}) == 1
+    )
+    rec.run(GRACE_S + 2)
+    racks = {rack_of(rec, f"owner/ddp-{i}") for i in range(8)}
+    assert len(racks) == 1 and all(phase(rec.sim, f"owner/ddp-{i}") == "Running" for i in range(8))

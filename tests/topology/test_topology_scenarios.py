@@ -57,3 +57,15 @@ def test_topology_consolidation() -> None:
     assert phase(rec.sim, moved) == "Running" and a is not None and a.node in ("gpu-b1", "gpu-b2")
     assert rec.sched.cache.state.allocated_milli() == 15_000
     assert rec.gang_evictions == 0
+
+
+def test_topology_reclaim() -> None:
+    rec = scenario("topology-reclaim")
+    rec.run(31)
+    victims = rec.evictions("reclaim")
+    assert len(victims) == 8 and {e["node"] for e in victims} == {"gpu-b1", "gpu-b2"}  # rack-b's 8 pods
+    assert all(e["beneficiary"] == "prod/ddp" for e in victims)
+    rec.run(GRACE_S)
+    assert nodes_of(rec, "prod/ddp-") == {"gpu-b1": 4, "gpu-b2": 4}
+    assert nodes_of(rec, "research/") == {"gpu-a1": 4, "gpu-a2": 4}  # research keeps rack-a
+    assert rec.evictions() == victims and rec.gang_evictions == 0
