@@ -1,12 +1,14 @@
 """Consolidation for topology gangs: move preemptible pods out of one domain so that a gang fits in it.
 
 A gang whose required level has no domain with room for it whole (`TopologyUnsatisfied`) may still fit
-one if some single preemptible pods there ran elsewhere. For the domains closest to holding the gang
-(most room first), movable pods on the domain's nodes are taken off, those on the emptiest nodes and the
-smallest first, until the gang fits there by count; then the gang is placed inside the domain and every
-moved pod must get a new place outside it, or the plan is dropped and the next domain tried. As in
-`consolidate`, nothing is evicted unless every moved pod's new place is planned (a reservation), and no
-queue loses anything: a moved pod keeps its resources, elsewhere.
+one if some preemptible pods that move alone (as `consolidate` moves them) ran elsewhere. For the domains
+closest to holding the gang (most room first, then the one whose pods are the most expendable), movable
+pods on the domain's nodes are taken off, those on the emptiest nodes and the smallest first, until the
+gang fits there by count; then the gang is placed inside the domain and every moved pod must get a new
+place outside it, or the plan is dropped and the next domain tried (one unit of the action's work budget
+each). As in `consolidate`, nothing is evicted unless every moved pod's new place is planned (a
+reservation), and no queue loses anything: a moved pod keeps its resources, elsewhere; the gang is
+pipelined until the moved pods have terminated.
 
 This is a hook of `consolidate` (which calls `DomainConsolidation.run` for jobs with a topology
 constraint), kept apart so the action's own search stays as it is.
