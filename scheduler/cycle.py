@@ -50,6 +50,8 @@ class CycleResult:
     reasons: dict[str, PendingReason] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     phase_s: dict[str, float] = field(default_factory=dict)  # state_update, scoring, commit, other
+    # Unix time by which a cycle should run again though nothing happens (a victim's minimum runtime ends)
+    retry_at_epoch_s: float | None = None
 
 
 class Scheduler:
@@ -91,8 +93,9 @@ class Scheduler:
         usage = self.fairshare.shares(epoch) if self.fairshare is not None else None
         k_value = self.fairshare.params.k_value if self.fairshare is not None else 1.0
         session = Session.open(
-            self.cache, self.placer, now, self.budget, probe=self.probe, recent_usage=usage, k_value=k_value
-        )
+            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=epoch, recent_usage=usage,
+            k_value=k_value,
+        )  # fmt: skip
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
         try:
@@ -117,6 +120,7 @@ class Scheduler:
         return CycleResult(
             started_s=now, duration_s=duration, action_s=timings, bound=bound, evicted=evicted,
             pending=len(session.reasons), reasons=dict(session.reasons), events=session.events, phase_s=phases,
+            retry_at_epoch_s=session.retry_at,
         )  # fmt: skip
 
     def _report(self, session: Session) -> None:
