@@ -24,7 +24,7 @@ def weighted_queue(name: str, weight: float) -> dict[str, object]:
             "spec": {"resources": {"gpu": {"quota": 0, "overQuotaWeight": weight, "limit": -1}}}}  # fmt: skip
 
 
-def kai_e2e(usage: UsageParams | None) -> Recorder:
+def kai_e2e(usage: UsageParams | None, b_reclaim_min_runtime: str | None = None) -> Recorder:
     """KAI's test/e2e/suites/timeaware "should schedule fairly based on historical usage": queue-a
     (over-quota weight 10000) fills every GPU with preemptible pods; once its usage shows, queue-b
     (weight 1) submits one single-GPU pod, which needs a reclaim to run.
@@ -35,6 +35,8 @@ def kai_e2e(usage: UsageParams | None) -> Recorder:
     m = Manifests()
     m.objects["Node"].append(node("gpu-0", A100, 4, 64, 512))
     m.objects["Queue"] += [weighted_queue("queue-a", 10000), weighted_queue("queue-b", 1)]
+    if b_reclaim_min_runtime is not None:
+        m.objects["Queue"][-1]["spec"]["reclaimMinRuntime"] = b_reclaim_min_runtime  # type: ignore[index]
     m.objects["Pod"] += [
         pod(f"fill-{i}", "queue-a", arrival_s=0, duration_s=10_000, gpus=1) for i in range(4)
     ]
@@ -58,7 +60,19 @@ def test_kai_should_schedule_fairly_based_on_historical_usage() -> None:
     rec.cycle()
     assert phase(rec.sim, "queue-b/b-0") == "Running"
     # With kValue 10000 the swing is as sharp back: queue-b's reserved GPU counted as its usage, its share
-    # is 0 and queue-a reclaims the GPU (KAI relies on a minimum runtime against this).
+    # is 0 and queue-a reclaims the GPU (KAI relies on a minimum runtime against this: below).
+    assert [e["pod"] for e in rec.evictions("reclaim")][1:] == ["queue-b/b-0"]
+
+
+def test_a_reclaim_minimum_runtime_damps_the_swing_back() -> None:
+    """KAI pairs time-based fair share with a minimum runtime: with queue-b's reclaimMinRuntime at 60s,
+    its pod runs at least that long before queue-a, whose share is back, reclaims the GPU."""
+    rec = kai_e2e(UsageParams(window_s=30, half_life_s=15, k_value=10000, resolution_s=1), "60s")
+    rec.run(30 + GRACE_S)  # t=60s: b-0 bound where queue-a's victim was
+    assert phase(rec.sim, "queue-b/b-0") == "Running"
+    rec.run(59)
+    assert phase(rec.sim, "queue-b/b-0") == "Running" and len(rec.evictions("reclaim")) == 1
+    rec.run(2)  # 60 seconds after it started
     assert [e["pod"] for e in rec.evictions("reclaim")][1:] == ["queue-b/b-0"]
 
 
