@@ -27,8 +27,10 @@ from scheduler.memo import Memo
 from scheduler.model import PodInfo
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.registry import make_policy
+from scheduler.queues.usage_history import TimeBasedFairShare, UsageParams
+from scheduler.queues.usage_store import MemoryUsageStore, UsageStore
 from scheduler.reasons import PendingReason, Reason
-from scheduler.session import Session
+from scheduler.session import Session, cluster_capacity
 from scheduler.state.bulk import arrays_agree
 from scheduler.state.cluster_state import OvercommitError
 
@@ -46,6 +48,7 @@ class SchedulerConfig:
     # Search budgets count work, so a simulation decides the same on any machine; the live scheduler
     # passes `BudgetLimits.live()` (a wall-clock cap on top).
     budget: BudgetLimits = field(default_factory=BudgetLimits)
+    usage: UsageParams | None = None  # time-based fair share (docs/fairshare.md); None: off
 
 
 @dataclass
@@ -64,7 +67,9 @@ class CycleResult:
 
 
 class Scheduler:
-    def __init__(self, cluster: Cluster, config: SchedulerConfig | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, config: SchedulerConfig | None = None, usage_store: UsageStore | None = None
+    ) -> None:
         self.cluster = cluster
         self.config = config or SchedulerConfig()
         problem = self.config.expected_nodes * self.config.max_gpus_per_node
@@ -89,13 +94,17 @@ class Scheduler:
         # (kind, namespace, name, reason) -> message of every warning that holds now (see `Cluster.warn`)
         self.warnings: dict[WarningKey, str] = {}
         self._contained_failures: list[Exception] = []  # in actions, this cycle
+        # Queues' recent usage, kept in `usage_store` (a ConfigMap in Kubernetes) across restarts.
+        params = self.config.usage
+        self.fairshare = TimeBasedFairShare(params, usage_store or MemoryUsageStore()) if params else None
 
     def run_cycle(self) -> CycleResult:
         t0 = time.perf_counter()
         now = self.cluster.now()
         self._contained_failures = []
         self.cache.apply(self.cluster.drain_events())
-        session = self._open(now)
+        epoch = self.cluster.epoch_s()
+        session = self._open(now, epoch)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
         try:
@@ -107,6 +116,9 @@ class Scheduler:
             if self.cache.ledger.abort():  # an action failed inside a transaction: leave no half of it
                 log.error("a transaction was left open by a failing action; rolled back")
             session.close()
+        if self.fairshare is not None:  # what the queues hold from now on, until the next cycle
+            allocated = {name: node.allocated for name, node in session.tree.nodes.items()}
+            self.fairshare.observe(epoch, allocated, cluster_capacity(self.cache.state))
         self._report(session)
         self.last_session = session
         if self._contained_failures and not self._state_agrees():
@@ -125,27 +137,30 @@ class Scheduler:
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------------ containment
-    def _open(self, now: float) -> Session:
+    def _open(self, now: float, epoch: float) -> Session:
         """Open the session; a job that makes it fail is quarantined and the session opened without it."""
         index = self.cache.index
         for _ in range(MAX_CULPRITS):
             try:
-                session = self._session(now)
+                session = self._session(now, epoch)
                 break
             except Exception as exc:
                 key = culprit(exc)
                 if key is None or not index.quarantine(key, self._failed_on(exc, key, "opening the session")):
                     raise
         else:
-            session = self._session(now)
+            session = self._session(now, epoch)
         for pod, message in index.quarantined_pods():
             session.set_reason(pod, Reason.INVALID_REQUEST, message)
         return session
 
-    def _session(self, now: float) -> Session:
+    def _session(self, now: float, epoch: float) -> Session:
+        usage = self.fairshare.shares(epoch) if self.fairshare is not None else None
+        k_value = self.fairshare.params.k_value if self.fairshare is not None else 1.0
         return Session.open(
-            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=self.cluster.epoch_s()
-        )
+            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=epoch, recent_usage=usage,
+            k_value=k_value,
+        )  # fmt: skip
 
     def _execute(self, action: Action, session: Session) -> None:
         """Run one action; when it fails on a job, that job is rolled back, quarantined, and the action run

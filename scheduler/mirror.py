@@ -25,6 +25,7 @@ from scheduler.accounting import Unaccountable, from_assignment, from_request
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
+from scheduler.api.topology import Topology
 from scheduler.cluster import WatchEvent
 from scheduler.containment import failure, invalid_pod, one_line
 from scheduler.error_log import ErrorLog, Problems
@@ -57,6 +58,7 @@ class ClusterMirror:
         self.queues: dict[str, Queue] = {}
         self.podgroups: dict[str, PodGroup] = {}  # namespace/name
         self.problems = Problems()
+        self.topologies: dict[str, Topology] = {}  # their levels are columns of the state's `domain`
         self.priority_classes: dict[str, int] = {}  # the cluster's PriorityClasses: name -> value
         self.index = JobIndex(
             ledger, self.podgroups, self.queues, self.problems.podgroups, self.priority_classes
@@ -89,6 +91,8 @@ class ClusterMirror:
                     self._on_gpunodereport(ev)
                 elif ev.kind == "PriorityClass":
                     self._on_priority_class(ev)
+                elif ev.kind == "Topology":
+                    self._on_topology(ev)
             except Exception as exc:  # one object, whatever went wrong with it: see scheduler/containment.py
                 self._unusable(ev, exc)
         try:
@@ -336,6 +340,15 @@ class ClusterMirror:
         self.queues[q.name] = q
         self.problems.queues.pop(q.name, None)
         self.index.touch_queue(q.name)
+
+    def _on_topology(self, ev: WatchEvent) -> None:
+        if ev.type == "DELETED":
+            name = str((ev.obj.get("metadata") or {}).get("name", ""))
+            self.topologies.pop(name, None)
+        else:
+            t = Topology.model_validate(ev.obj)
+            self.topologies[t.name] = t
+        self.state.set_topologies({name: t.label_keys for name, t in self.topologies.items()})
 
     def _on_podgroup(self, ev: WatchEvent) -> None:
         """Like queues: an invalid PodGroup update keeps the last valid one; a new invalid one leaves its

@@ -40,12 +40,13 @@ def test_warnings_are_events_on_their_objects(
         "apiVersion": f"{G}/v1alpha1", "kind": "Queue", "metadata": {"name": orphan},
         "spec": {"parentQueue": "nowhere", "resources": {"gpu": {"quota": 1}}},
     })  # fmt: skip
-    # More GPUs than any node has: it stays pending (a gang waits whole), so it is warned about whatever
-    # nodes other tests left behind (with 1 GPU it was bound at once, before a cycle could warn).
     pod = pod_body(
         "lonely", namespace=namespace, labels={"tessera.dev/queue": orphan},
-        annotations={"tessera.dev/pod-group": "ghost"}, limits={"nvidia.com/gpu": "16"},
+        annotations={"tessera.dev/pod-group": "ghost"}, limits={"nvidia.com/gpu": "1"},
     )  # fmt: skip
+    # It must stay pending (the warning is about waiting pods): GPU nodes earlier tests left in the shared
+    # API server would take it.
+    pod["spec"]["nodeSelector"] = {"tessera.dev/test": "no-such-node"}
     client.CoreV1Api(kube_admin).create_namespaced_pod(namespace, pod)
     node = f"warn-l4-{uuid.uuid4().hex[:6]}"  # GPUs, a known product, no nvidia.com/gpu.memory label
     core = client.CoreV1Api(kube_admin)
