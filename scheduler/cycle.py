@@ -1,13 +1,19 @@
-"""The scheduling loop: apply watch events, open a session, run the actions, report what is pending."""
+"""The scheduling loop: apply watch events, open a session, run the actions, report what is pending.
+
+Every step is contained per object (`scheduler/containment.py` says where the boundaries are and why):
+a failure while the session opens or an action runs quarantines the job it was handling and the step goes
+on without it; reporting one pod, queue or pod group never keeps the others from being reported.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.actions import DEFAULT_ACTIONS, make_actions
+from scheduler.actions import DEFAULT_ACTIONS, Action, make_actions
 from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
@@ -15,12 +21,18 @@ from scheduler.backend import get_namespace
 from scheduler.budget import Budget, BudgetLimits
 from scheduler.cache import Cache
 from scheduler.cluster import Cluster
+from scheduler.containment import MAX_CULPRITS, RETRIED, culprit, failure
+from scheduler.jobs import Job
+from scheduler.memo import Memo
+from scheduler.model import PodInfo
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.registry import make_policy
 from scheduler.queues.usage_history import TimeBasedFairShare, UsageParams
 from scheduler.queues.usage_store import MemoryUsageStore, UsageStore
-from scheduler.reasons import PendingReason
+from scheduler.reasons import PendingReason, Reason
 from scheduler.session import Session, cluster_capacity
+from scheduler.state.bulk import arrays_agree
+from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
 WarningKey = tuple[str, str | None, str, str]
@@ -81,6 +93,7 @@ class Scheduler:
         self.last_session: Session | None = None
         # (kind, namespace, name, reason) -> message of every warning that holds now (see `Cluster.warn`)
         self.warnings: dict[WarningKey, str] = {}
+        self._contained_failures: list[Exception] = []  # in actions, this cycle
         # Queues' recent usage, kept in `usage_store` (a ConfigMap in Kubernetes) across restarts.
         params = self.config.usage
         self.fairshare = TimeBasedFairShare(params, usage_store or MemoryUsageStore()) if params else None
@@ -88,20 +101,16 @@ class Scheduler:
     def run_cycle(self) -> CycleResult:
         t0 = time.perf_counter()
         now = self.cluster.now()
+        self._contained_failures = []
         self.cache.apply(self.cluster.drain_events())
         epoch = self.cluster.epoch_s()
-        usage = self.fairshare.shares(epoch) if self.fairshare is not None else None
-        k_value = self.fairshare.params.k_value if self.fairshare is not None else 1.0
-        session = Session.open(
-            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=epoch, recent_usage=usage,
-            k_value=k_value,
-        )  # fmt: skip
+        session = self._open(now, epoch)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
         try:
             for action in self.actions:
                 ta = time.perf_counter()
-                action.execute(session, self.cluster)
+                self._execute(action, session)
                 timings[action.name] = time.perf_counter() - ta
         finally:
             if self.cache.ledger.abort():  # an action failed inside a transaction: leave no half of it
@@ -112,6 +121,10 @@ class Scheduler:
             self.fairshare.observe(epoch, allocated, cluster_capacity(self.cache.state))
         self._report(session)
         self.last_session = session
+        if self._contained_failures and not self._state_agrees():
+            # The failure wrote the arrays outside the ledger (nothing rolls that back): fail the cycle, so
+            # that its caller rebuilds the state from the cluster (the Kubernetes runner does).
+            raise self._contained_failures[0]
         bound = sum(1 for e in session.events if e["type"] == "Scheduled")
         evicted = sum(1 for e in session.events if e["type"] == "Evicted")
         duration = time.perf_counter() - t0
@@ -123,15 +136,87 @@ class Scheduler:
             retry_at_epoch_s=session.retry_at,
         )  # fmt: skip
 
+    # ------------------------------------------------------------------------------------ containment
+    def _open(self, now: float, epoch: float) -> Session:
+        """Open the session; a job that makes it fail is quarantined and the session opened without it."""
+        index = self.cache.index
+        for _ in range(MAX_CULPRITS):
+            try:
+                session = self._session(now, epoch)
+                break
+            except Exception as exc:
+                key = culprit(exc)
+                if key is None or not index.quarantine(key, self._failed_on(exc, key, "opening the session")):
+                    raise
+        else:
+            session = self._session(now, epoch)
+        for pod, message in index.quarantined_pods():
+            session.set_reason(pod, Reason.INVALID_REQUEST, message)
+        return session
+
+    def _session(self, now: float, epoch: float) -> Session:
+        usage = self.fairshare.shares(epoch) if self.fairshare is not None else None
+        k_value = self.fairshare.params.k_value if self.fairshare is not None else 1.0
+        return Session.open(
+            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=epoch, recent_usage=usage,
+            k_value=k_value,
+        )  # fmt: skip
+
+    def _execute(self, action: Action, session: Session) -> None:
+        """Run one action; when it fails on a job, that job is rolled back, quarantined, and the action run
+        again for the others (at most MAX_CULPRITS times a cycle, then it is skipped until the next)."""
+        for attempt in range(MAX_CULPRITS + 1):
+            try:
+                action.execute(session, self.cluster)
+                return
+            except Exception as exc:
+                _roll_back(session)
+                self._contained_failures.append(exc)
+                key = culprit(exc)
+                message = self._failed_on(exc, key, action.name)
+                if key is None or attempt == MAX_CULPRITS or not self.cache.index.quarantine(key, message):
+                    self.cache.error_log.add(f"action {action.name} skipped this cycle: {failure(exc)}")
+                    return
+                _leave_out(session, key, message)
+
+    def _state_agrees(self) -> bool:
+        ledger = self.cache.ledger
+        holdings = [h.placement for h in (*ledger.pods.values(), *ledger.reserved.values())]
+        return arrays_agree(ledger.state, holdings)
+
+    def _failed_on(self, exc: Exception, key: str | None, step: str) -> str:
+        log.exception("%s failed on job %s", step, key)
+        message = f"the scheduler failed on this pod's job in {step} ({failure(exc)}); {RETRIED}"
+        self.cache.error_log.add(f"job {key}: {message}")
+        return message
+
     def _report(self, session: Session) -> None:
+        """Tell people why pods wait, and every queue's and pod group's status: each object on its own."""
         pods = self.cache.pods
         for uid, why in session.reasons.items():
             pod = pods.get(uid)
             if pod is not None and not pod.holds_resources:
-                self.cluster.report_pending(pod, why.reason, why.message)
+                self._contained(self.cluster.report_pending, pod, why.reason, self._why(pod, why))
         self.last_reasons = session.reasons
-        self.cluster.publish_status(queue_statuses(session), podgroup_statuses(session))
-        self._warn(session)
+        self._contained(self.cluster.publish_status, queue_statuses(session), podgroup_statuses(session))
+        self._contained(self._warn, session)
+
+    def _why(self, pod: PodInfo, why: PendingReason) -> str:
+        """An invalid queue says what is wrong with it (it is not merely missing)."""
+        if why.reason is Reason.INVALID_QUEUE:
+            problem = self.cache.mirror.problems.queues.get(pod.queue)
+            if problem is not None:
+                return f"{problem}; fix the queue or label the pod with another leaf queue"
+        return why.message
+
+    def _contained(self, report: Callable[..., Any], *args: Any) -> Any:
+        """One report: a failure is logged and recorded, and the others are still made."""
+        try:
+            return report(*args)
+        except Exception as exc:
+            log.exception("reporting with %s failed", getattr(report, "__name__", report))
+            self.cache.error_log.add(f"reporting: {failure(exc)}")
+            return None
 
     def _warn(self, session: Session) -> None:
         """Warn about objects that are used, but not as their author meant; each warning once."""
@@ -152,21 +237,70 @@ class Scheduler:
         for node in self.cache.state.nodes:
             if node is not None and node.warning:
                 now[("Node", None, node.name, "GPUMemoryAssumed")] = node.warning
+        problems = self.cache.mirror.problems
+        for name, message in problems.nodes.items():
+            now[("Node", None, name, "NodeUnusable")] = message
+        for name, message in problems.queues.items():
+            now[("Queue", None, name, "QueueInvalid")] = message
+        for group, message in problems.podgroups.items():
+            namespace, _, name = group.partition("/")
+            now[("PodGroup", namespace, name, "PodGroupInvalid")] = message
         for key, message in now.items():
             if self.warnings.get(key) != message:
-                self.cluster.warn(*key, message)
+                self._contained(self.cluster.warn, *key, message)
         self.warnings = now
 
 
-def queue_statuses(session: Session) -> dict[str, QueueStatus]:
-    return {
-        name: QueueStatus.from_internal(
-            allocated=node.allocated.as_dict(),
-            requested=node.requested.as_dict(),
-            fair_share=node.fair_share.as_dict(),
-        )
-        for name, node in session.tree.nodes.items()
+def _roll_back(session: Session) -> None:
+    """Undo what the failing action's open transaction did, except the binds it made: those pods are bound
+    in the cluster (their assignment says where), so they keep their places. A place that cannot be taken
+    back masks its node for GPU pods until the watch brings the bind (accounted from its assignment)."""
+    ledger = session.ledger
+    bound = {
+        p.uid: ledger.pods[p.uid]
+        for job in session.jobs
+        for p in job.pending
+        if p.holds_resources and p.uid in ledger.pods  # pending when the cycle began, bound since
     }
+    if not ledger.abort():
+        return
+    log.error("a transaction was left open by a failing action; rolled back")
+    for uid, held in bound.items():
+        if uid in ledger.pods:
+            continue  # committed before the failure: kept by the roll-back
+        try:
+            ledger.hold(uid, held.placement, held.owner)
+        except OvercommitError:
+            session.mask_node(held.placement.node)
+
+
+def _leave_out(session: Session, key: str, message: str) -> None:
+    """Take quarantined job `key` out of the session and tell its pending pods why; pods bound before the
+    failure are running now (so the action, run again, does not place them twice)."""
+    for job in session.jobs:
+        if job.key == key:
+            for p in job.pending:
+                session.set_reason(p, Reason.INVALID_REQUEST, message)
+        elif any(p.holds_resources for p in job.pending):
+            job.running += [p for p in job.pending if p.holds_resources]
+            job.pending = [p for p in job.pending if not p.holds_resources]
+    session.jobs = [job for job in session.jobs if job.key != key]
+    session.pending_jobs = [job for job in session.pending_jobs if job.key != key and job.pending]
+    session.memo = Memo()  # victims and capacities computed with the job in
+
+
+def queue_statuses(session: Session) -> dict[str, QueueStatus]:
+    out: dict[str, QueueStatus] = {}
+    for name, node in session.tree.nodes.items():
+        try:
+            out[name] = QueueStatus.from_internal(
+                allocated=node.allocated.as_dict(),
+                requested=node.requested.as_dict(),
+                fair_share=node.fair_share.as_dict(),
+            )
+        except Exception:  # one queue: the others are still written
+            log.exception("status of queue %s failed", name)
+    return out
 
 
 def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
@@ -174,17 +308,21 @@ def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
     for job in session.jobs:
         if not job.is_gang:
             continue
-        running = sum(1 for p in (*job.running, *job.pending) if p.holds_resources)
-        if running >= job.min_member:
-            out[job.key] = PodGroupStatus(phase="Running", running=running)
-            continue
-        why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)
-        why = why or session.group_reasons.get(job.key)
-        conditions = (
-            [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)]
-            if why
-            else []
-        )
-        phase = "Unschedulable" if why else "Pending"
-        out[job.key] = PodGroupStatus(phase=phase, running=running, conditions=conditions)
+        try:
+            out[job.key] = _podgroup_status(session, job)
+        except Exception:  # one pod group: the others are still written
+            log.exception("status of pod group %s failed", job.key)
     return out
+
+
+def _podgroup_status(session: Session, job: Job) -> PodGroupStatus:
+    running = sum(1 for p in (*job.running, *job.pending) if p.holds_resources)
+    if running >= job.min_member:
+        return PodGroupStatus(phase="Running", running=running)
+    why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)
+    why = why or session.group_reasons.get(job.key)
+    conditions = (
+        [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)] if why else []
+    )
+    phase = "Unschedulable" if why else "Pending"
+    return PodGroupStatus(phase=phase, running=running, conditions=conditions)

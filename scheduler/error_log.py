@@ -31,3 +31,17 @@ class ErrorLog:
 
     def __len__(self) -> int:
         return len(self._latest)
+
+
+class Problems:
+    """What is wrong now with objects the scheduler cannot use as written, by kind and name (a node that
+    takes no pod, a queue or pod group that is invalid): one line each, gone once the object is fixed or
+    deleted. Unlike the `ErrorLog` (history), this is the present: warnings and status are made from it."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, str] = {}  # node name
+        self.queues: dict[str, str] = {}  # queue name
+        self.podgroups: dict[str, str] = {}  # namespace/name
+
+    def __len__(self) -> int:
+        return len(self.nodes) + len(self.queues) + len(self.podgroups)

@@ -4,41 +4,49 @@ Nodes live in the `ClusterState` arrays; pods, queues and pod groups in dicts. A
 accounted in the ledger exactly once: from its `tessera.dev/gpu-assignment` when it has one (ours, so a
 restarted scheduler rebuilds the same picture), else whole GPUs taken on its node's free slots (pods of
 other schedulers, NVIDIA's device plugin). Every pod change is told to the job index.
+
+Each watch event is handled on its own (containment boundary 1, see `scheduler/containment.py`): an
+object that cannot be used is marked and reported, never allowed to stop the events after it. Nodes change
+under running pods: a Node deleted while its pods run (kubectl delete node, the kubelet registers it again)
+keeps its row, unschedulable, until it is back or its pods are gone; a GPU that leaves a node's count while
+pods hold it is kept, draining (`ClusterState.draining`). The arrays always equal what the pods hold.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
+from scheduler.accounting import Unaccountable, from_assignment, from_request
+from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.api.topology import Topology
 from scheduler.cluster import WatchEvent
-from scheduler.error_log import ErrorLog
+from scheduler.containment import failure, invalid_pod, one_line
+from scheduler.error_log import ErrorLog, Problems
 from scheduler.gpu_identity import GPUIdentities
 from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
-from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo, PodPhase
+from scheduler.model import Placement, PodInfo, PodPhase
 from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue, started_s
 from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
 
 
-def one_line(exc: Exception) -> str:
-    """A validation error as one readable line: "spec.resources.gpu: Value error, limit 2 is below quota 4"."""
-    if isinstance(exc, ValidationError):
-        parts = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"])
-            parts.append(f"{where}: {err['msg']}" if where else err["msg"])
-        return "; ".join(parts)
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+_EXPECTED = (InvalidObject, ValidationError, ValueError)  # bad input; anything else is a bug of ours
+
+
+def _name(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return str(name)[:253] if name else "?"
 
 
 class ClusterMirror:
@@ -49,11 +57,16 @@ class ClusterMirror:
         self.pods: dict[str, PodInfo] = {}  # by uid
         self.queues: dict[str, Queue] = {}
         self.podgroups: dict[str, PodGroup] = {}  # namespace/name
+        self.problems = Problems()
         self.topologies: dict[str, Topology] = {}  # their levels are columns of the state's `domain`
         self.priority_classes: dict[str, int] = {}  # the cluster's PriorityClasses: name -> value
-        self.index = JobIndex(ledger, self.podgroups, self.priority_classes)
+        self.index = JobIndex(
+            ledger, self.podgroups, self.queues, self.problems.podgroups, self.priority_classes
+        )
         # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
         self.gpu_identities = GPUIdentities()
+        # Nodes deleted while pods still hold resources there: kept, unschedulable, until back or empty.
+        self.gone: set[str] = set()
         # Pods bound to a node the mirror has not seen yet, by node name.
         self.awaiting_node: dict[str, set[str]] = {}
         # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
@@ -80,12 +93,45 @@ class ClusterMirror:
                     self._on_priority_class(ev)
                 elif ev.kind == "Topology":
                     self._on_topology(ev)
-            except (InvalidObject, ValidationError, ValueError) as exc:
-                name = (ev.obj.get("metadata") or {}).get("name", "?")
-                msg = f"{ev.kind} {name}: {one_line(exc)}"
-                log.warning("ignoring invalid object: %s", msg)
-                self.errors.add(msg)
-        self._flush()
+            except Exception as exc:  # one object, whatever went wrong with it: see scheduler/containment.py
+                self._unusable(ev, exc)
+        try:
+            self._flush()
+            if self.gone:
+                self._drop_empty_gone()
+            if self.state.draining:
+                self.state.retire_drained()
+        except Exception as exc:
+            log.exception("accounting the last watch events failed")
+            self.errors.add(f"accounting watch events: {failure(exc)}")
+
+    def _unusable(self, ev: WatchEvent, exc: Exception) -> None:
+        """Mark the object of `ev`, which could not be handled: an invalid pod, a node that takes no pod,
+        an invalid queue or pod group; a report is only logged."""
+        name = _name(ev.obj)
+        if isinstance(exc, _EXPECTED):
+            reason = one_line(exc)
+            log.warning("%s %s cannot be used: %s", ev.kind, name, reason)
+        else:
+            reason = f"the scheduler failed on it ({failure(exc)})"
+            log.exception("handling %s %s %s failed", ev.type, ev.kind, name)
+        self.errors.add(f"{ev.kind} {name}: {reason}")
+        try:
+            if ev.kind == "Pod":
+                self._invalid_pod(ev, reason)
+            elif ev.kind == "Node" and ev.type != "DELETED":
+                self._unusable_node(name, reason)
+            elif ev.kind == "Queue" and ev.type != "DELETED":
+                self.problems.queues[name] = f"queue {name} is invalid: {reason}"
+                self.index.touch_queue(name)  # its pods are told why (or keep their last valid spec)
+            elif ev.kind == "PodGroup" and ev.type != "DELETED":
+                meta = ev.obj.get("metadata") if isinstance(ev.obj, Mapping) else None
+                ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+                key = f"{ns if isinstance(ns, str) and ns else 'default'}/{name}"
+                self.problems.podgroups[key] = f"PodGroup {key} is invalid: {reason}"
+                self.index.touch(key)
+        except Exception:
+            log.exception("marking %s %s as unusable failed", ev.kind, name)
 
     def _flush(self) -> None:
         """Hold the deferred placements: in bulk, or one by one (with per-pod errors) if the bulk
@@ -104,21 +150,21 @@ class ClusterMirror:
 
     # ----------------------------------------------------------------------------------------- nodes
     def _on_node(self, ev: WatchEvent) -> None:
-        name = str((ev.obj.get("metadata") or {}).get("name", ""))
+        name = _name(ev.obj)
         if ev.type == "DELETED":
-            row = self.state.row_of(name)
-            if row is not None:
-                for uid in self.ledger.forget_row(row):
-                    if (gone := self.pods.get(uid)) is not None:
-                        self.index.touch(job_key(gone))
-            self.state.remove_node(name)
-            self.gpu_identities.forget(name)
+            self._node_deleted(name)
             return
         node = self.gpu_identities.complete(parse_node(ev.obj), self.errors.add)
+        self.problems.nodes.pop(node.name, None)
+        self.gone.discard(node.name)  # registered again: its rows and what its pods hold are kept
         row = self.state.row_of(node.name)
-        if row is not None and self._shrinks_below_allocation(row, node):
-            log.warning("node %s shrank below what is allocated on it; keeping old GPU layout", node.name)
-        self.state.add_node(node)
+        draining = set(self.state.draining.get(row, ())) if row is not None else set()
+        row = self.state.add_node(node)
+        for slot in sorted(self.state.draining.get(row, set()) - draining):
+            self.errors.add(
+                f"node {node.name}: GPU {slot} left its allocatable while pods hold it; it takes no new pod "
+                "and is retired once they are gone"
+            )
         self.gpu_identities.measure(self.state, node.name)
         # Watches arrive in any order: pods bound here before we knew the node are accounted now.
         for uid in sorted(self.awaiting_node.pop(node.name, set())):
@@ -126,29 +172,94 @@ class ClusterMirror:
             if pod is not None and pod.holds_resources and pod.node == node.name and uid not in self.ledger:
                 self._account_running(pod)
 
-    def _shrinks_below_allocation(self, row: int, node: NodeInfo) -> bool:
-        old = self.state.nodes[row]
-        if old is not None and node.gpu_count >= old.gpu_count:
-            return False  # the common update (labels, taints, a report): no need to scan placements
-        return any(
-            h.placement.node == row and any(s.slot >= node.gpu_count for s in h.placement.gpus)
-            for h in self.ledger.pods.values()
+    def _node_deleted(self, name: str) -> None:
+        """The Node object is gone. Its pods may still run (kubectl delete node; the kubelet registers it
+        again, or the pod garbage collector deletes them): while any holds resources there the row stays,
+        unschedulable, with what they hold, so a node that comes back is not taken for an empty one."""
+        self.problems.nodes.pop(name, None)
+        row = self.state.row_of(name)
+        if row is None:
+            return
+        for key in [k for k, h in self.ledger.reserved.items() if h.placement.node == row]:
+            self.ledger.unreserve(key)  # a moved pod cannot go there any more
+        self.gpu_identities.forget(name)
+        node = self.state.nodes[row]
+        if node is not None and row in self._occupied_rows():
+            self.gone.add(name)
+            self._mask(name)
+            return
+        self.gone.discard(name)
+        self._remove_row(name, row)
+
+    def _occupied_rows(self) -> set[int]:
+        """Rows where a pod still is: bound, or evicted and still terminating (RELEASING)."""
+        held = (*self.ledger.pods.values(), *self.ledger.releasing.values())
+        return {h.placement.node for h in held}
+
+    def _remove_row(self, name: str, row: int) -> None:
+        for uid in self.ledger.forget_row(row):  # nothing bound is left; reserved places and releasing pods
+            if (gone := self.pods.get(uid)) is not None:
+                self.index.touch(job_key(gone))
+        self.state.remove_node(name)
+
+    def _drop_empty_gone(self) -> None:
+        rows = self._occupied_rows()
+        for name in sorted(self.gone):
+            row = self.state.row_of(name)
+            self.gone.discard(name)
+            if row is not None and row in rows:
+                self.gone.add(name)
+            elif row is not None:
+                self._remove_row(name, row)
+
+    def _unusable_node(self, name: str, reason: str) -> None:
+        """A node Tessera cannot read takes no pod (what runs there stays accounted) until it is fixed."""
+        self.problems.nodes[name] = (
+            f"node {name} is unschedulable for Tessera: {reason}; pods running there keep their GPUs"
         )
+        self._mask(name)
+
+    def _mask(self, name: str) -> None:
+        """Node `name` takes no new pod; what runs there stays accounted."""
+        row = self.state.row_of(name)
+        node = self.state.nodes[row] if row is not None else None
+        if node is not None and not node.unschedulable:
+            self.state.update_node(replace(node, unschedulable=True))
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
         self.gpu_identities.on_report(self.state, ev.type, ev.obj)
+        for name in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
+            self._mask(name)
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:
         if self._bind_echo(ev):
             return
-        pod = parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib())
+        self._take_pod(ev, parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib()))
+
+    def _invalid_pod(self, ev: WatchEvent, reason: str) -> None:
+        """A pod the parser refused: pending with `InvalidRequest` and the reason; one that holds resources
+        keeps being accounted where it runs."""
+        pod = invalid_pod(ev.obj, reason)
+        if pod is None:
+            return  # no name: nothing to report it on
+        old = self.pods.get(pod.uid)
+        if old is not None and old.holds_resources and pod.holds_resources and ev.type != "DELETED":
+            if pod.terminating and not old.terminating:  # being deleted: what it holds leaves the plan
+                self._take_pod(ev, replace(old, terminating=True))
+            return  # keep the version we could read: it says what the pod holds, and where
+        self._take_pod(ev, pod)
+
+    def _take_pod(self, ev: WatchEvent, pod: PodInfo) -> None:
         if pod.uid in self._deferred:
             self._flush()  # this pod's earlier event must be in the arrays before this one is applied
         if ev.type == "DELETED":
             self.forget_pod(pod.uid)
             return
-        self.index.index(pod, self.pods.get(pod.uid))
+        old = self.pods.get(pod.uid)
+        if old is not None and old.holds_resources and pod.holds_resources:
+            pod = self._as_admitted(pod, old)
+        self.index.index(pod, old)
         self.pods[pod.uid] = pod
         if pod.holds_resources:
             if pod.uid in self.ledger.releasing:
@@ -161,6 +272,22 @@ class ClusterMirror:
                 self._account_running(pod, defer=True)
         elif pod.uid in self.ledger or pod.uid in self.ledger.releasing:
             self.ledger.release(pod.uid)
+
+    def _as_admitted(self, pod: PodInfo, old: PodInfo) -> PodInfo:
+        """A running pod runs with the request it was bound with: GPU request annotations edited (or made
+        invalid) after the bind change nothing it holds, nor how it is moved or evicted (the webhook
+        refuses such edits; this is for pods it did not see)."""
+        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error) == (
+            old.request, old.cpu_milli, old.memory_mib, old.error,
+        ):  # fmt: skip
+            return pod
+        if pod.error is not None and old.error is None:
+            self.errors.add(
+                f"pod {pod.key}: {pod.error} (ignored: it runs with the request it was bound with)"
+            )
+        return replace(
+            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error
+        )
 
     def _bind_echo(self, ev: WatchEvent) -> bool:
         """The API's answer to our own bind (same pod, on the node we chose, now Running): update the phase
@@ -201,11 +328,18 @@ class ClusterMirror:
 
     # ------------------------------------------------------------------------------ queues and groups
     def _on_queue(self, ev: WatchEvent) -> None:
-        q = Queue.model_validate(ev.obj)
+        """A Queue that fails validation is reported (`problems.queues`) and keeps its last valid spec, if
+        it had one: its running pods stay charged to it, and its pods stay schedulable as they were."""
         if ev.type == "DELETED":
-            self.queues.pop(q.name, None)
-        else:
-            self.queues[q.name] = q
+            name = _name(ev.obj)
+            self.queues.pop(name, None)
+            self.problems.queues.pop(name, None)
+            self.index.touch_queue(name)  # its running pods are charged to `default` from now on
+            return
+        q = Queue.model_validate(ev.obj)
+        self.queues[q.name] = q
+        self.problems.queues.pop(q.name, None)
+        self.index.touch_queue(q.name)
 
     def _on_topology(self, ev: WatchEvent) -> None:
         if ev.type == "DELETED":
@@ -217,13 +351,20 @@ class ClusterMirror:
         self.state.set_topologies({name: t.label_keys for name, t in self.topologies.items()})
 
     def _on_podgroup(self, ev: WatchEvent) -> None:
+        """Like queues: an invalid PodGroup update keeps the last valid one; a new invalid one leaves its
+        pods out of scheduling, told why (`JobIndex`)."""
+        if ev.type == "DELETED":
+            meta = ev.obj.get("metadata") or {}
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+            self.podgroups.pop(key, None)
+            self.problems.podgroups.pop(key, None)
+            self.index.touch(key)
+            return
         g = PodGroup.model_validate(ev.obj)
         key = f"{g.metadata.namespace or 'default'}/{g.metadata.name}"
         self.index.touch(key)
-        if ev.type == "DELETED":
-            self.podgroups.pop(key, None)
-        else:
-            self.podgroups[key] = g
+        self.podgroups[key] = g
+        self.problems.podgroups.pop(key, None)
 
     def _on_priority_class(self, ev: WatchEvent) -> None:
         name = str((ev.obj.get("metadata") or {}).get("name", ""))
@@ -252,13 +393,18 @@ class ClusterMirror:
         if row is None:
             self.awaiting_node.setdefault(pod.node, set()).add(pod.uid)  # accounted when the node arrives
             return
-        placement = self._placement_from_assignment(pod, row)
-        if placement is not None and defer:
-            self._deferred[pod.uid] = (pod, placement)
-            return
+        try:
+            placement = from_assignment(self.state, pod, row)
+        except Unaccountable as exc:
+            self.errors.add(str(exc))
+            placement = None
+        else:
+            if placement is not None and defer:
+                self._deferred[pod.uid] = (pod, placement)
+                return
         if placement is None:
             self._flush()  # finding free whole GPUs needs the arrays up to date
-            placement = self._placement_from_request(pod, row)
+            placement = from_request(self.state, pod, row)
         if placement is None:
             msg = f"pod {pod.key} runs on {pod.node} but its GPUs cannot be accounted there"
             log.warning(msg)
@@ -270,41 +416,6 @@ class ClusterMirror:
             self.errors.add(f"pod {pod.key}: {exc}")
             return
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
-
-    def _placement_from_assignment(self, pod: PodInfo, row: int) -> Placement | None:
-        raw = pod.annotations.get(GPU_ASSIGNMENT)
-        if not raw:
-            return None
-        try:
-            a = GPUAssignment.from_annotation(raw)
-        except ValueError as exc:
-            self.errors.add(f"pod {pod.key}: {exc}")
-            return None
-        if a.node != pod.node:
-            self.errors.add(f"pod {pod.key}: assignment names node {a.node} but it is bound to {pod.node}")
-            return None
-        shares = tuple(
-            GPUShare(
-                slot=g.index,
-                milli=g.milli,
-                mib=g.memory_mib or self.state.share_for(row, g.index, g.milli, 0).mib,
-            )
-            for g in a.gpus
-        )
-        return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
-
-    def _placement_from_request(self, pod: PodInfo, row: int) -> Placement | None:
-        n = pod.request.num_devices if pod.request.kind == "whole" else 0
-        if pod.error or pod.request.is_fractional:
-            n = 0  # a fractional pod without an assignment was not placed by us: count no GPU share
-        free = [
-            j for j in range(self.state.max_gpus)
-            if bool(self.state.present[row, j]) and int(self.state.free_milli[row, j]) == MILLI_PER_GPU
-        ]  # fmt: skip
-        if len(free) < n:
-            return None
-        shares = tuple(GPUShare(j, MILLI_PER_GPU, int(self.state.total_mib[row, j])) for j in free[:n])
-        return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
 
 
 def _without_assignment(annotations: dict[str, str]) -> dict[str, str]:

@@ -70,6 +70,7 @@ class Transaction:
         self.action = action
         self.ops: list[Op] = []
         self._start = self.ledger.begin()
+        self._waiting_turn = False  # the first failed bind found its node busy (see `_bind`)
 
     # ---------------------------------------------------------------------------------- simulate
     def place(self, pod: PodInfo, job: Job, placement: Placement, message: str = "") -> None:
@@ -129,6 +130,8 @@ class Transaction:
             return Outcome([], evicted, failed)
         self._pipeline()
         bound = self._bind(cluster, failed)
+        if failed and bound and not self._waiting_turn:
+            bound = self._undo_partial_gangs(cluster, bound, failed, evicted)
         self.ledger.commit()
         self.ops.clear()
         return Outcome(bound, evicted, failed)
@@ -162,7 +165,10 @@ class Transaction:
                 ))  # fmt: skip
                 s.pipelined.add(op.pod.uid)
                 node = s.state.node_names[op.placement.node]
-                s.event("Pipelined", op.action, op.pod, op.message, node=node, waits_for=self._names(waiting))
+                names = self._names(waiting)
+                s.event("Pipelined", op.action, op.pod, op.message, node=node, waits_for=names)
+                s.set_reason(op.pod, Reason.PIPELINED, f"its place on {node} is reserved; it is bound once "
+                             f"{', '.join(names)} {'has' if len(names) == 1 else 'have'} terminated")  # fmt: skip
                 continue
             if op.kind is OpKind.RESERVE:
                 res = ledger.reservations().get(op.pod.key)
@@ -208,6 +214,9 @@ class Transaction:
                 why = str(exc)
                 if first_failure is None:
                     first_failure = f"not bound: binding {op.pod.key} failed ({why}); retrying next cycle"
+                    # A node busy with its bind lock is a turn in a queue (the member is bound once the
+                    # device plugin served the one before it), not a failure to undo a gang for.
+                    self._waiting_turn = exc.node_busy
                 self.ledger.release(op.pod.uid)
                 s.set_reason(op.pod, Reason.BIND_FAILED, why)
                 failed.append((op.pod, why))
@@ -220,6 +229,40 @@ class Transaction:
             gpus = [{"index": g.slot, "milli": g.milli} for g in op.placement.gpus]
             s.event("Scheduled", op.action, op.pod, op.message, node=node.name, gpus=gpus)
         return bound
+
+    def _undo_partial_gangs(
+        self,
+        cluster: Cluster,
+        bound: list[PodInfo],
+        failed: list[tuple[PodInfo, str]],
+        evicted: list[PodInfo],
+    ) -> list[PodInfo]:
+        """A gang some of whose binds failed would run below its minMember: its members bound now are
+        evicted at once (a bound pod cannot be unbound) and their places leave the plan in this cycle, so it
+        never runs partly, holding GPUs, until the stale-gang eviction. Returns the pods that stay bound."""
+        s = self.session
+        job_of = {op.pod.uid: op.owner.job for op in self.ops if op.kind is OpKind.PLACE and op.owner}
+        why = {job_of[p.uid]: w for p, w in failed if p.uid in job_of}
+        jobs = {job.key: job for job in s.jobs if job.key in why and job.is_gang}
+        undo: set[str] = set()
+        for key, job in jobs.items():
+            now = [p for p in bound if job_of.get(p.uid) == key]
+            if now and len(job.running) + job.succeeded + len(job.reserved) + len(now) < job.min_member:
+                undo.update(p.uid for p in now)
+        for pod in [p for p in bound if p.uid in undo]:
+            key = job_of[pod.uid]
+            message = (f"gang {key} could not be bound whole ({why[key]}): its members bound in the same "
+                       "cycle are evicted so that it never runs below its minMember")  # fmt: skip
+            try:
+                cluster.evict(pod, action=self.action, message=message)
+            except EvictError as exc:  # it stays bound: the stale-gang eviction takes it later
+                log.warning("could not undo the bind of %s: %s", pod.key, exc)
+                undo.discard(pod.uid)
+                continue
+            self.ledger.start_releasing(pod.uid)
+            evicted.append(pod)
+            s.event("Evicted", self.action, pod, message, node=pod.node or "")
+        return [p for p in bound if p.uid not in undo]
 
     def _give_back(self, refused: list[Op], failed: list[tuple[PodInfo, str]]) -> None:
         """An eviction was refused (e.g. by a PodDisruptionBudget): the victims keep running, so nothing

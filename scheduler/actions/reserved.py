@@ -16,6 +16,7 @@ from scheduler.jobs import Job
 from scheduler.model import PodInfo
 from scheduler.reasons import Reason
 from scheduler.reservations import Reservation
+from scheduler.resources import Resources
 from scheduler.session import Session
 from scheduler.transaction import Transaction
 
@@ -46,10 +47,24 @@ class BindReserved:
             pod, job, found = pods_by_uid.get(uid), job_of.get(uid), reservations.get(key)
             if pod is None or job is None or found is None:
                 continue
+            if found.uid is not None and (why := self._queue_changed(session, job, found)):
+                self._drop(session, key, found, why)
+                continue
             groups.setdefault(found.group or key, []).append((pod, job, key, found))
         for members in groups.values():
             self._settle(session, cluster, members)
         session.reserved.clear()
+
+    @staticmethod
+    def _queue_changed(session: Session, job: Job, res: Reservation) -> str | None:
+        """Why a pipelined pod may no longer be bound into the queue it was admitted to while it waited:
+        relabelled to another queue, its queue deleted, or its queue's limit lowered below what it holds
+        (its reserved place counted). It is then scheduled again, through the queue it names now."""
+        if job.queue != res.queue:
+            return f"its queue is {job.queue} now, not {res.queue}"
+        if job.queue not in session.tree.nodes:
+            return f"its queue {job.queue} no longer exists"
+        return session.tree.limit_exceeded(job.queue, Resources())
 
     def _settle(
         self, session: Session, cluster: Cluster, members: list[tuple[PodInfo, Job, str, Reservation]]

@@ -8,11 +8,13 @@ plugin knows which pod the kubelet is allocating for.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scheduler.api.keys import BIND_LOCK
+from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED
 
 
 class BindLock(BaseModel):
@@ -68,3 +70,21 @@ class BindLock(BaseModel):
                 where = ".".join(str(p) for p in err["loc"]) or "value"
                 first = f"{where}: {err['msg']}"
             raise ValueError(f"annotation {BIND_LOCK} is malformed: {first}") from None
+
+
+def allocation_confirmed(pod: Mapping[str, Any]) -> bool:
+    """Whether a Pod object shows the device plugin served it: marked `tessera.dev/gpu-allocated` *and*
+    admitted by the kubelet (it writes container statuses only after admission, where Allocate is called).
+
+    The mark alone proves nothing: annotations are written by whoever may patch the pod, its own user
+    included (the webhook refuses that, but the lock must hold on a cluster without it), and a preset mark
+    would free the node's lock before the pod was served: the next pod bound there could then take its
+    Allocate answer. Pod status is written by the kubelet (users are not given `pods/status`). The device
+    plugin applies the same rule (`device_plugin/allocator.py`)."""
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    status = pod.get("status")
+    started = isinstance(status, Mapping) and bool(
+        status.get("containerStatuses") or status.get("initContainerStatuses")
+    )
+    return isinstance(annotations, Mapping) and GPU_ALLOCATED in annotations and started

@@ -22,8 +22,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.bind_lock import BindLock
-from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
+from scheduler.api.bind_lock import BindLock, allocation_confirmed
+from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class Binder:
             meta.get("uid") != lock.uid
             # never bound there (a scheduler died before binding it): no Allocate can be coming for it
             or (holder.get("spec") or {}).get("nodeName") != node
-            or GPU_ALLOCATED in (meta.get("annotations") or {})
+            or allocation_confirmed(holder)  # a gpu-allocated mark alone may be the pod user's own
             or meta.get("deletionTimestamp")
             or (holder.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
         )

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.api.bind_lock import BindLock
-from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED
+from scheduler.api.bind_lock import BindLock, allocation_confirmed
+from scheduler.api.keys import BIND_LOCK
 from scheduler.kube.informer import Informer
 
 LOCK_TAINT = {"key": BIND_LOCK, "value": "", "effect": "NoSchedule"}
@@ -97,7 +97,7 @@ class NodeLockView:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         return (
             meta.get("uid") != holder.uid
-            or GPU_ALLOCATED in (meta.get("annotations") or {})
+            or allocation_confirmed(pod)  # a gpu-allocated mark alone may be the pod user's own
             or bool(meta.get("deletionTimestamp"))
             or (pod.get("status") or {}).get("phase") != "Pending"
             or (not holder.ours and spec.get("nodeName") != node)

@@ -164,6 +164,26 @@ class SimCluster:
             self.nodes[obj["metadata"]["name"]] = obj
         self._emit(kind, "ADDED", obj)
 
+    def update_object(self, kind: Kind, obj: dict[str, Any]) -> None:
+        """An object changed (kubectl edit, label, a kubelet's new allocatable): a MODIFIED event. A pod
+        is changed in place (`pods[key].obj`), keeping its record (arrival, duration, start)."""
+        if kind == "Node":
+            self.nodes[obj["metadata"]["name"]] = obj
+        elif kind == "Pod":
+            meta = obj["metadata"]
+            rec = self.pods.get(f"{meta.get('namespace') or 'default'}/{meta['name']}")
+            if rec is None or rec.obj["metadata"].get("uid") is None:
+                return  # not arrived (or gone): nothing to tell
+            rec.obj = obj
+        self._emit(kind, "MODIFIED", obj)
+
+    def delete_object(self, kind: Kind, obj: Mapping[str, Any]) -> None:
+        """An object is deleted (a Node: its pods keep running, as after `kubectl delete node`, until the
+        kubelet registers it again or the pods are deleted)."""
+        if kind == "Node":
+            self.nodes.pop(obj["metadata"]["name"], None)
+        self._emit(kind, "DELETED", obj)
+
     def submit_pod(self, obj: dict[str, Any]) -> None:
         """Queue a pod for arrival at its `sim-arrival` time (default: now)."""
         meta = obj.setdefault("metadata", {})

@@ -16,7 +16,7 @@ from typing import Any
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
 from scheduler.model import GPUShare, NodeInfo, Placement
-from scheduler.state.bulk import segment_totals
+from scheduler.state.bulk import placement_totals
 from scheduler.state.codebook import Codebook
 from scheduler.state.domains import DomainColumns
 from scheduler.state.node_arrays import ROW_ARRAYS
@@ -57,6 +57,9 @@ class ClusterState:
         self._changes: list[int] = []  # the row changed at version _changes_base + 1 + i
         self._changes_base = 0
         self.node_epoch = 0  # bumped when a node is added, updated or removed (not on placements)
+        # Per row: GPU slots the node no longer has (its GPU count dipped) that pods still hold: kept present
+        # but unhealthy, so their holdings stay in the arrays and nothing new goes there; retired once free.
+        self.draining: dict[int, set[int]] = {}
         self._allocate(max(capacity, 1), label_cols=8, taint_cols=4)
 
     # ----------------------------------------------------------------------------------------- storage
@@ -176,19 +179,29 @@ class ClusterState:
     ) -> None:
         g = self.max_gpus
         milli_used, mib_used, cpu_used, mem_used = alloc_milli or ([0] * g, [0] * g, 0, 0)
+        draining = self.draining.setdefault(row, set())
         for j in range(g):
             present = j < node.gpu_count
             was_present = bool(self.present[row, j])
+            if not present and was_present and (milli_used[j] or mib_used[j]):
+                # The GPU left the node's allocatable while pods hold it (a device plugin reporting it
+                # unhealthy, a dip of the count): keep its holdings, take no new pod, retire it once free.
+                draining.add(j)
+                self.healthy[row, j] = False
+                continue
             self.present[row, j] = present
-            if present and not was_present:
-                self.healthy[row, j] = True
+            if present and (not was_present or j in draining):
+                self.healthy[row, j] = True  # new, or back in the count
             elif not present:
                 self.healthy[row, j] = False
+            draining.discard(j)
             total = node.gpu_memory_mib if present else 0
             self.total_mib[row, j] = total
             self.free_milli[row, j] = (MILLI_PER_GPU - milli_used[j]) if present else 0
             self.free_mib[row, j] = (total - mib_used[j]) if present else 0
             self.report_free_mib[row, j] = total
+        if not draining:
+            del self.draining[row]
         self.total_cpu[row] = node.cpu_milli
         self.total_mem[row] = node.memory_mib
         self.free_cpu[row] = node.cpu_milli - cpu_used
@@ -223,6 +236,7 @@ class ClusterState:
             arr[row] = 0
         self.valid[row] = False
         self.model[row] = -1
+        self.draining.pop(row, None)
         self.domain[row, :] = -1
         self._free_rows.append(row)
         self.node_epoch += 1
@@ -243,8 +257,40 @@ class ClusterState:
             self._touch(row)
 
     def set_gpu_health(self, row: int, slot: int, healthy: bool) -> None:
-        self.healthy[row, slot] = healthy and bool(self.present[row, slot])
+        draining = slot in self.draining.get(row, ())
+        self.healthy[row, slot] = healthy and bool(self.present[row, slot]) and not draining
         self._touch(row)
+
+    def keep_slot(self, row: int, slot: int) -> None:
+        """A pod holds GPU `slot`, which the node no longer counts (found so after a restart, during a dip of
+        its GPU count): the slot is kept, draining, so the pod is accounted where it really is."""
+        node = self.nodes[row]
+        if node is None:
+            return
+        if slot >= self.max_gpus:
+            self._grow_gpus(slot + 1)
+        elif bool(self.present[row, slot]):
+            return
+        self.present[row, slot], self.healthy[row, slot] = True, False
+        self.free_milli[row, slot] = MILLI_PER_GPU
+        for arr in (self.total_mib, self.free_mib, self.report_free_mib):
+            arr[row, slot] = node.gpu_memory_mib
+        self.draining.setdefault(row, set()).add(slot)
+        self._touch(row)
+
+    def retire_drained(self) -> None:
+        """Retire the draining slots nothing holds any more (the node has no such GPU). Called between
+        cycles, never inside a transaction: a release rolled back must find its GPU again."""
+        for row, draining in list(self.draining.items()):
+            for slot in [s for s in draining if int(self.free_milli[row, s]) == MILLI_PER_GPU
+                         and int(self.free_mib[row, s]) == int(self.total_mib[row, s])]:  # fmt: skip
+                draining.discard(slot)
+                self.present[row, slot], self.healthy[row, slot] = False, False
+                for arr in (self.free_milli, self.free_mib, self.total_mib, self.report_free_mib):
+                    arr[row, slot] = 0
+                self._touch(row)
+            if not draining:
+                del self.draining[row]
 
     def set_reported_used(self, row: int, slot: int, used_mib: int) -> None:
         """NVML-measured use: free memory counts as the lower of accounting and the node report."""
@@ -346,30 +392,13 @@ class ClusterState:
         when any GPU, CPU or memory would leave [0, total] (callers then write one by one to find it)."""
         if not placements:
             return
-        xp, g = self.xp, self.max_gpus
-        keys: list[int] = []
-        milli: list[int] = []
-        mib: list[int] = []
-        rows: list[int] = []
-        cpu: list[int] = []
-        mem: list[int] = []
-        for pl in placements:
-            rows.append(pl.node)
-            cpu.append(pl.cpu_milli)
-            mem.append(pl.memory_mib)
-            for share in pl.gpus:
-                keys.append(pl.node * g + share.slot)
-                milli.append(share.milli)
-                mib.append(share.mib)
-        cells = self.capacity * g
-        d_milli, d_mib = segment_totals(xp, keys, [milli, mib], cells)
-        d_cpu, d_mem = segment_totals(xp, rows, [cpu, mem], self.capacity)
-        shape = (self.capacity, g)
-        free_milli = xp.astype(self.free_milli, xp.int64) - sign * xp.reshape(d_milli, shape)
-        free_mib = self.free_mib - sign * xp.reshape(d_mib, shape)
+        xp, shape = self.xp, (self.capacity, self.max_gpus)
+        d_milli, d_mib, d_cpu, d_mem, rows = placement_totals(xp, placements, shape)
+        free_milli = xp.astype(self.free_milli, xp.int64) - sign * d_milli
+        free_mib = self.free_mib - sign * d_mib
         free_cpu = self.free_cpu - sign * d_cpu
         free_mem = self.free_mem - sign * d_mem
-        used_cell = xp.reshape(d_milli, shape) > 0
+        used_cell = d_milli > 0
         bad = (
             xp.any(used_cell & ~self.present)
             | xp.any(free_milli < 0)
@@ -383,7 +412,7 @@ class ClusterState:
             raise OvercommitError(f"{len(placements)} placements at once would over-commit a node")
         self.free_milli = xp.astype(free_milli, self.free_milli.dtype)
         self.free_mib, self.free_cpu, self.free_mem = free_mib, free_cpu, free_mem
-        for row in sorted(set(rows)):
+        for row in rows:
             self._touch(row)
 
     def apply_many(self, placements: list[Placement], sign: int = 1) -> None:

@@ -19,6 +19,8 @@ from scheduler.api.bind_lock import BindLock
 from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
 from scheduler.kube.binder import Binder
 from scheduler.kube.evictor import Evictor
+from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.lock_view import NodeLockView
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 from tests.controlplane.faultproxy import FaultProxy
 from tests.controlplane.scene import Scene, wait_until
@@ -82,8 +84,57 @@ def test_second_pod_waits_for_the_device_plugin_then_proceeds(scene: Scene, core
     assert not blocked.ok and blocked.retry and blocked.busy
     assert f"waiting for the device plugin to allocate {scene.ns}/a" in blocked.reason
     assert GPU_ASSIGNMENT not in (scene.pod("b")["metadata"].get("annotations") or {})  # nothing written
-    # The device plugin served a: it marks the pod; the lock is then free for b.
+    # The device plugin served a (it marks the pod) and the kubelet admitted it: the lock is free for b.
     scene.core.patch_namespaced_pod("a", scene.ns, {"metadata": {"annotations": {GPU_ALLOCATED: "true"}}})
+    _admitted_by_kubelet(scene, "a")
+    assert binder.bind(scene.ns, "b", second, "n1", _assignment()).ok
+
+
+def _admitted_by_kubelet(scene: Scene, name: str) -> None:
+    """What the kubelet writes once it admitted a pod (Allocate is called during admission): container
+    statuses, the containers still being created."""
+    waiting = {"waiting": {"reason": "ContainerCreating"}}
+    statuses = [{"name": "main", "image": "busybox", "imageID": "", "ready": False, "restartCount": 0,
+                 "state": waiting}]  # fmt: skip
+    scene.core.patch_namespaced_pod_status(
+        name, scene.ns, {"status": {"phase": "Pending", "containerStatuses": statuses}}
+    )
+
+
+def _lock_view(scene: Scene) -> tuple[NodeLockView, list[Informer]]:
+    """The scheduler's view of the locks, from its own watch caches of nodes and pods."""
+    core = client.CoreV1Api(scene.tessera.scheduler_client())
+    nodes = Informer(WatchTarget("Node", core.list_node), lambda ev: None)
+    pods = Informer(WatchTarget("Pod", core.list_pod_for_all_namespaces), lambda ev: None)
+    for informer in (nodes, pods):
+        informer.start()
+        scene.on_cleanup(informer.stop)
+        assert informer.synced.wait(10)
+    return NodeLockView(nodes, pods, timeout_s=300), [nodes, pods]
+
+
+def test_a_gpu_allocated_mark_preset_by_the_pods_user_does_not_free_the_lock(
+    scene: Scene, core: client.CoreV1Api
+) -> None:
+    """Issue 14: the pod's own user may write `tessera.dev/gpu-allocated` on their pod (on a cluster without
+    the webhook, or before it); the scheduler took it for the device plugin's word and freed the node's
+    lock before the pod was served, so the next pod bound there could take its Allocate answer. Only the
+    mark together with the kubelet's admission (container statuses, which users cannot write) counts."""
+    scene.node("n1", gpus=1)
+    preset = {"gpu-fraction": "0.5", GPU_ALLOCATED: "2026-01-01T00:00:00Z"}
+    first = str(scene.create_pod(pod_body("a", annotations=preset))["metadata"]["uid"])
+    second = _new_pod(scene, "b")
+    binder = Binder(core)
+    assert binder.bind(scene.ns, "a", first, "n1", _assignment()).ok
+    view, (nodes, pods) = _lock_view(scene)
+    wait_until(lambda: BIND_LOCK in ((nodes.get("n1") or {}).get("metadata", {}).get("annotations") or {}))
+    wait_until(lambda: (pods.get(f"{scene.ns}/a") or {}).get("spec", {}).get("nodeName") == "n1")
+    holder = view.holder("n1")
+    assert holder is not None and holder.uid == first  # the cycle sees n1 locked
+    blocked = binder.bind(scene.ns, "b", second, "n1", _assignment())
+    assert not blocked.ok and blocked.busy and f"allocate {scene.ns}/a" in blocked.reason
+    _admitted_by_kubelet(scene, "a")
+    wait_until(lambda: view.holder("n1") is None)
     assert binder.bind(scene.ns, "b", second, "n1", _assignment()).ok
 
 

@@ -10,6 +10,7 @@ from scheduler.error_log import ErrorLog
 from scheduler.job_index import QueueUsage
 from scheduler.ledger import Holding, Ledger, Owner
 from scheduler.model import GPUShare, NodeInfo, Placement
+from scheduler.reasons import Reason
 from scheduler.reservations import Reservation
 from scheduler.session import Session
 from scheduler.state import ClusterState, OvercommitError, PodDemand, demand_for
@@ -137,6 +138,9 @@ def test_a_failing_action_leaves_no_half_transaction() -> None:
 
     sched.actions = [Breaks()]
     sim.advance(1.0)
-    with pytest.raises(RuntimeError, match="boom"):
+    result = (
         sched.run_cycle()
+    )  # contained: each job it failed on is quarantined (tests/scheduler/test_isolation.py)
     assert sched.cache.ledger.pods == {} and sched.cache.state.allocated_milli() == 0
+    assert {why.reason for why in result.reasons.values()} == {Reason.INVALID_REQUEST}
+    assert all("boom" in why.message for why in result.reasons.values())
