@@ -91,6 +91,12 @@ class IncrementalPlacer:
         entry.version = s.version
         return entry
 
+    def feasible(self, d: PodDemand) -> tuple[Array, Array]:
+        """(bool[C] nodes `d` fits now, bool[C, G] GPUs it fits): `filters.feasible`'s answer, from the
+        per-demand cache (read only: it is the placer's own)."""
+        entry = self._refresh(d)
+        return entry.mask, entry.fit
+
     def place(
         self,
         d: PodDemand,
