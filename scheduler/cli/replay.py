@@ -76,16 +76,25 @@ def _resolve(given: Path | None, default: Path, flag: str) -> Path:
     raise _fail(f"{flag} is required ({default} not found from {Path.cwd()})")
 
 
-def _bounds(nodes: list[TraceNode], pods: list[TracePod], seeds: list[int], tune: float) -> dict[str, Any]:
-    """The certified LP bound of every seed (`scheduler/replay/bound.py`)."""
+def _bounds(
+    nodes: list[TraceNode],
+    pods: list[TracePod],
+    seeds: list[int],
+    tune: float,
+    run: PolicyResult | None = None,
+) -> dict[str, Any]:
+    """The certified LP bound of every seed (`scheduler/replay/bound.py`). With `run`: the bound for
+    placements that place at least as many pods of each fraction size as that run did by 100%."""
     from scheduler.replay.bound import BoundUnavailable, arrived_at, lp_bound
     from scheduler.replay.variants import Cell
 
     cap = capacity_milli(nodes)
+    floors = [None] * len(seeds) if run is None else [r.placed_fractions for r in run.seeds]
     per_seed = []
     try:
-        for s in seeds:
-            per_seed.append(lp_bound(nodes, arrived_at(arrival_order(pods, s, tune, cap), cap), cap))
+        for s, floor in zip(seeds, floors, strict=True):
+            arrived = arrived_at(arrival_order(pods, s, tune, cap), cap)
+            per_seed.append(lp_bound(nodes, arrived, cap, floor))
     except BoundUnavailable as exc:
         raise _fail(str(exc)) from None
     cell = Cell([b.unallocated_pct for b in per_seed])
@@ -96,19 +105,31 @@ def _bounds(nodes: list[TraceNode], pods: list[TracePod], seeds: list[int], tune
     }
 
 
-def _table(results: list[PolicyResult], bound: dict[str, Any] | None = None) -> Table:
-    t = Table(title="unallocated GPU % at arrived = 100% (mean over seeds)")
-    for col in ("policy", "seeds", "unallocated %", "sd", "failed pods", "pods/s"):
+def _table(
+    results: list[PolicyResult],
+    bound: dict[str, Any] | None = None,
+    floors: dict[str, dict[str, Any]] | None = None,
+) -> Table:
+    moves = any(r.consolidated for r in results)
+    t = Table(title="unallocated GPU % at arrived = 100% (mean over seeds)" + (", pods may move" * moves))
+    cols = ["policy", "seeds", "unallocated %", "sd", "failed pods", "pods/s"]
+    cols += ["moves", "moves/placed pod"] if moves else []
+    cols += ["LP, its fractions"] if floors else []
+    for col in cols:
         t.add_column(col, justify="right" if col != "policy" else "left")
     for r in results:
         rate = r.attempted / r.elapsed_s if r.elapsed_s > 0 else 0.0
-        t.add_row(
+        cells = [
             r.policy, str(len(r.seeds)), f"{r.mean_unallocated:.2f}", f"{r.sd_unallocated:.2f}",
             str(r.failed), f"{rate:,.0f}",
-        )  # fmt: skip
+        ]  # fmt: skip
+        cells += [str(r.moves), f"{r.moves_per_placed:.4f}"] if moves else []
+        cells += [f"{floors[r.policy]['mean']:.2f}"] if floors else []
+        t.add_row(*cells)
     if bound is not None:
+        rest = ["-"] * (len(cols) - 4)
         t.add_row(
-            "LP bound", str(len(bound["per_seed"])), f"{bound['mean']:.2f}", f"{bound['sd']:.2f}", "-", "-"
+            "LP bound", str(len(bound["per_seed"])), f"{bound['mean']:.2f}", f"{bound['sd']:.2f}", *rest
         )
     return t
 
@@ -190,6 +211,14 @@ def register(app: typer.Typer) -> None:
             "variants"
         ),
         jobs: Annotated[int, typer.Option(help="--all-variants: worker processes")] = 1,
+        consolidate: Annotated[
+            bool,
+            typer.Option(
+                "--consolidate",
+                help="a pod that fits nowhere may be placed by moving placed pods (consolidation's rules); "
+                "every move counted. Not the published protocol",
+            ),
+        ] = False,
     ) -> None:
         """Replay an openb trace under the FGD paper's protocol and report unallocated GPU %."""
         if list_policies:
@@ -197,6 +226,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(name)
             return
         if all_variants is not None:
+            if consolidate:
+                raise _fail("--consolidate replays one pod list; not with --all-variants")
             from scheduler.cli.replay_variants import run_all_variants
 
             run_all_variants(
@@ -253,10 +284,24 @@ def register(app: typer.Typer) -> None:
                 hook = functools.partial(_advance, progress, task, name, seed_list, per_seed)
                 results.append(
                     run_policy(
-                        xp, node_rows.rows, pod_rows.rows, name, seed_list, tune=tune, on_seed_progress=hook
+                        xp,
+                        node_rows.rows,
+                        pod_rows.rows,
+                        name,
+                        seed_list,
+                        tune=tune,
+                        on_seed_progress=hook,
+                        consolidate=consolidate,
                     )
                 )
         bound_doc = _bounds(node_rows.rows, pod_rows.rows, seed_list, tune) if bound else None
+        # Per policy: the bound for placements that place the fractions its run placed (how far its
+        # choices of where, not of which pods, are from the best).
+        floors = (
+            {r.policy: _bounds(node_rows.rows, pod_rows.rows, seed_list, tune, r) for r in results}
+            if bound
+            else None
+        )
         if plot is not None:
             from scheduler.replay.plot import plot_unallocated
 
@@ -273,9 +318,10 @@ def register(app: typer.Typer) -> None:
             err.print(f"report written to {report}", highlight=False)
         if output == "json":
             doc = [r.to_json() for r in results]
-            if bound_doc is not None:
+            if bound_doc is not None and floors is not None:
                 for entry in doc:
                     entry["lower_bound"] = bound_doc
+                    entry["lower_bound_same_fractions"] = floors[entry["policy"]]
             sys.stdout.write(json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n")
         else:
-            Console().print(_table(results, bound_doc))
+            Console().print(_table(results, bound_doc, floors))

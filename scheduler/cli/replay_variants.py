@@ -31,6 +31,17 @@ def run_all_variants(
     nodes: Path | None,
 ) -> None:
     err = Console(stderr=True)
+    policy_seeds: dict[str, list[int]] = {}
+    for spec in list(policies):  # "fgd@42-51": this column has its own seeds
+        name, _, own = spec.partition("@")
+        if own:
+            from scheduler.cli.replay import parse_seeds
+
+            try:
+                policy_seeds[name] = parse_seeds(own)
+            except typer.BadParameter as exc:
+                raise _fail(f"{spec}: {exc}") from None
+    policies = list(dict.fromkeys(spec.partition("@")[0] for spec in policies))
     unknown = [p for p in policies if p not in policy_names()]
     if unknown:
         raise _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(policy_names())}")
@@ -54,6 +65,7 @@ def run_all_variants(
             except BoundUnavailable as exc:
                 raise _fail(str(exc)) from None
         total = len(pod_lists) * len(policies) + (len(pod_lists) if with_bound else 0)
+        seeds_of = {p: policy_seeds.get(p, seeds) for p in policies}
         done = 0
 
         def tick(workload: str, what: str) -> None:
@@ -64,12 +76,13 @@ def run_all_variants(
         rows = run_variants(
             nodes_csv, pod_lists, policies, seeds, tune=tune, backend=backend, with_bound=with_bound,
             jobs=jobs, reference=table, on_done=tick, units_dir=out.parent / f"{out.name}.units",
+            policy_seeds=policy_seeds,
         )  # fmt: skip
         notes = node_list_notes(directory)
     except TraceError as exc:
         raise _fail(str(exc)) from None
     try:
-        written = write_all(out, rows, policies, seeds, tune, notes)
+        written = write_all(out, rows, policies, seeds_of, tune, notes)
     except OSError as exc:
         raise _fail(f"cannot write {out}.*: {exc.strerror}") from None
     everywhere = [p for p in policies if all(p in r.best(TIE) for r in rows)]

@@ -37,7 +37,7 @@ import math
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -265,15 +265,26 @@ class Relaxation:
     pod_class: dict[str, int]  # pod name -> class
 
 
-def lp_bound(nodes: Sequence[TraceNode], pods: Sequence[TracePod], capacity: int) -> Bound:
-    """The certified bound for placing any subset of `pods` on `nodes` (module docstring)."""
-    return solve_bound(nodes, pods, capacity)[0]
+def lp_bound(
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    capacity: int,
+    min_placed: Mapping[int, int] | None = None,
+) -> Bound:
+    """The certified bound for placing any subset of `pods` on `nodes` (module docstring). With
+    `min_placed` {milli: count}: for placements that place at least `count` one-GPU pods of `milli`
+    each (what a protocol that places every pod that fits forces; see the README)."""
+    return solve_bound(nodes, pods, capacity, min_placed)[0]
 
 
 def solve_bound(
-    nodes: Sequence[TraceNode], pods: Sequence[TracePod], capacity: int
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    capacity: int,
+    min_placed: Mapping[int, int] | None = None,
 ) -> tuple[Bound, Relaxation]:
-    """The bound and the LP's assignment behind it (for an explicit placement, `offline.py`)."""
+    """The bound and the LP's assignment behind it (for an explicit placement, `offline.py`). A floor
+    of `min_placed` is a row -sum(z) <= -count: weak duality, and so the certificate, hold as before."""
     types = _node_types(nodes)
     classes = _pod_classes(pods)
     sizes = sorted({c.milli for c, _ in classes if c.fraction})
@@ -283,6 +294,7 @@ def solve_bound(
     gpu_row = {ti: lp.row(t.gpus * t.count) for ti, t in enumerate(types) if t.gpus}
     cpu_row = {ti: lp.row(t.cpu * t.count) for ti, t in enumerate(types)}
     mem_row = {ti: lp.row(t.mem * t.count) for ti, t in enumerate(types)}
+    floor_row = {m: lp.row(-k) for m, k in sorted((min_placed or {}).items()) if k > 0}
     if patterns is not None:
         slot_row = {(ti, s): lp.row(0) for ti in gpu_row for s in sizes}
     else:
@@ -292,6 +304,8 @@ def solve_bound(
             if not c.fits(t):
                 continue
             entries = {pod_row[ci]: 1, cpu_row[ti]: c.cpu, mem_row[ti]: c.mem}
+            if c.gpus == 1 and c.milli in floor_row:
+                entries[floor_row[c.milli]] = -1
             if c.fraction:
                 entries[slot_row[(ti, c.milli if patterns is not None else 0)]] = (
                     1 if patterns is not None else c.milli

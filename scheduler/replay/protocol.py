@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
@@ -21,6 +22,7 @@ from scheduler.placement.placer import place_one
 from scheduler.placement.policy import PlacementPolicy
 from scheduler.placement.registry import make_policy
 from scheduler.placement.workload import DEFAULT_COVERAGE, TypicalWorkload
+from scheduler.replay.consolidate import Consolidator
 from scheduler.replay.curve import Curve, bin_curve
 from scheduler.replay.trace import TraceNode, TracePod
 from scheduler.state.cluster_state import ClusterState
@@ -64,12 +66,29 @@ def arrival_order(pods: Sequence[TracePod], seed: int, tune: float, capacity: in
 
 
 @dataclass
+class Moves:
+    """What consolidation did up to the last record of bin 100 (the headline's)."""
+
+    moved: int  # pods moved
+    placed: int  # pods placed (moves do not count)
+    consolidated: int  # pods placed thanks to moves
+    searched: int  # pods that fitted nowhere, fragmented, for which moves were searched
+
+    @property
+    def per_placed(self) -> float:
+        return self.moved / self.placed if self.placed else 0.0
+
+
+@dataclass
 class SeedResult:
     seed: int
     attempted: int
     failed: int
     elapsed_s: float
     curve: Curve
+    moves: Moves | None = None  # with consolidation
+    # One-GPU fractions placed by the last record of bin 100, per milli (the LP floor of `bound.py`).
+    placed_fractions: dict[int, int] = field(default_factory=dict)
 
     @property
     def unallocated_at_100(self) -> float:
@@ -91,10 +110,13 @@ def replay_seed(
     tune: float = DEFAULT_TUNE,
     progress: Callable[[int, int], None] | None = None,
     until_pct: int | None = None,
+    consolidate: bool = False,
 ) -> SeedResult:
     """One seed of the protocol with a fresh cluster and a fresh policy. With `until_pct`, the replay
     stops at the first pod whose record falls past that arrived % bin (bins up to it are exact; the
-    curve beyond repeats the last value): the variant table needs bin 100 only."""
+    curve beyond repeats the last value): the variant table needs bin 100 only. With `consolidate`, a
+    pod that fits nowhere may be placed by moving placed pods (`consolidate.py`): not the published
+    protocol, where pods never move."""
     capacity = capacity_milli(nodes)
     state = build_state(xp, nodes)
     policy: PlacementPolicy = make_policy(policy_name)
@@ -108,23 +130,44 @@ def replay_seed(
     arrived: list[int] = []
     used: list[int] = []
     arrived_milli = used_milli = failed = 0
+    mover = Consolidator(state, policy, tie_rng) if consolidate else None
+    moves: Moves | None = None
+    fractions: Counter[int] = Counter()
+    at_100: dict[int, int] | None = None
     start = time.perf_counter()
     for i, pod in enumerate(order):
         d = pod.demand()
         arrived_milli += pod.gpu_request_milli
-        if until_pct is not None and math.floor(100.0 * arrived_milli / capacity + 0.5) > until_pct:
+        pct = math.floor(100.0 * arrived_milli / capacity + 0.5)
+        if until_pct is not None and pct > until_pct:
             order = order[:i]
             break
+        if pct > 100 and at_100 is None:  # the records of bin 100 are all made
+            at_100 = dict(fractions)
+            if mover is not None:
+                moves = Moves(mover.moves, i - failed, mover.consolidations, mover.tried)
         placement = place_one(state, policy, d, tie_break="random", rng=tie_rng)
+        if placement is not None:
+            state.place(placement)
+            state.commit()
+            if mover is not None:
+                mover.placed(i, d, placement)
+        elif mover is not None:
+            placement = mover.make_room(i, d)
         if placement is None:
             failed += 1
         else:
-            state.place(placement)
-            state.commit()
             used_milli += pod.gpu_request_milli
+            if d.num_gpus == 1 and d.gpu_milli < MILLI_PER_GPU:
+                fractions[d.gpu_milli] += 1
         arrived.append(arrived_milli)
         used.append(used_milli)
         if progress is not None and (i % 256 == 255 or i == len(order) - 1):
             progress(i + 1, len(order))
     elapsed = time.perf_counter() - start
-    return SeedResult(seed, len(order), failed, elapsed, bin_curve(arrived, used, capacity))
+    if at_100 is None:  # the replay ended at or before bin 100
+        at_100 = dict(fractions)
+        if mover is not None:
+            moves = Moves(mover.moves, len(order) - failed, mover.consolidations, mover.tried)
+    curve = bin_curve(arrived, used, capacity)
+    return SeedResult(seed, len(order), failed, elapsed, curve, moves, dict(sorted(at_100.items())))

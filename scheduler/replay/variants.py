@@ -10,10 +10,11 @@ bin 100 (`until_pct`), since nothing later is reported.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,27 +110,27 @@ class VariantRow:
         }
 
 
+@functools.lru_cache(maxsize=4)
+def _load(nodes_csv: str, pods_csv: str) -> tuple[list[TraceNode], list[TracePod]]:
+    """A worker loads each file once, not once per seed."""
+    return load_nodes(nodes_csv).rows, load_pods(pods_csv).rows
+
+
 def _run_unit(
-    backend: str | None, nodes_csv: str, pods_csv: str, policy: str, seeds: list[int], tune: float
-) -> tuple[list[float], float]:
-    """(unallocated % per seed, seconds per seed)."""
-    nodes = load_nodes(nodes_csv).rows
-    pods = load_pods(pods_csv).rows
+    backend: str | None, nodes_csv: str, pods_csv: str, policy: str, seed: int, tune: float
+) -> tuple[float, float]:
+    """(unallocated %, seconds) of one seed."""
+    nodes, pods = _load(nodes_csv, pods_csv)
     xp = get_namespace(backend, problem_gpus=capacity_milli(nodes) // 1000)
-    result = run_policy(xp, nodes, pods, policy, seeds, tune=tune, until_pct=100)
-    return result.unallocated, result.elapsed_s / max(len(seeds), 1)
+    result = run_policy(xp, nodes, pods, policy, [seed], tune=tune, until_pct=100)
+    return result.unallocated[0], result.elapsed_s
 
 
-def _bound_unit(nodes_csv: str, pods_csv: str, seeds: list[int], tune: float) -> tuple[list[float], float]:
-    """(certified lower bound per seed, 0)."""
-    nodes = load_nodes(nodes_csv).rows
-    pods = load_pods(pods_csv).rows
+def _bound_unit(nodes_csv: str, pods_csv: str, seed: int, tune: float) -> tuple[float, float]:
+    """(certified lower bound, 0) of one seed."""
+    nodes, pods = _load(nodes_csv, pods_csv)
     cap = capacity_milli(nodes)
-    out = [
-        lp_bound(nodes, arrived_at(arrival_order(pods, s, tune, cap), cap), cap).unallocated_pct
-        for s in seeds
-    ]
-    return out, 0.0
+    return lp_bound(nodes, arrived_at(arrival_order(pods, seed, tune, cap), cap), cap).unallocated_pct, 0.0
 
 
 def run_variants(
@@ -145,10 +146,13 @@ def run_variants(
     reference: dict[str, dict[str, float]] | None = None,
     on_done: Callable[[str, str], None] | None = None,
     units_dir: Path | None = None,
+    policy_seeds: Mapping[str, Sequence[int]] | None = None,
 ) -> list[VariantRow]:
-    """One row per pod list; units (pod list x policy, and the bounds) run in `jobs` processes, bounds
-    first, then policy by policy. With `units_dir`, each finished unit is kept there as JSON and a rerun
-    takes it from there (an interrupted table resumes)."""
+    """One row per pod list. A unit is one seed of a pod list x policy (or of its bound); units run in
+    `jobs` processes, seed by seed (every cell has its first seeds before any has its last, so a table
+    cut short is still a table of fewer seeds). `policy_seeds` gives a policy other seeds than `seeds`
+    (the bound has the union). With `units_dir`, each finished unit is kept there as JSON and a rerun
+    takes it from there (an interrupted table resumes, a table of more seeds reuses the fewer)."""
     nodes: list[TraceNode] = load_nodes(nodes_csv).rows
     cap = capacity_milli(nodes)
     rows: dict[str, VariantRow] = {}
@@ -161,48 +165,56 @@ def run_variants(
             100.0 * sum(p.gpu_request_milli for p in pods) / cap,
             published=(reference or {}).get(workload_name(path), {}),
         )
-    seed_list = list(seeds)
-    tag = f"s{'-'.join(map(str, seed_list))}_t{tune}"
+    seeds_of = {p: list((policy_seeds or {}).get(p, seeds)) for p in policies}
+    all_seeds = list(dict.fromkeys([*seeds, *(s for p in policies for s in seeds_of[p])]))
+    seeds_of["bound"] = all_seeds
+    got: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
 
-    def unit_path(pods_csv: str, what: str) -> Path | None:
-        return (
-            None if units_dir is None else units_dir / f"{workload_name(Path(pods_csv))}__{what}__{tag}.json"
-        )
+    def unit_path(pods_csv: str, what: str, seed: int) -> Path | None:
+        name = f"{workload_name(Path(pods_csv))}__{what}__s{seed}_t{tune}.json"
+        return None if units_dir is None else units_dir / name
 
-    def done(pods_csv: str, what: str, values: list[float], per_seed: float) -> None:
-        row = rows[pods_csv]
-        if what == "bound":
-            row.bound = Cell(values)
-        else:
-            row.cells[what] = Cell(values)
-            row.seconds_per_seed[what] = per_seed
-        path = unit_path(pods_csv, what)
+    def done(pods_csv: str, what: str, seed: int, value: float, seconds: float) -> None:
+        cell = got.setdefault((pods_csv, what), {})
+        cell[seed] = (value, seconds)
+        path = unit_path(pods_csv, what, seed)
         if path is not None and not path.exists():
-            path.write_text(json.dumps({"per_seed": values, "seconds_per_seed": per_seed}))
-        if on_done is not None:
+            path.write_text(json.dumps({"value": value, "seconds": seconds}))
+        if len(cell) == len(seeds_of[what]) and on_done is not None:
             on_done(workload_name(Path(pods_csv)), what)
 
     if units_dir is not None:
         units_dir.mkdir(parents=True, exist_ok=True)
-    wanted = [(str(p), "bound") for p in pod_lists] if with_bound else []
-    wanted += [(str(p), pol) for pol in policies for p in pod_lists]
+    kinds = (["bound"] if with_bound else []) + list(policies)
+    wanted = [
+        (str(p), what, seed)
+        for seed in all_seeds
+        for what in kinds
+        if seed in seeds_of[what]
+        for p in pod_lists
+    ]
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = []
-        for pods_csv, what in wanted:
-            kept_at = unit_path(pods_csv, what)
+        for pods_csv, what, seed in wanted:
+            kept_at = unit_path(pods_csv, what, seed)
             if kept_at is not None and kept_at.is_file():
                 kept = json.loads(kept_at.read_text())
-                done(pods_csv, what, kept["per_seed"], kept["seconds_per_seed"])
+                done(pods_csv, what, seed, kept["value"], kept["seconds"])
             elif what == "bound":
-                futures.append(
-                    (pods_csv, what, pool.submit(_bound_unit, str(nodes_csv), pods_csv, seed_list, tune))
-                )
+                unit = pool.submit(_bound_unit, str(nodes_csv), pods_csv, seed, tune)
+                futures.append((pods_csv, what, seed, unit))
             else:
-                unit = pool.submit(_run_unit, backend, str(nodes_csv), pods_csv, what, seed_list, tune)
-                futures.append((pods_csv, what, unit))
-        for pods_csv, what, fut in futures:
-            values, per_seed = fut.result()
-            done(pods_csv, what, values, per_seed)
+                unit = pool.submit(_run_unit, backend, str(nodes_csv), pods_csv, what, seed, tune)
+                futures.append((pods_csv, what, seed, unit))
+        for pods_csv, what, seed, fut in futures:
+            done(pods_csv, what, seed, *fut.result())
+    for (pods_csv, what), cell in got.items():
+        values = [cell[s][0] for s in seeds_of[what]]
+        if what == "bound":
+            rows[pods_csv].bound = Cell(values)
+        else:
+            rows[pods_csv].cells[what] = Cell(values)
+            rows[pods_csv].seconds_per_seed[what] = statistics.fmean(cell[s][1] for s in seeds_of[what])
     for row in rows.values():  # keep the policies in the order asked
         row.cells = {p: row.cells[p] for p in policies}
     return [rows[str(p)] for p in pod_lists]

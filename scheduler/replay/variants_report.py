@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +13,34 @@ PAPER_FGD = "FGD"
 TIE = 0.1  # points: "tied-best"
 
 
+def seed_text(seeds: Sequence[int]) -> str:
+    """[42, 43, 44, 50] -> "42-44,50"."""
+    parts: list[str] = []
+    for s in seeds:
+        if parts and s == int(parts[-1].rpartition("-")[2]) + 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{s}"
+        else:
+            parts.append(str(s))
+    return ",".join(parts)
+
+
+def _heads(policies: Sequence[str], seeds: Mapping[str, Sequence[int]]) -> list[str]:
+    """Column heads: the policy, and its seeds when not every column has the same."""
+    same = len({tuple(seeds[p]) for p in policies}) <= 1
+    return [p if same else f"{p} ({seed_text(seeds[p])})" for p in policies]
+
+
 def to_json(
     rows: Sequence[VariantRow],
     policies: Sequence[str],
-    seeds: Sequence[int],
+    seeds: Mapping[str, Sequence[int]],
     tune: float,
     notes: Sequence[str],
 ) -> dict[str, Any]:
     return {
         "policies": list(policies),
-        "seeds": list(seeds),
+        "seeds": list(dict.fromkeys(s for p in policies for s in seeds[p])),
+        "seeds_per_policy": {p: list(seeds[p]) for p in policies},
         "tune": tune,
         "metric": "unallocated GPU % at 100% arrived (mean and sd over seeds)",
         "node_lists": list(notes),
@@ -36,11 +54,18 @@ def _cell(mean: float, sd: float, bold: bool) -> str:
     return f"**{text}**" if bold else text
 
 
-def to_markdown(rows: Sequence[VariantRow], policies: Sequence[str], notes: Sequence[str]) -> str:
-    """One line per pod list; the best mean (and those within 0.1 point of it) in bold."""
+def to_markdown(
+    rows: Sequence[VariantRow],
+    policies: Sequence[str],
+    notes: Sequence[str],
+    seeds: Mapping[str, Sequence[int]] | None = None,
+) -> str:
+    """One line per pod list; the best mean (and those within 0.1 point of it) in bold. The heads say
+    each column's seeds where they differ (means over different seeds: compare with care)."""
+    heads = _heads(policies, seeds) if seeds is not None else list(policies)
     has_bound = any(r.bound is not None for r in rows)
     has_paper = any(PAPER_FGD in r.published for r in rows)
-    head = ["pod list", *policies]
+    head = ["pod list", *heads]
     head += ["LP bound"] if has_bound else []
     head += ["paper FGD", "paper best of 6"] if has_paper else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -59,16 +84,18 @@ def to_markdown(rows: Sequence[VariantRow], policies: Sequence[str], notes: Sequ
                 cells.append("-")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines += family_summary(rows, policies)
+    lines += family_summary(rows, policies, heads)
     lines.append("")
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
-def family_summary(rows: Sequence[VariantRow], policies: Sequence[str]) -> list[str]:
+def family_summary(
+    rows: Sequence[VariantRow], policies: Sequence[str], heads: Sequence[str] | None = None
+) -> list[str]:
     """Markdown lines: per family, each policy's mean over the family's pod lists, the bound's, and the
     paper's FGD over the pod lists it published (the policies' mean over those same lists beside it)."""
-    head = ["family", "pod lists", *policies, "LP bound", "paper FGD (same lists: best policy)"]
+    head = ["family", "pod lists", *(heads or policies), "LP bound", "paper FGD (same lists: best policy)"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for fam in FAMILIES:
         group = [r for r in rows if r.family == fam]
@@ -96,7 +123,7 @@ def write_all(
     prefix: Path,
     rows: Sequence[VariantRow],
     policies: Sequence[str],
-    seeds: Sequence[int],
+    seeds: Mapping[str, Sequence[int]],
     tune: float,
     notes: Sequence[str],
 ) -> list[Path]:
@@ -106,12 +133,14 @@ def write_all(
     out_md = prefix.with_suffix(".md")
     out_png = prefix.with_suffix(".png")
     out_json.write_text(json.dumps(doc, indent=2) + "\n")
-    out_md.write_text(to_markdown(rows, policies, notes))
-    plot_variants(out_png, rows, policies)
+    out_md.write_text(to_markdown(rows, policies, notes, seeds))
+    plot_variants(out_png, rows, policies, _heads(policies, seeds))
     return [out_json, out_md, out_png]
 
 
-def plot_variants(path: Path, rows: Sequence[VariantRow], policies: Sequence[str]) -> None:
+def plot_variants(
+    path: Path, rows: Sequence[VariantRow], policies: Sequence[str], labels: Sequence[str] | None = None
+) -> None:
     """Unallocated % per pod list (x), one marker line per policy; the LP bound as a grey band from 0,
     the paper's FGD as black crosses; families separated by vertical lines."""
     import matplotlib
@@ -121,10 +150,10 @@ def plot_variants(path: Path, rows: Sequence[VariantRow], policies: Sequence[str
 
     fig, ax = plt.subplots(figsize=(max(10.0, 0.55 * len(rows) + 3), 5.2))
     x = list(range(len(rows)))
-    for p in policies:
+    for p, label in zip(policies, labels or policies, strict=True):
         ys = [r.cells[p].mean for r in rows]
         errs = [r.cells[p].sd for r in rows]
-        ax.errorbar(x, ys, yerr=errs, marker="o", markersize=3.5, linewidth=1.0, capsize=2, label=p)
+        ax.errorbar(x, ys, yerr=errs, marker="o", markersize=3.5, linewidth=1.0, capsize=2, label=label)
     if any(r.bound is not None for r in rows):
         bx = [i for i, r in enumerate(rows) if r.bound is not None]
         by = [r.bound.mean for r in rows if r.bound is not None]

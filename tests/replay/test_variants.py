@@ -84,3 +84,28 @@ def test_reference_table_per_workload(tmp_path: Path) -> None:
     ref = tmp_path / "r.csv"
     ref.write_text("workload,sc_policy,100\nw1,06-FGD,95\nw1,06-FGD,93\nw2,05-BestFit,90\n")
     assert load_reference_table(ref) == {"w1": {"FGD": 6.0}, "w2": {"BestFit": 10.0}}
+
+
+def test_columns_with_their_own_seeds_and_units_reused(tmp_path: Path) -> None:
+    d = _study(tmp_path)
+    out = tmp_path / "t"
+    base = ["replay", "--all-variants", str(d), "--seeds", "1", "--out", str(out)]
+    first = CliRunner().invoke(_app(), [*base, "-p", "bestfit", "-p", "random@1-2"])
+    assert first.exit_code == 0, first.output
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["seeds_per_policy"] == {"bestfit": [1], "random": [1, 2]}
+    for r in doc["rows"]:
+        assert len(r["unallocated_pct_at_100"]["bestfit"]["per_seed"]) == 1
+        assert len(r["unallocated_pct_at_100"]["random"]["per_seed"]) == 2
+    assert "| pod list | bestfit (1) | random (1-2) |" in out.with_suffix(".md").read_text()
+    units = sorted(p.name for p in (tmp_path / "t.units").iterdir())
+    assert len(units) == 3 * 3  # one file per pod list, policy and seed
+    # A wider table reuses every unit done: the kept values are read back, not recomputed.
+    kept = tmp_path / "t.units" / "openb_pod_list_default__bestfit__s1_t1.3.json"
+    kept.write_text(json.dumps({"value": 99.0, "seconds": 0.0}))
+    again = CliRunner().invoke(_app(), [*base, "-p", "bestfit@1-2"])
+    assert again.exit_code == 0, again.output
+    cell = json.loads(out.with_suffix(".json").read_text())["rows"][0]["unallocated_pct_at_100"]["bestfit"]
+    assert cell["per_seed"][0] == 99.0 and len(cell["per_seed"]) == 2
+    bad = CliRunner().invoke(_app(), [*base, "-p", "bestfit@x"])
+    assert bad.exit_code == 2 and "bestfit@x" in bad.output
