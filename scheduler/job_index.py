@@ -34,7 +34,7 @@ class QueueUsage:
         if same_charge(old, new):
             return
         for h, sign in ((old, -1), (new, +1)):
-            if h is None or h.owner is None or h.kind is not HoldKind.BOUND:
+            if h is None or h.owner is None or h.kind is HoldKind.RESERVED:  # pods only, assumed too
                 continue
             books = (self.all, self.nonpreemptible) if h.owner.nonpreemptible else (self.all,)
             for book in books:

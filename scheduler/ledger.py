@@ -8,10 +8,10 @@ tree), together. While a transaction is open the old value is journalled, so `ro
 number of changes with one loop, newest first, and every piece of bookkeeping moves back together
 (KAI Scheduler's `framework/statement.go` does the same with an undo per operation).
 
-Kinds: `BOUND` pods and `RESERVED` places. Other states a holding may pass through fit the same way, a
-kind each, listeners deciding what they count: a pod placed by the cycle whose bind is still in flight
-(assumed), or a victim evicted but still terminating (releasing), whose GPU a waiting pod may be
-pipelined onto once it is gone.
+Kinds: `BOUND` pods, `ASSUMED` pods (placed by the cycle, their bind in flight: a binder confirms them,
+`confirm`, or they are released) and `RESERVED` places. Other states a holding may pass through fit the
+same way, a kind each, listeners deciding what they count: e.g. a victim evicted but still terminating
+(releasing), whose GPU a waiting pod may be pipelined onto once it is gone.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 class HoldKind(StrEnum):
     BOUND = "bound"  # a pod holding resources on its node
+    ASSUMED = "assumed"  # a pod placed by the cycle whose bind is in flight (charged as if bound)
     RESERVED = "reserved"  # the planned place of a pod being moved (keyed by its namespace/name)
 
 
@@ -136,6 +137,24 @@ class Ledger:
         if uid not in self.pods:
             return None
         return self._swap(self.pods, uid, None, arrays=arrays)
+
+    def assume(self, uid: str) -> None:
+        """Pod `uid`'s bind is in flight: its holding stays (same place, same owner) as ASSUMED."""
+        old = self.pods.get(uid)
+        if old is not None and old.kind is HoldKind.BOUND:
+            self._swap(self.pods, uid, replace(old, kind=HoldKind.ASSUMED))
+
+    def confirm(self, uid: str) -> bool:
+        """Pod `uid`'s bind succeeded: an ASSUMED holding becomes BOUND. Whether it was assumed."""
+        old = self.pods.get(uid)
+        if old is None or old.kind is not HoldKind.ASSUMED:
+            return False
+        self._swap(self.pods, uid, replace(old, kind=HoldKind.BOUND))
+        return True
+
+    def is_assumed(self, uid: str) -> bool:
+        held = self.pods.get(uid)
+        return held is not None and held.kind is HoldKind.ASSUMED
 
     def reown(self, uid: str, owner: Owner | None) -> None:
         """Charge pod `uid`'s holding to `owner` from now on (its job was rebuilt)."""
