@@ -14,6 +14,7 @@ from scheduler.api.queue import QueueStatus
 from scheduler.backend import get_namespace
 from scheduler.cache import Cache
 from scheduler.cluster import Cluster
+from scheduler.inflight import Deferred
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.registry import make_policy
 from scheduler.reasons import PendingReason
@@ -67,7 +68,11 @@ class Scheduler:
         t0 = time.perf_counter()
         now = self.cluster.now()
         self.cache.apply(self.cluster.drain_events())
+        # Binds that were in flight: confirmed, or forgotten (a gang undone whole) before the session opens.
+        settled = Deferred()
+        self.cache.inflight.settle(self.cluster.bind_outcomes(), self.cache, self.cluster, settled)
         session = Session.open(self.cache, self.placer, now)
+        settled.replay(session)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
         try:

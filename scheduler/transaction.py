@@ -19,6 +19,7 @@ from enum import StrEnum
 
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
 from scheduler.cluster import BindError, Cluster, EvictError
+from scheduler.inflight import Answer, BindUnit, Member, resolve
 from scheduler.jobs import Job
 from scheduler.ledger import Owner
 from scheduler.model import Placement, PodInfo, PodPhase
@@ -48,8 +49,8 @@ class Op:
 
 @dataclass(frozen=True)
 class Outcome:
-    bound: list[PodInfo]
-    evicted: list[PodInfo]
+    bound: list[PodInfo]  # bound, or being bound (in flight: the cluster binds asynchronously)
+    evicted: list[PodInfo]  # the planned victims, and members of a gang undone after a failed bind
     failed: list[tuple[PodInfo, str]]
 
 
@@ -120,49 +121,72 @@ class Transaction:
         if refused:
             self._give_back(refused, failed)
             return Outcome([], evicted, failed)
-        bound = self._bind(cluster, failed)
+        bound = self._bind(cluster, failed, evicted)
         self.ledger.commit()
         self.ops.clear()
         return Outcome(bound, evicted, failed)
 
-    def _bind(self, cluster: Cluster, failed: list[tuple[PodInfo, str]]) -> list[PodInfo]:
-        """Bind the placed pods in order. After a bind fails the rest of the transaction's pods are not
-        tried (they were planned together, e.g. a gang): they go back to pending for the next cycle."""
+    def _bind(
+        self, cluster: Cluster, failed: list[tuple[PodInfo, str]], evicted: list[PodInfo]
+    ) -> list[PodInfo]:
+        """Bind the placed pods in order, each job's pods as one `BindUnit` (a gang is bound whole or not at
+        all: see `scheduler/inflight.py`). After a bind fails at once the rest of the transaction's pods are
+        not tried (they were planned together): they go back to pending for the next cycle. Pods whose bind
+        is in flight stay ASSUMED until the cluster reports their outcome. Returns the pods placed (bound, or
+        being bound)."""
         s = self.session
-        bound: list[PodInfo] = []
+        units: dict[str, BindUnit] = {}
         first_failure: str | None = None
         for op in self.ops:
             if op.kind is not OpKind.PLACE:
                 continue
             node = s.state.nodes[op.placement.node]
             assert node is not None
+            job = op.owner.job if op.owner is not None else f"pod:{op.pod.key}"
+            unit = units.setdefault(job, BindUnit(op.action, job, []))
+            member = Member(op.pod, op.placement, node.name, op.message)
+            unit.members.append(member)
+            if first_failure is not None:
+                member.answer, member.error = Answer.NOT_TRIED, first_failure
+                continue
             assignment = GPUAssignment(
                 node=node.name,
                 gpus=[AssignedGPU(index=g.slot, uuid=node.uuid(g.slot), milli=g.milli, memory_mib=g.mib)
                       for g in op.placement.gpus],
             )  # fmt: skip
             try:
-                if first_failure is not None:
-                    raise BindError(first_failure)
                 result = cluster.bind(op.pod, assignment)
             except BindError as exc:
                 if exc.node_busy:
                     s.mask_node(op.placement.node)
-                why = str(exc)
-                if first_failure is None:
-                    first_failure = f"not bound: binding {op.pod.key} failed ({why}); retrying next cycle"
-                self.ledger.release(op.pod.uid)
-                s.set_reason(op.pod, Reason.BIND_FAILED, why)
-                failed.append((op.pod, why))
+                member.answer, member.error = Answer.FAILED, str(exc)
+                first_failure = f"not bound: binding {op.pod.key} failed ({exc}); retrying next cycle"
                 continue
             if result.node_busy:
                 s.mask_node(op.placement.node)
             op.pod.node = node.name
             op.pod.phase = PodPhase.BOUND
-            bound.append(op.pod)
-            gpus = [{"index": g.slot, "milli": g.milli} for g in op.placement.gpus]
-            s.event("Scheduled", op.action, op.pod, op.message, node=node.name, gpus=gpus)
-        return bound
+            if result.in_flight:
+                self.ledger.assume(op.pod.uid)
+            else:
+                member.answer = Answer.BOUND
+        placed: list[PodInfo] = []
+        for unit in units.values():
+            if not unit.answered:
+                s.cache.inflight.add(unit)  # resolved when the cluster reports the binds in flight
+                for m in unit.members:
+                    if m.answer is Answer.IN_FLIGHT:
+                        placed.append(m.pod)
+                    elif m.answer is not Answer.BOUND:  # failed at once: given back now, not at the end
+                        self.ledger.release(m.pod.uid)
+                        s.set_reason(m.pod, Reason.BIND_FAILED, m.error)
+                        failed.append((m.pod, m.error))
+                continue
+            done = resolve(unit, s.cache, cluster, s)
+            placed += done.bound
+            evicted += done.evicted
+            failed += done.failed
+        return placed
 
     def _give_back(self, refused: list[Op], failed: list[tuple[PodInfo, str]]) -> None:
         """An eviction was refused (e.g. by a PodDisruptionBudget): the victims keep running, so nothing
