@@ -40,6 +40,11 @@ class RunnerConfig:
     watch_timeout_s: int = 300
     sync_timeout_s: float = 60.0
     backoff_initial_s: float = 0.2
+    # Cycles run every `cycle_interval_s`, and sooner when a pod of ours waits (or a bind failed), but no
+    # sooner than `min_cycle_gap_s` after the last one (None: on the period only).
+    min_cycle_gap_s: float | None = 0.05
+    bind_workers: int = 8  # threads carrying out binds (asynchronous binding)
+    whole_gpu_lock: bool = True  # Tessera's device plugin serves whole GPUs too (the chart's default)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -60,6 +65,8 @@ class SchedulerRunner:
             event_interval_s=cfg.event_interval_s,
             watch_timeout_s=cfg.watch_timeout_s,
             backoff=Backoff(initial_s=cfg.backoff_initial_s),
+            bind_workers=cfg.bind_workers,
+            whole_gpu_lock=cfg.whole_gpu_lock,
         )
         self.scheduler = Scheduler(self.cluster, cfg.scheduler)
         self.elector = (
@@ -103,6 +110,7 @@ class SchedulerRunner:
 
     def stop(self) -> None:
         self._stop.set()
+        self.cluster.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
         if self.elector is not None:
@@ -119,7 +127,15 @@ class SchedulerRunner:
                     "scheduling cycle failed; rebuilding the scheduler's state from the watch caches"
                 )
                 self.rebuild()
-            self._stop.wait(self.config.cycle_interval_s)
+            self._pause()
+
+    def _pause(self) -> None:
+        """Until the next cycle: the cycle period, or less once there is work and the minimum gap passed."""
+        cfg = self.config
+        if cfg.min_cycle_gap_s is None or cfg.min_cycle_gap_s >= cfg.cycle_interval_s:
+            self._stop.wait(cfg.cycle_interval_s)
+        elif not self._stop.wait(cfg.min_cycle_gap_s):
+            self.cluster.wait_for_work(cfg.cycle_interval_s - cfg.min_cycle_gap_s)
 
     def rebuild(self) -> None:
         """A fresh scheduler fed with everything the watch caches hold (a cycle that failed half-way may
