@@ -20,7 +20,7 @@ from kubernetes import client, config
 
 from scheduler.api import cli as house
 from scheduler.api.cli import CommandError, HouseCommand, VersionOption, check_choice, first_line, new_app
-from scheduler.api.keys import SCHEDULER_NAME
+from scheduler.api.keys import SCHEDULER_NAME, WHOLE_GPU_RESOURCE
 from scheduler.cycle import SchedulerConfig
 from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.queue_index import informer_queue_lookup
@@ -43,9 +43,11 @@ class NoCredentials(CommandError):
     """Neither in-cluster credentials nor a usable kubeconfig."""
 
 
-def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig."""
+def api_client(kubeconfig: str | None, *, connections: int = 32) -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig. `connections`: kept open per host
+    (watches, binder threads, status writers), so no thread opens a fresh TLS connection per request."""
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = connections
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=configuration)
@@ -128,6 +130,20 @@ def run(
     bind_lock_timeout: str = typer.Option(
         "60s", metavar="TIME", help="Age after which a node's bind lock is stale."
     ),
+    min_cycle_gap: str = typer.Option(
+        "50ms",
+        metavar="TIME",
+        help="Run a cycle as soon as a pod waits, but no sooner than this after the last ('' = every --cycle-period only).",
+    ),
+    bind_workers: int = typer.Option(
+        8, min=1, max=256, help="Threads carrying out binds (asynchronous binding)."
+    ),
+    whole_gpu_resource: str = typer.Option(
+        WHOLE_GPU_RESOURCE,
+        metavar="NAME",
+        help="Whole-GPU resource Tessera's device plugin serves, as in the chart ('' = NVIDIA's plugin does: "
+        "whole-GPU pods take no bind lock).",
+    ),
     version: VersionOption = False,
 ) -> None:
     """Schedule the pods whose spec.schedulerName is --scheduler-name."""
@@ -137,6 +153,7 @@ def run(
         check_choice(placement, policy_names(), "--placement")
     period_s = seconds(cycle_period, "--cycle-period")
     lock_timeout_s = seconds(bind_lock_timeout, "--bind-lock-timeout")
+    gap_s = seconds(min_cycle_gap, "--min-cycle-gap", positive=False) if min_cycle_gap else None
     listen_at = host_port(listen, "--listen") if listen else None
     webhook_at = host_port(webhook_listen, "--webhook-listen") if webhook_listen else None
     if webhook_at is not None:
@@ -153,7 +170,7 @@ def run(
     logging.getLogger().setLevel(log_level.upper())
     me = leader_elect_identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     runner = SchedulerRunner(
-        api_client(kubeconfig),
+        api_client(kubeconfig, connections=bind_workers + 24),
         RunnerConfig(
             identity=me,
             scheduler_name=scheduler_name,
@@ -162,6 +179,9 @@ def run(
             lease_namespace=leader_elect_namespace,
             lease_name=leader_elect_lease_name,
             lock_timeout_s=lock_timeout_s,
+            min_cycle_gap_s=gap_s,
+            bind_workers=bind_workers,
+            whole_gpu_lock=bool(whole_gpu_resource),
             scheduler=SchedulerConfig(policy=placement) if placement else SchedulerConfig(),
         ),
         SchedulerMetrics(),
