@@ -54,6 +54,14 @@ def api_reason(exc: ApiException) -> str:
         return f"{exc.status} {exc.reason}"
 
 
+def finish(resp: Any) -> None:
+    """Read an answer requested with `_preload_content=False` to its end: only then does its connection go
+    back to the client's pool (an unread one stays checked out, and the next request opens a new TLS
+    connection, which costs both ends far more than the request)."""
+    resp.drain_conn()
+    resp.release_conn()
+
+
 def binding_body(
     namespace: str, name: str, uid: str, node: str, assignment: GPUAssignment | None
 ) -> dict[str, Any]:
@@ -100,7 +108,11 @@ class Binder:
             body = binding_body(namespace, name, uid, node, assignment)
             # The server answers a Status, not a Binding: do not let the client decode it.
             # A plain dict is sent as it is (the generated model would only be turned back into one).
-            self.core.create_namespaced_pod_binding(name, namespace, cast(Any, body), _preload_content=False)
+            finish(
+                self.core.create_namespaced_pod_binding(
+                    name, namespace, cast(Any, body), _preload_content=False
+                )
+            )
             return BindResult(True)
         except ApiException as exc:
             reason = f"binding {namespace}/{name} to {node} failed: {api_reason(exc)}"
@@ -139,7 +151,7 @@ class Binder:
             else:
                 add = {"op": "add", "path": "/metadata/annotations", "value": {BIND_LOCK: lock}}
             try:
-                self.core.patch_node(node, [guard, add], _preload_content=False)
+                finish(self.core.patch_node(node, [guard, add], _preload_content=False))
                 return None
             except ApiException as exc:
                 if exc.status not in (409, 422):
@@ -191,7 +203,7 @@ class Binder:
                 {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
                 {"op": "remove", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}"},
             ]
-            self.core.patch_node(node, ops, _preload_content=False)
+            finish(self.core.patch_node(node, ops, _preload_content=False))
             return True
         except (ApiException, ValueError) as exc:
             log.warning("could not release the bind lock on %s: %s", node, exc)
