@@ -16,7 +16,7 @@ from rich.table import Table
 
 from scheduler.api.cli import check_choice, fail, warning_line
 from scheduler.bench.e2e.config import SCHEDULERS, E2EConfig, check
-from scheduler.bench.e2e.runner import run_e2e
+from scheduler.bench.e2e.runner import run_compare, run_e2e
 from scheduler.bench.e2e.schedulers import SchedulerDidNotStart
 from scheduler.bench.e2e.world import WorldError
 from scheduler.placement.registry import policy_names
@@ -57,7 +57,10 @@ def register(bench_app: typer.Typer) -> None:
         gpus_per_node: Annotated[int, typer.Option(min=1, max=64, help="GPUs per node.")] = 8,
         pods: Annotated[int, typer.Option(min=1, help="Pods created and measured.")] = 500,
         scheduler: Annotated[
-            str, typer.Option(metavar="NAME", help="tessera or kube-scheduler (same Kubernetes release).")
+            str,
+            typer.Option(
+                metavar="NAME", help="tessera, kube-scheduler (same Kubernetes release), or both in turn."
+            ),
         ] = "tessera",
         fraction_share: Annotated[
             float,
@@ -70,6 +73,10 @@ def register(bench_app: typer.Typer) -> None:
         rate: Annotated[
             float, typer.Option(min=0.0, help="Pods created per second (0: as fast as the client can).")
         ] = 0.0,
+        preload: Annotated[
+            bool, typer.Option(help="Create every pod before the scheduler starts (measure the drain).")
+        ] = False,
+        repeat: Annotated[int, typer.Option(min=1, help="With --scheduler both: rounds (best of each).")] = 1,
         kubeconfig: Annotated[
             str | None, typer.Option(metavar="FILE", help="Use this API server instead of starting one.")
         ] = None,
@@ -89,14 +96,16 @@ def register(bench_app: typer.Typer) -> None:
         Setup (control plane, nodes, the scheduler's start) is not measured. Compare schedulers by runs on
         the same machine at the same time, and machines by pods per CPU-second."""
         check_choice(output, ("table", "json"), "--output")
-        check_choice(scheduler, SCHEDULERS, "--scheduler")
+        check_choice(scheduler, (*SCHEDULERS, "both"), "--scheduler")
+        both = scheduler == "both"
         if policy:
             check_choice(policy, policy_names(), "--policy")
         cfg = E2EConfig(
-            nodes=nodes, gpus_per_node=gpus_per_node, pods=pods, scheduler=scheduler,  # type: ignore[arg-type]
+            nodes=nodes, gpus_per_node=gpus_per_node, pods=pods,
+            scheduler="kube-scheduler" if both else scheduler,  # type: ignore[arg-type]
             fraction_share=fraction_share, fraction=fraction, gang_size=gang_size, rate=rate,
-            kubeconfig=kubeconfig, timeout_s=timeout, creators=creators, bind_workers=bind_workers,
-            policy=policy, profile=profile,
+            preload=preload, kubeconfig=kubeconfig, timeout_s=timeout, creators=creators,
+            bind_workers=bind_workers, policy=policy, profile=profile,
         )  # fmt: skip
         problem = check(cfg)
         if problem:
@@ -105,10 +114,19 @@ def register(bench_app: typer.Typer) -> None:
             warning_line(f"only {cfg.capacity():,} of the {pods:,} pods fit {nodes:,} x {gpus_per_node} GPUs")
         err = Console(stderr=True)
         try:
-            result = run_e2e(cfg, progress=lambda msg: err.print(f"[dim]{msg}[/]"))
+            say = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
+            result = run_compare(cfg, repeat, progress=say) if both else run_e2e(cfg, progress=say)
         except (AssetsMissing, ControlPlaneError, WorldError, SchedulerDidNotStart) as exc:
             raise fail(str(exc).splitlines()[0], code=1) from None
         if output == "json":
             typer.echo(json.dumps(result, indent=2))
-        else:
-            print_e2e(Console(), result)
+            return
+        console = Console()
+        for run in result.get("runs", [result]):
+            print_e2e(console, run)
+        if both:
+            console.print(
+                f"[bold]Tessera / kube-scheduler: {result['ratio_pods_per_s']} x pods/s[/], "
+                f"{result['ratio_pods_per_scheduler_cpu_s']} x pods per scheduler CPU-second "
+                f"(best of {repeat})"
+            )

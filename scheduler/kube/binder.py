@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.bind_lock import BindLock
 from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
+from scheduler.kube import raw
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class Binder:
         clock: Clock = lambda: datetime.now(UTC),
     ) -> None:
         self.core = core
+        self.api = core.api_client  # requests go out raw (see raw.py): binds are the hot path
         self.lock_timeout_s = lock_timeout_s
         self.clock = clock
 
@@ -106,13 +108,7 @@ class Binder:
                     return BindResult(False, held, busy=True)
                 locked = True
             body = binding_body(namespace, name, uid, node, assignment)
-            # The server answers a Status, not a Binding: do not let the client decode it.
-            # A plain dict is sent as it is (the generated model would only be turned back into one).
-            finish(
-                self.core.create_namespaced_pod_binding(
-                    name, namespace, cast(Any, body), _preload_content=False
-                )
-            )
+            raw.request(self.api, "POST", raw.pod_path(namespace, name, "binding"), body)
             return BindResult(True)
         except ApiException as exc:
             reason = f"binding {namespace}/{name} to {node} failed: {api_reason(exc)}"
@@ -123,13 +119,13 @@ class Binder:
 
     # ---- the node lock -----------------------------------------------------------------------------------
     def _node_meta(self, node: str) -> dict[str, Any]:
-        meta = _json(self.core.read_node(node, _preload_content=False))["metadata"]
+        meta = raw.request(self.api, "GET", raw.node_path(node))["metadata"]
         assert isinstance(meta, dict)
         return meta
 
     def _busy(self, meta: Mapping[str, Any], node: str, uid: str) -> str | None:
-        raw = (meta.get("annotations") or {}).get(BIND_LOCK)
-        busy = self._lock_busy(raw, uid, node) if raw else None
+        held = (meta.get("annotations") or {}).get(BIND_LOCK)
+        busy = self._lock_busy(held, uid, node) if held else None
         return f"node {node} is busy: {busy}" if busy else None
 
     def _take_lock(
@@ -151,16 +147,16 @@ class Binder:
             else:
                 add = {"op": "add", "path": "/metadata/annotations", "value": {BIND_LOCK: lock}}
             try:
-                finish(self.core.patch_node(node, [guard, add], _preload_content=False))
+                raw.request(self.api, "PATCH", raw.node_path(node), [guard, add], content_type=raw.JSON_PATCH)
                 return None
             except ApiException as exc:
                 if exc.status not in (409, 422):
                     raise
         return f"node {node} changed while taking its bind lock; retrying"
 
-    def _lock_busy(self, raw: str, uid: str, node: str) -> str | None:
+    def _lock_busy(self, annotation: str, uid: str, node: str) -> str | None:
         try:
-            lock = BindLock.from_annotation(raw)
+            lock = BindLock.from_annotation(annotation)
         except ValueError as exc:
             log.warning("%s; taking the lock over", exc)
             return None
@@ -173,7 +169,7 @@ class Binder:
             )
             return None
         try:
-            holder = _json(self.core.read_namespaced_pod(lock.name, lock.namespace, _preload_content=False))
+            holder = raw.request(self.api, "GET", raw.pod_path(lock.namespace, lock.name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -195,22 +191,16 @@ class Binder:
     def release_lock(self, node: str, uid: str) -> bool:
         """Remove the node's bind lock if `uid` holds it. Returns whether it was released."""
         try:
-            meta = _json(self.core.read_node(node, _preload_content=False))["metadata"]
-            raw = (meta.get("annotations") or {}).get(BIND_LOCK)
-            if not raw or BindLock.from_annotation(raw).uid != uid:
+            meta = self._node_meta(node)
+            held = (meta.get("annotations") or {}).get(BIND_LOCK)
+            if not held or BindLock.from_annotation(held).uid != uid:
                 return False
             ops = [
                 {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
                 {"op": "remove", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}"},
             ]
-            finish(self.core.patch_node(node, ops, _preload_content=False))
+            raw.request(self.api, "PATCH", raw.node_path(node), ops, content_type=raw.JSON_PATCH)
             return True
         except (ApiException, ValueError) as exc:
             log.warning("could not release the bind lock on %s: %s", node, exc)
             return False
-
-
-def _json(resp: Any) -> dict[str, Any]:
-    data = json.loads(resp.data)
-    assert isinstance(data, dict)
-    return data

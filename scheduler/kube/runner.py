@@ -91,6 +91,7 @@ class SchedulerRunner:
         self.cycle_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._gauges_at: tuple[object, int] = (None, -1)  # (state, version) the GPU gauges show
 
     @property
     def is_leader(self) -> bool:
@@ -199,8 +200,14 @@ class SchedulerRunner:
                         allocated=node.allocated.get(resource),
                         quota=node.resource(resource).quota,
                     )
+        # Per-GPU gauges of the nodes that changed since the last cycle only (all of them after a rebuild):
+        # setting thousands of labelled gauges after every cycle cost more than the cycle.
         state = self.scheduler.cache.state
-        for row, node_info in enumerate(state.nodes):
+        seen_state, seen_version = self._gauges_at
+        rows = state.changed_rows(seen_version) if seen_state is state else None
+        self._gauges_at = (state, state.version)
+        for row in range(len(state.nodes)) if rows is None else rows:
+            node_info = state.nodes[row] if row < len(state.nodes) else None
             if node_info is None:
                 continue
             for gpu in range(node_info.gpu_count):

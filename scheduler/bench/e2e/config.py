@@ -23,6 +23,7 @@ class E2EConfig:
     fraction: float = 0.5
     gang_size: int = 0  # > 1: every pod is a member of a gang of this size (one GPU each)
     rate: float = 0.0  # pods created per second; 0: as fast as the client can (a burst)
+    preload: bool = False  # all pods created before the scheduler starts (a backlog to drain)
     kubeconfig: str | None = None  # an API server already running (else one is started)
     timeout_s: float = 600.0
     stall_s: float = 60.0  # give up when no pod was bound for this long

@@ -47,7 +47,7 @@ def api_requests(api: client.ApiClient) -> Requests:
     """The API server's request counters, by verb and resource (codes and scopes summed)."""
     conf: Any = api.configuration
     headers = {"Accept": "text/plain"}
-    token = conf.get_api_key_with_prefix("BearerToken")  # (client certificates need no header)
+    token = conf.get_api_key_with_prefix("BearerToken", alias="authorization")  # (certificates need none)
     if token:
         headers["Authorization"] = token
     resp = api.call_api("GET", f"{conf.host}/metrics", header_params=headers)

@@ -56,8 +56,10 @@ class BenchWorld:
         self.cfg = cfg
         self.cp: ControlPlane | None = None
         self.workdir = Path(tempfile.mkdtemp(prefix="tessera-bench-e2e-"))
-        self.namespace = f"bench-{uuid.uuid4().hex[:8]}"
-        self.node_names = [f"bench-{self.namespace[6:]}-{i:05d}" for i in range(cfg.nodes)]
+        run = uuid.uuid4().hex[:8]
+        self.namespace = ""  # the current run's (`create_namespace`)
+        self.namespaces: list[str] = []
+        self.node_names = [f"bench-{run}-{i:05d}" for i in range(cfg.nodes)]
         self.admin_kubeconfig: Path = Path(cfg.kubeconfig) if cfg.kubeconfig else self.workdir / "admin"
         self.api: client.ApiClient | None = None
 
@@ -139,6 +141,9 @@ class BenchWorld:
             raise WorldError(f"kubectl apply failed: {proc.stderr.strip().splitlines()[-1:]}")
 
     def create_namespace(self) -> None:
+        """A fresh namespace for the next run (`namespace`)."""
+        self.namespace = f"bench-{uuid.uuid4().hex[:8]}"
+        self.namespaces.append(self.namespace)
         body: Any = {"metadata": {"name": self.namespace}}
         self.core.create_namespace(body)
         if self.cp is None:  # a server with a controller-manager: wait for the namespace's ServiceAccount
@@ -180,6 +185,21 @@ class BenchWorld:
         _json(core.create_node(body, _preload_content=False))
         _json(core.patch_node_status(name, {"status": status}, _preload_content=False))
 
+    def delete_pods(self, timeout_s: float = 120.0) -> None:
+        """Remove the current run's pods at once (no kubelet would confirm a graceful deletion), so the next
+        run finds the nodes empty."""
+        if self.api is None or not self.namespace:
+            return
+        core = self.core
+        with contextlib.suppress(ApiException):
+            core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            left = _json(core.list_namespaced_pod(self.namespace, limit=1, _preload_content=False))
+            if not left.get("items"):
+                return
+            time.sleep(0.5)
+
     def _delete_objects(self) -> None:
         if self.api is None:
             return
@@ -187,9 +207,10 @@ class BenchWorld:
         for name in self.node_names:
             with contextlib.suppress(ApiException):
                 _json(core.delete_node(name, _preload_content=False))
-        with contextlib.suppress(ApiException):
-            core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
-            core.delete_namespace(self.namespace)
+        for ns in self.namespaces:
+            with contextlib.suppress(ApiException):
+                core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+                core.delete_namespace(ns)
 
 
 def _established(crd: dict[str, Any]) -> bool:
