@@ -182,6 +182,13 @@ class KubeCluster:
         self.events.put(ev)
         if self._wakes(ev):
             self._work.set()
+        parked = self.binds.parked_nodes()
+        if parked:  # a bind waiting for a node's lock goes as soon as the watch shows it free
+            node = str(ev.obj.get("metadata", {}).get("name")) if ev.kind == "Node" else None
+            if ev.kind == "Pod":
+                node = (ev.obj.get("spec") or {}).get("nodeName")
+            if node in parked:
+                self._release(node)
 
     def _wakes(self, ev: ResourceEvent) -> bool:
         """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a node's
@@ -295,10 +302,12 @@ class KubeCluster:
         if park:
             self.binds.park(task)
         else:
-            if lock:  # the running cycle masks the node at once; the next ones see it locked in its events
+            if lock:
                 self.locks.taken(node, pod.uid, pod.key)
             self.binds.submit(task)
-        return BindResult(node_busy=lock, in_flight=True)
+        # A lock taken here does not make the node busy for the cycle: later binds of that node wait in line
+        # in the binder, as the kubelet admits a node's pods one at a time anyway.
+        return BindResult(in_flight=True)
 
     def needs_lock(self, pod: PodInfo, node: str) -> bool:
         """Whether the device plugin must find this GPU pod by the node's bind lock: fractional pods always
@@ -345,13 +354,22 @@ class KubeCluster:
         if obj is not None and (obj.get("metadata") or {}).get("uid") == task.uid:
             self.events.put(ResourceEvent("Pod", "MODIFIED", obj, obj))
 
+    def _release(self, node: str) -> None:
+        """The next bind waiting for `node`'s lock goes once the lock is free: not held for a pod the device
+        plugin has not served, and gone from the node as the watch shows it (taking it is then one request;
+        a lock that never goes is waited for until the binds behind it expire)."""
+        with self._lock:  # informer threads and the cycle both call this: one release at a time
+            annotations = ((self.informers["Node"].get(node) or {}).get("metadata") or {}).get("annotations")
+            if self.locks.holder(node) is not None or BIND_LOCK in (annotations or {}):
+                return
+            task = self.binds.release(node)
+            if task is not None:
+                self.locks.taken(node, task.uid, task.key)
+
     def _release_parked(self) -> None:
         """Binds waiting for a node's lock: the next goes once it is free; those waiting too long fail."""
         for node in self.binds.parked_nodes():
-            if self.locks.holder(node) is None:
-                task = self.binds.release(node)
-                if task is not None:
-                    self.locks.taken(node, task.uid, task.key)
+            self._release(node)
         for task in self.binds.expire(self.lock_timeout_s):
             busy = self.locks.holder(task.node)
             who = busy.key if busy is not None else "another pod"

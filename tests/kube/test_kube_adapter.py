@@ -47,7 +47,7 @@ def test_standby_derives_groups_but_creates_them_only_when_leading(scene: Scene)
     groups = {e.obj["metadata"]["annotations"]["tessera.dev/pod-group"] for e in events if e.kind == "Pod"
               and e.obj["metadata"]["namespace"] == scene.ns}  # fmt: skip
     (group,) = groups
-    assert not [e for e in events if e.kind == "PodGroup"]
+    assert not [e for e in events if e.kind == "PodGroup" and e.obj["metadata"]["namespace"] == scene.ns]
     assert scene.custom.list_namespaced_custom_object(GROUP, VERSION, scene.ns, "podgroups")["items"] == []
     cluster.writable = True
     first = cluster.drain_events()

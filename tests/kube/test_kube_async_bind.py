@@ -99,15 +99,12 @@ def test_binds_cost_one_request_without_a_lock_and_two_with_one(
     scene.node("plain", gpus=2, device_plugin=False)  # NVIDIA's device plugin serves its GPUs
     scene.kubelet()
     runner = scene.scheduler(api=fault_proxy.client(scene.tessera.scheduler_token))
-    scene.create_pod(pod_body("w1", limits=WHOLE))
-    wait_until(lambda: scene.bound().get("w1"), timeout=15)
-    scene.core.patch_node("plain", {"spec": {"unschedulable": True}})
-    scene.node("tess", gpus=2)  # Tessera's device plugin serves its GPUs: the device plugin needs the lock
     nodes = runner.cluster.informers["Node"]
 
-    def lock_free() -> bool:
-        node, state = nodes.get("tess"), runner.scheduler.cache.state
-        row = state.row_of("tess")  # the cycle knows its GPUs (they come with the status written after it)
+    def ready(name: str) -> bool:
+        """The cycle knows the node's GPUs, and it is neither locked nor tainted not-ready any more."""
+        node, state = nodes.get(name), runner.scheduler.cache.state
+        row = state.row_of(name)
         return (
             node is not None
             and BIND_LOCK not in (node["metadata"].get("annotations") or {})
@@ -116,11 +113,16 @@ def test_binds_cost_one_request_without_a_lock_and_two_with_one(
             and bool(state.present[row, 0])
         )
 
+    wait_until(lambda: ready("plain"), timeout=15)
+    scene.create_pod(pod_body("w1", limits=WHOLE))
+    wait_until(lambda: scene.bound().get("w1"), timeout=15)
+    scene.core.patch_node("plain", {"spec": {"unschedulable": True}})
+    scene.node("tess", gpus=2)  # Tessera's device plugin serves its GPUs: the device plugin needs the lock
     for name, extra in (("w2", {"limits": WHOLE}), ("f1", {"annotations": {"gpu-fraction": "0.5"}})):
-        wait_until(lock_free, timeout=15)  # the device plugin served the one before (and the watch saw it)
+        wait_until(lambda: ready("tess"), timeout=15)  # the device plugin served the one before
         scene.create_pod(pod_body(name, **extra))  # type: ignore[arg-type]
         wait_until(lambda: scene.bound().get(name), timeout=15)  # noqa: B023
-    wait_until(lock_free, timeout=15)
+    wait_until(lambda: ready("tess"), timeout=15)
     mine = (f"/namespaces/{scene.ns}/pods/", "/nodes/")  # (a PodGroup left by an earlier test may be written)
     writes = [(r.method, "/".join(r.path.split("/")[-2:]), r.status) for r in fault_proxy.requests
               if r.method in ("POST", "PATCH", "PUT", "DELETE") and any(m in r.path for m in mine)]  # fmt: skip
