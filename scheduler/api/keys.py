@@ -17,6 +17,14 @@ GPU_FRACTION_NUM_DEVICES = "gpu-fraction-num-devices"
 POD_GROUP = "tessera.dev/pod-group"
 KAI_POD_GROUP = "pod-group-name"
 
+# KAI Scheduler's own Queue and PodGroup kinds, read with --kai-compat (docs/kai-compat.md).
+KAI_GROUP = "scheduling.run.ai"
+KAI_QUEUE_VERSION = "v2"
+KAI_PODGROUP_VERSION = "v2alpha2"
+KAI_SCHEDULER_NAME = "kai-scheduler"
+# On a Queue or PodGroup translated from KAI's: the apiVersion of the object it was read from.
+TRANSLATED_FROM = "tessera.dev/translated-from"
+
 # What the scheduler and the webhook write.
 GPU_ASSIGNMENT = "tessera.dev/gpu-assignment"
 GPU_SLICE_RESOURCE = "tessera.dev/gpu-slice"

@@ -1,7 +1,8 @@
 """`tessera replay`: the FGD paper's trace-replay protocol on openb-format CSVs.
 
 tessera replay --nodes NODES.csv --pods PODS.csv --policy fgd --seeds 42-51 [--tune 1.3]
-               [--output json] [--plot out.png] [--reference CURVES.csv]
+               [--output json] [--plot out.png] [--reference CURVES.csv] [--bound]
+tessera replay --all-variants DIR [--out PREFIX] [--jobs 2] [--bound] [--reference EXPECTED.csv]
 tessera replay --list-policies
 """
 
@@ -28,6 +29,7 @@ from scheduler.replay.trace import Loaded, RowError, TraceError, TraceNode, Trac
 
 DEFAULT_NODES = Path("../shared/traces/openb/openb_node_list_gpu_node.csv")
 DEFAULT_PODS = Path("../shared/traces/openb/openb_pod_list_default.csv")
+VARIANT_POLICIES = ["random", "bestfit", "fgd", "fragfit", "wastefit"]
 MAX_ROW_ERRORS_SHOWN = 20
 _SEED_PART = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
 
@@ -74,7 +76,27 @@ def _resolve(given: Path | None, default: Path, flag: str) -> Path:
     raise _fail(f"{flag} is required ({default} not found from {Path.cwd()})")
 
 
-def _table(results: list[PolicyResult]) -> Table:
+def _bounds(nodes: list[TraceNode], pods: list[TracePod], seeds: list[int], tune: float) -> dict[str, Any]:
+    """The certified LP bound of every seed (`scheduler/replay/bound.py`)."""
+    from scheduler.replay.bound import BoundUnavailable, arrived_at, lp_bound
+    from scheduler.replay.variants import Cell
+
+    cap = capacity_milli(nodes)
+    per_seed = []
+    try:
+        for s in seeds:
+            per_seed.append(lp_bound(nodes, arrived_at(arrival_order(pods, s, tune, cap), cap), cap))
+    except BoundUnavailable as exc:
+        raise _fail(str(exc)) from None
+    cell = Cell([b.unallocated_pct for b in per_seed])
+    return {
+        "mean": round(cell.mean, 4),
+        "sd": round(cell.sd, 4),
+        "per_seed": [{"seed": s, **b.to_json()} for s, b in zip(seeds, per_seed, strict=True)],
+    }
+
+
+def _table(results: list[PolicyResult], bound: dict[str, Any] | None = None) -> Table:
     t = Table(title="unallocated GPU % at arrived = 100% (mean over seeds)")
     for col in ("policy", "seeds", "unallocated %", "sd", "failed pods", "pods/s"):
         t.add_column(col, justify="right" if col != "policy" else "left")
@@ -84,6 +106,10 @@ def _table(results: list[PolicyResult]) -> Table:
             r.policy, str(len(r.seeds)), f"{r.mean_unallocated:.2f}", f"{r.sd_unallocated:.2f}",
             str(r.failed), f"{rate:,.0f}",
         )  # fmt: skip
+    if bound is not None:
+        t.add_row(
+            "LP bound", str(len(bound["per_seed"])), f"{bound['mean']:.2f}", f"{bound['sd']:.2f}", "-", "-"
+        )
     return t
 
 
@@ -151,11 +177,32 @@ def register(app: typer.Typer) -> None:
         list_policies: Annotated[
             bool, typer.Option("--list-policies", help="print policy names and exit")
         ] = False,
+        bound: Annotated[
+            bool, typer.Option("--bound", help="certified LP lower bound on unallocated % per seed (HiGHS)")
+        ] = False,
+        all_variants: Annotated[
+            Path | None,
+            typer.Option(
+                help="replay every openb_pod_list_*.csv of this folder (cluster-trace-gpu-v2023/csv)"
+            ),
+        ] = None,
+        out: Annotated[Path, typer.Option(help="--all-variants: write OUT.json, OUT.md, OUT.png")] = Path(
+            "variants"
+        ),
+        jobs: Annotated[int, typer.Option(help="--all-variants: worker processes")] = 1,
     ) -> None:
         """Replay an openb trace under the FGD paper's protocol and report unallocated GPU %."""
         if list_policies:
             for name in policy_names():
                 typer.echo(name)
+            return
+        if all_variants is not None:
+            from scheduler.cli.replay_variants import run_all_variants
+
+            run_all_variants(
+                all_variants, policy or VARIANT_POLICIES, parse_seeds(seeds), tune, backend, bound, out,
+                jobs, reference, nodes,
+            )  # fmt: skip
             return
         if output not in ("table", "json"):
             raise _fail(f"--output must be table or json, not {output!r}")
@@ -209,11 +256,15 @@ def register(app: typer.Typer) -> None:
                         xp, node_rows.rows, pod_rows.rows, name, seed_list, tune=tune, on_seed_progress=hook
                     )
                 )
+        bound_doc = _bounds(node_rows.rows, pod_rows.rows, seed_list, tune) if bound else None
         if plot is not None:
             from scheduler.replay.plot import plot_unallocated
 
             try:
-                plot_unallocated(plot, {r.policy: r.curve for r in results}, ref_curves)
+                plot_unallocated(
+                    plot, {r.policy: r.curve for r in results}, ref_curves,
+                    bound=None if bound_doc is None else bound_doc["mean"],
+                )  # fmt: skip
             except OSError as exc:
                 raise _fail(f"cannot write plot {plot}: {exc}") from None
             err.print(f"plot written to {plot}", highlight=False)
@@ -222,6 +273,9 @@ def register(app: typer.Typer) -> None:
             err.print(f"report written to {report}", highlight=False)
         if output == "json":
             doc = [r.to_json() for r in results]
+            if bound_doc is not None:
+                for entry in doc:
+                    entry["lower_bound"] = bound_doc
             sys.stdout.write(json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n")
         else:
-            Console().print(_table(results))
+            Console().print(_table(results, bound_doc))

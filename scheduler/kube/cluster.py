@@ -55,6 +55,7 @@ from scheduler.kube.binder import BindResult as ApiBindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.kai_compat import KaiCompat
 from scheduler.kube.lock_view import NodeLockView
 from scheduler.kube.podgrouper.book import Decision, GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
@@ -84,6 +85,7 @@ class KubeCluster:
         podgrouper: bool = True,
         bind_workers: int = 8,
         whole_gpu_lock: bool = True,
+        kai_compat: bool = False,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -114,10 +116,15 @@ class KubeCluster:
             ),
             WatchTarget("PriorityClass", sched.list_priority_class),
         ]
+        # KAI Scheduler's Queue and PodGroup kinds, translated to Tessera's (docs/kai-compat.md).
+        self.kai = KaiCompat(self.custom, self.recorder) if kai_compat else None
+        targets += self.kai.targets() if self.kai is not None else []
         self.informers = {
             t.kind: Informer(t, self._received, backoff=backoff or Backoff(), watch_timeout_s=watch_timeout_s)
             for t in targets
         }
+        if self.kai is not None:
+            self.kai.attach(self.informers)
         self.owners = OwnerReader(
             api_client,
             pods=self.informers["Pod"].get,
@@ -173,7 +180,8 @@ class KubeCluster:
         self._parked.clear()
         self._parked_at.clear()
         self.locks.reset_shown()
-        for kind in ("Node", "PriorityClass", "Queue", "PodGroup", "GPUNodeReport", "Pod"):
+        kai_kinds = self.kai.kinds if self.kai is not None else ()
+        for kind in ("Node", "PriorityClass", "Queue", "PodGroup", *kai_kinds, "GPUNodeReport", "Pod"):
             for obj in self.informers[kind].snapshot():
                 self.events.put(ResourceEvent(kind, "ADDED", obj))
 
@@ -237,6 +245,8 @@ class KubeCluster:
             # Every group that changed in this drain is decided once and written, and handed to the cycle
             # ahead of everything else, so no gang is seen without its minMember.
             out[:0] = self._write_groups()
+        if self.kai is not None and self.writable:
+            self.kai.flush_warnings()
         return out
 
     def _translate(self, ev: ResourceEvent, out: list[WatchEvent]) -> None:
@@ -260,19 +270,31 @@ class KubeCluster:
                 for uid, parked in self._parked.pop(name, {}).items():
                     self._parked_at.pop(uid, None)
                     out.append(parked)
+        elif ev.kind == "GPUNodeReport" and ev.type != "DELETED":
+            # Like a bound pod, a node's report waits for its node: applied before it, it would be lost.
+            self._route(WatchEvent("GPUNodeReport", ev.type, ev.obj), out)
         elif ev.kind in _FORWARDED:
             if ev.kind == "PodGroup" and self.podgrouper:  # re-created if deleted, an edit undone
                 self.podgroups.podgroup_changed(ev.key, deleted=ev.type == "DELETED")
             out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+            if self.kai is not None and ev.kind in ("Queue", "PodGroup"):
+                self.kai.after_native(ev, out)
+        elif self.kai is not None and ev.kind in self.kai.kinds:
+            self.kai.translate(ev, out)
 
     def _route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
-        """Forward a pod event, or park it until its node has reached the cycle: a bound pod seen before its
-        node could not be accounted on it, and its GPU share would be given away twice."""
-        if event.kind != "Pod":
+        """Forward a pod's or a GPUNodeReport's event, or park it until its node has reached the cycle: a bound
+        pod seen before its node could not be accounted on it (its GPU share would be given away twice), a
+        report before its node would be dropped (an unhealthy GPU used). Watches arrive in any order."""
+        if event.kind == "GPUNodeReport":
+            uid = f"GPUNodeReport/{(event.obj.get('metadata') or {}).get('name')}"
+            node = (event.obj.get("spec") or {}).get("node")
+        elif event.kind == "Pod":
+            uid = str((event.obj.get("metadata") or {}).get("uid", ""))
+            node = (event.obj.get("spec") or {}).get("nodeName")
+        else:
             out.append(event)
             return
-        uid = str((event.obj.get("metadata") or {}).get("uid", ""))
-        node = (event.obj.get("spec") or {}).get("nodeName")
         earlier = self._parked_at.pop(uid, None)
         if earlier is not None:
             self._parked.get(earlier, {}).pop(uid, None)
@@ -396,20 +418,28 @@ class KubeCluster:
         for name, status in queues.items():
             if queue_cache.get(name) is not None:  # the implicit default queue has no object to write to
                 self.queue_status.write(name, status)
+            elif self.kai is not None:
+                self.kai.write_queue_status(name, status)
         for key, group_status in groups.items():
             if group_cache.get(key) is not None:
                 namespace, name = key.split("/", 1)
                 self.group_status.write(namespace, name, group_status)
+            elif self.kai is not None:
+                self.kai.write_podgroup_status(key, group_status)
         for group in group_cache.snapshot():
             # The cycle reports only groups with pods: one whose pods are all gone runs nothing any more.
             meta = group.get("metadata") or {}
             key = f"{meta.get('namespace')}/{meta.get('name')}"
             if key not in groups and _claims_pods(group):
                 self.group_status.write(str(meta.get("namespace")), str(meta.get("name")), PodGroupStatus())
+        if self.kai is not None:
+            self.kai.reset_idle_groups(groups)
 
     def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
         key = f"{namespace}/{name}" if namespace else name
         obj = self.informers[kind].get(key) if kind in self.informers else None
+        if obj is None and self.kai is not None:
+            obj = self.kai.find(kind, key)
         if obj is None:
             log.warning("%s %s: %s", kind, key, message)
             return

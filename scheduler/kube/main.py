@@ -23,6 +23,7 @@ from scheduler.api.cli import CommandError, HouseCommand, VersionOption, check_c
 from scheduler.api.keys import SCHEDULER_NAME, WHOLE_GPU_RESOURCE
 from scheduler.cycle import SchedulerConfig
 from scheduler.kube.http_server import SchedulerHTTPServer
+from scheduler.kube.kai_compat import access_problem
 from scheduler.kube.queue_index import informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.metrics import SchedulerMetrics
@@ -144,6 +145,9 @@ def run(
         help="Whole-GPU resource Tessera's device plugin serves, as in the chart ('' = NVIDIA's plugin does: "
         "whole-GPU pods take no bind lock).",
     ),
+    kai_compat: bool = typer.Option(
+        False, help="Also read KAI Scheduler's Queue and PodGroup objects (scheduling.run.ai)."
+    ),
     version: VersionOption = False,
 ) -> None:
     """Schedule the pods whose spec.schedulerName is --scheduler-name."""
@@ -169,8 +173,11 @@ def run(
             )
     logging.getLogger().setLevel(log_level.upper())
     me = leader_elect_identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    api = api_client(kubeconfig, connections=bind_workers + 24)
+    if kai_compat and (problem := access_problem(client.CustomObjectsApi(api))):
+        raise CommandError(f"--kai-compat: {problem}")
     runner = SchedulerRunner(
-        api_client(kubeconfig, connections=bind_workers + 24),
+        api,
         RunnerConfig(
             identity=me,
             scheduler_name=scheduler_name,
@@ -182,6 +189,7 @@ def run(
             min_cycle_gap_s=gap_s,
             bind_workers=bind_workers,
             whole_gpu_lock=bool(whole_gpu_resource),
+            kai_compat=kai_compat,
             scheduler=SchedulerConfig(policy=placement) if placement else SchedulerConfig(),
         ),
         SchedulerMetrics(),
@@ -200,7 +208,11 @@ def run(
         admission = AdmissionConfig(
             scheduler_name=scheduler_name,
             privileged_users=frozenset(allowed),
-            queue_lookup=informer_queue_lookup(runner.cluster.informers["Queue"]),
+            queue_lookup=(
+                runner.cluster.kai.queue_lookup()
+                if runner.cluster.kai is not None
+                else informer_queue_lookup(runner.cluster.informers["Queue"])
+            ),
         )
         certs = Path(webhook_cert_dir)
         webhook = WebhookServer(admission, certfile=str(certs / "tls.crt"), keyfile=str(certs / "tls.key"),

@@ -45,6 +45,7 @@ class RunnerConfig:
     min_cycle_gap_s: float | None = 0.05
     bind_workers: int = 8  # threads carrying out binds (asynchronous binding)
     whole_gpu_lock: bool = True  # Tessera's device plugin serves whole GPUs too (the chart's default)
+    kai_compat: bool = False  # also read KAI Scheduler's Queue and PodGroup kinds (docs/kai-compat.md)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -67,6 +68,7 @@ class SchedulerRunner:
             backoff=Backoff(initial_s=cfg.backoff_initial_s),
             bind_workers=cfg.bind_workers,
             whole_gpu_lock=cfg.whole_gpu_lock,
+            kai_compat=cfg.kai_compat,
         )
         self.scheduler = Scheduler(self.cluster, cfg.scheduler)
         self.elector = (

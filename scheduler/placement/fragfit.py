@@ -15,6 +15,9 @@ Same expected-fragment kernel and per-node cache as `fgd`, three changes measure
   earns up to `pull` units, ~40 milli of fragment each), so where the gradient barely differs the pod
   goes to the fuller node and fresh nodes stay whole for multi-GPU pods.
 
+* Model scarcity (`scarcity.py`): a placement on a GPU model that model-constrained pods will need is
+  charged `model_weight` x pressure x the milli taken, as extra fragment; zero without such pods.
+
 Measured, seeds 42-51, tune 1.3 (unallocated GPU % at 100% arrived): fgd 4.85; continuous + pull
 alone 4.78; with the CPU term 4.21; with CPU and memory terms 4.18 (sd 0.02, below fgd on every seed).
 Weights 0.5..2 and pull 1.5..3 measured equivalent; see `scheduler/replay/README.md`.
@@ -23,17 +26,23 @@ Weights 0.5..2 and pull 1.5..3 measured equivalent; see `scheduler/replay/README
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
 from scheduler.placement.fragment_policy import FragmentPolicy, NodeView
 from scheduler.placement.policy import Array
+from scheduler.placement.scarcity import gpus_per_model, model_pressure, pressure_table
 from scheduler.placement.workload import TypicalWorkload
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 
 CPU_WEIGHT = 1.0  # 0.5..2 measured equivalent on openb (4.21..4.24); 0 turns the CPU term off
+# Milli of fragment charged per milli taken on a model at pressure 1 (`scarcity.py`). gpuspec lists,
+# wastefit, one seed each (unallocated % at 100%): weight 2 / 4 / 8: gpuspec10 3.97 / 3.98 / 4.02,
+# gpuspec20 4.13 / 4.19 / 4.31, gpuspec33 5.66 / 5.34 / 5.46 (0.5: 9.29; none: 14.42); gpuspec05 (seed
+# 43) 2 / 3 / 4: 3.94 / 3.98 / 4.00. Without constrained types the term is zero.
+MODEL_WEIGHT = 2.0
 
 
 def cpu_per_gpu(workload: TypicalWorkload) -> float | None:
@@ -52,7 +61,9 @@ class FragFitPolicy(FragmentPolicy):
     cpu_weight: float = CPU_WEIGHT
     memory_weight: float = CPU_WEIGHT  # the same for host memory (known when built from a pod list)
     tie_break: bool = False  # the blend replaces the tie-only secondary key
+    model_weight: float = MODEL_WEIGHT  # milli of fragment per milli taken on a model at pressure 1
     _ratio: tuple[int, float | None] = field(default=(0, None), init=False, repr=False)
+    _pressure: tuple[tuple[Any, ...], Array | None] = field(default=((), None), init=False, repr=False)
 
     def _cpu_ratio(self) -> float | None:
         wl = self.workload
@@ -97,10 +108,40 @@ class FragFitPolicy(FragmentPolicy):
             )
         return out
 
+    def model_pressure(self, state: NodeArrays) -> Array | None:
+        """float64[models + 1] pressure by model code + 1 (`scarcity.py`); None when no type constrains
+        the model. Cached on the workload and the cluster's GPUs per model; a change clears the scores."""
+        wl = self.workload
+        if wl is None or not self.model_weight or not any(t.models for t in wl.types):
+            return None
+        gpus = gpus_per_model(state)
+        key = (id(wl), len(state.models), tuple(sorted(gpus.items())))
+        if self._pressure[0] != key:
+            table = pressure_table(state.xp, model_pressure(wl, gpus), state.models)
+            self._pressure = (key, table)
+            self._cache.clear()
+        return self._pressure[1]
+
+    def pressure_cost(self, xp: ArrayNamespace, view: NodeView, d: PodDemand) -> Array | None:
+        """float64[R]: milli of extra fragment for the milli the pod takes on each row's model."""
+        table = self._pressure[1]
+        if table is None or not d.uses_gpu:
+            return None
+        taken = xp.astype(view.need, xp.float64) * float(d.num_gpus)
+        return self.model_weight * xp.take(table, view.model) * taken
+
+    def primary_scores(self, state: NodeArrays, d: PodDemand) -> Array:
+        if self.workload is not None:
+            self.model_pressure(state)
+        return super().primary_scores(state, d)
+
     def transform(
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
     ) -> Array:
         gain = before - after
+        cost = self.pressure_cost(xp, view, d)
+        if cost is not None:
+            gain = gain - (cost[:, None] if len(gain.shape) == 2 else cost)
         for extra in self.shortfall_changes(xp, view, d):
             gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
         return 100.0 / (1.0 + xp.exp(-gain / float(MILLI_PER_GPU)))

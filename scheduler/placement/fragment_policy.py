@@ -60,6 +60,7 @@ class NodeView:
     access: Array  # bool[R, M]
     need: Array  # int64[R] milli one device of the pod takes there
     mem: Array  # int64[R] free host memory (MiB)
+    model: Array  # int64[R] GPU model code + 1 (0: no GPU)
 
 
 def is_fraction(d: PodDemand) -> bool:
@@ -124,14 +125,15 @@ class FragmentPolicy(BasePolicy):
         zero = xp.zeros(usable.shape, dtype=xp.int64)
         free = xp.where(usable, xp.astype(pick(state.free_milli), xp.int64), zero)
         cpu = pick(state.free_cpu)
-        access = xp.take(wa.access, xp.astype(pick(state.model) + 1, xp.int64), axis=0)
+        model = xp.astype(pick(state.model) + 1, xp.int64)
+        access = xp.take(wa.access, model, axis=0)
         if not d.uses_gpu:
             need = xp.zeros_like(cpu)
         elif not d.gpu_mib:  # milli only: the same need on every node
             need = xp.full(cpu.shape, d.gpu_milli, dtype=xp.int64)
         else:
             need = xp.max(pick(gpu_need(state, d)[0]), axis=1)
-        return NodeView(free, cpu, access, need, pick(state.free_mem))
+        return NodeView(free, cpu, access, need, pick(state.free_mem), model)
 
     @staticmethod
     def rows(xp: ArrayNamespace, v: NodeView, idx: Array) -> NodeView:
@@ -141,6 +143,7 @@ class FragmentPolicy(BasePolicy):
             xp.take(v.access, idx, axis=0),
             xp.take(v.need, idx, axis=0),
             xp.take(v.mem, idx, axis=0),
+            xp.take(v.model, idx, axis=0),
         )
 
     # ------------------------------------------------------------------------------------- scoring

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from scheduler.placement.bestfit import BestFitPolicy
 from scheduler.placement.dotprod import DotProductPolicy
-from scheduler.placement.fgd import FgdPolicy
+from scheduler.placement.fgd import FgdNameOrderPolicy, FgdPolicy
 from scheduler.placement.fragfit import FragFitPolicy
 from scheduler.placement.gpu_packing import GpuPackingPolicy
 from scheduler.placement.level_policy import BinpackPolicy, SpreadPolicy
@@ -24,6 +24,7 @@ _REGISTRY: dict[str, PolicyFactory] = {
     "packing": GpuPackingPolicy,
     "bestfit": BestFitPolicy,
     "fgd": FgdPolicy,
+    "fgd-name": FgdNameOrderPolicy,
     "fragfit": FragFitPolicy,
     "wastefit": WasteFitPolicy,
 }

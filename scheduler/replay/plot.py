@@ -53,7 +53,9 @@ def plot_unallocated(
     curves: Mapping[str, Curve],
     reference: Mapping[str, Curve] | None = None,
     title: str = "openb trace replay",
+    bound: float | None = None,
 ) -> None:
+    """`bound`: the certified LP lower bound at 100% arrived (mean over seeds), drawn as a marker."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a display
@@ -63,6 +65,11 @@ def plot_unallocated(
     colors: dict[str, Any] = {}
     _draw(full, curves, reference or {}, colors)
     _draw(zoom, curves, reference or {}, colors)
+    if bound is not None:
+        for ax in (full, zoom):
+            ax.plot(
+                [100], [bound], marker="v", color="black", linestyle="none", label=f"LP bound {bound:.2f}%"
+            )
     full.set_xlim(0, 130)
     full.set_ylim(0, 100)
     full.set_ylabel("unallocated GPU (%)")

@@ -2,12 +2,14 @@
 
 Per seed: sort pods by name, shuffle with the seed, then inflate by drawing pods uniformly with
 replacement from the original list until the next draw would push the summed GPU request past `tune` x
-cluster GPU capacity. Pods then arrive one by one, never leave; one that fits nowhere is counted as failed
-and skipped. After every pod, arrived and allocated GPU milli are recorded (see `curve.py`).
+cluster GPU capacity; a list that already asks more (`multigpu30..50`) is thinned instead, removing
+pods at random until it fits, as the simulator's `tuneDownPods` does. Pods then arrive one by one, never
+leave; one that fits nowhere is counted as failed and skipped. After every pod, arrived and allocated GPU milli are recorded (see `curve.py`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +31,7 @@ DEFAULT_TUNE = 1.3
 def build_state(xp: ArrayNamespace, nodes: Sequence[TraceNode]) -> ClusterState:
     max_gpus = max((n.gpu for n in nodes), default=1)
     state = ClusterState(xp, max_gpus=max(max_gpus, 1), capacity=max(len(nodes), 1))
-    for n in nodes:
+    for n in sorted(nodes, key=lambda n: n.sn):  # rows in name order (the simulator's tie rule, `fgd-name`)
         state.add_node(n.node_info())
     state.commit()
     return state
@@ -40,7 +42,8 @@ def capacity_milli(nodes: Sequence[TraceNode]) -> int:
 
 
 def arrival_order(pods: Sequence[TracePod], seed: int, tune: float, capacity: int) -> list[TracePod]:
-    """Sorted by name, shuffled with `seed`, inflated with replacement up to `tune` x capacity."""
+    """Sorted by name, shuffled with `seed`, inflated with replacement up to `tune` x capacity (or
+    thinned at random down to it)."""
     rng = random.Random(seed)
     base = sorted(pods, key=lambda p: p.name)
     order = list(base)
@@ -54,6 +57,9 @@ def arrival_order(pods: Sequence[TracePod], seed: int, tune: float, capacity: in
                 break
             total += pick.gpu_request_milli
             order.append(pick)
+    elif tune > 0 and total > target:
+        while total > target and order:
+            total -= order.pop(rng.randrange(len(order))).gpu_request_milli
     return order
 
 
@@ -84,8 +90,11 @@ def replay_seed(
     *,
     tune: float = DEFAULT_TUNE,
     progress: Callable[[int, int], None] | None = None,
+    until_pct: int | None = None,
 ) -> SeedResult:
-    """One seed of the protocol with a fresh cluster and a fresh policy."""
+    """One seed of the protocol with a fresh cluster and a fresh policy. With `until_pct`, the replay
+    stops at the first pod whose record falls past that arrived % bin (bins up to it are exact; the
+    curve beyond repeats the last value): the variant table needs bin 100 only."""
     capacity = capacity_milli(nodes)
     state = build_state(xp, nodes)
     policy: PlacementPolicy = make_policy(policy_name)
@@ -103,6 +112,9 @@ def replay_seed(
     for i, pod in enumerate(order):
         d = pod.demand()
         arrived_milli += pod.gpu_request_milli
+        if until_pct is not None and math.floor(100.0 * arrived_milli / capacity + 0.5) > until_pct:
+            order = order[:i]
+            break
         placement = place_one(state, policy, d, tie_break="random", rng=tie_rng)
         if placement is None:
             failed += 1

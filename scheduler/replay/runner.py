@@ -87,10 +87,13 @@ def run_policy(
     *,
     tune: float = DEFAULT_TUNE,
     on_seed_progress: Callable[[int, int, int], None] | None = None,
+    until_pct: int | None = None,
 ) -> PolicyResult:
     """`on_seed_progress(seed, done, total)` is called while a seed runs (for progress bars)."""
     results: list[SeedResult] = []
     for seed in seeds:
         cb = None if on_seed_progress is None else functools.partial(on_seed_progress, seed)
-        results.append(replay_seed(xp, nodes, pods, policy, seed, tune=tune, progress=cb))
+        results.append(
+            replay_seed(xp, nodes, pods, policy, seed, tune=tune, progress=cb, until_pct=until_pct)
+        )
     return PolicyResult(policy, capacity_milli(nodes) // MILLI_PER_GPU, tune, results)

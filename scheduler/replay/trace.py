@@ -1,7 +1,15 @@
 """Loader for the Alibaba openb trace format (node list and pod list CSVs).
 
 Every row is validated by a pydantic model; a bad row becomes a `RowError` (line, column, value, why)
-and is skipped, the rest loads. A missing file, a missing column or no usable row is a `TraceError`.
+and is skipped, the rest loads. A missing file, a missing required column or no usable row is a
+`TraceError`.
+
+Pod lists of `cluster-trace-gpu-v2023/csv/` differ in columns: the `multigpu*` lists have only
+`name,cpu_milli,memory_mib,num_gpu,gpu_milli`. Optional columns take the defaults of the FGD paper's
+simulator (its `data/pod_csv_to_yaml.py`): no `memory_mib` = no memory request, no `gpu_milli` = whole
+GPUs (1000 per device) for a pod with `num_gpu` > 0, no `gpu_spec` = any GPU model; `qos`, `pod_phase`
+and the times are never read. An empty cell of an optional column takes the same default. The loader
+says which columns it defaulted (`Loaded.warnings`).
 """
 
 from __future__ import annotations
@@ -19,7 +27,13 @@ from scheduler.replay.gpu_models import DEFAULT_GPU_MEMORY_MIB, gpu_memory_mib
 from scheduler.state.demand import PodDemand
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+POD_COLUMNS = ("name", "cpu_milli", "num_gpu")
+# Optional pod columns and what their absence means (the paper's simulator's defaults).
+POD_OPTIONAL = {
+    "memory_mib": "no host memory request",
+    "gpu_milli": "whole GPUs (1000 milli per device) for pods with num_gpu > 0",
+    "gpu_spec": "any GPU model",
+}
 
 
 class TraceError(ValueError):
@@ -70,10 +84,25 @@ class TracePod(BaseModel):
 
     name: str = Field(min_length=1)
     cpu_milli: int = Field(ge=0)
-    memory_mib: int = Field(ge=0)
+    memory_mib: int = Field(default=0, ge=0)
     num_gpu: int = Field(ge=0, le=64)
-    gpu_milli: int = Field(ge=0, le=MILLI_PER_GPU)
+    gpu_milli: int = Field(default=0, ge=0, le=MILLI_PER_GPU)
     gpu_spec: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, raw: Any) -> Any:
+        """Absent or empty optional cells take the simulator's defaults (module docstring)."""
+        if not isinstance(raw, dict):
+            return raw
+        out = {k: v for k, v in raw.items() if not (k in POD_OPTIONAL and v in ("", None))}
+        if "gpu_milli" not in out:
+            try:
+                whole = int(str(out.get("num_gpu", "0")).strip() or "0") > 0
+            except ValueError:
+                whole = False  # num_gpu itself is reported as the bad column
+            out["gpu_milli"] = MILLI_PER_GPU if whole else 0
+        return out
 
     @field_validator("gpu_spec")
     @classmethod
@@ -180,5 +209,18 @@ def load_nodes(path: str | Path) -> Loaded[TraceNode]:
     return loaded
 
 
+def _header(path: Path) -> list[str]:
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []  # `_read` reports the problem
+
+
 def load_pods(path: str | Path) -> Loaded[TracePod]:
-    return _load(Path(path), POD_COLUMNS, TracePod, "name")
+    loaded = _load(Path(path), POD_COLUMNS, TracePod, "name")
+    header = [c.strip() for c in _header(Path(path))]
+    for column, meaning in POD_OPTIONAL.items():
+        if column not in header:
+            loaded.warnings.append(f"{path}: no {column} column: {meaning}")
+    return loaded

@@ -1,4 +1,8 @@
-"""Load Kubernetes YAML manifests (Nodes, Pods, Queues, PodGroups) for the simulated cluster."""
+"""Load Kubernetes YAML manifests (Nodes, Pods, Queues, PodGroups) for the simulated cluster.
+
+KAI Scheduler's Queues and PodGroups (scheduling.run.ai) are read too, translated as the scheduler's
+`--kai-compat` does, and pods of `kai-scheduler` are simulated as Tessera's (docs/kai-compat.md).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from scheduler.api.kai import is_kai, translate
+from scheduler.api.keys import KAI_SCHEDULER_NAME, SCHEDULER_NAME, TRANSLATED_FROM
+from scheduler.mirror import one_line
 
 SUPPORTED = ("Node", "Pod", "Queue", "PodGroup")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -24,13 +32,39 @@ class Manifests:
     warnings: list[str] = field(default_factory=list)
 
     def extend(self, other: Manifests) -> None:
-        for k, v in other.objects.items():
-            self.objects[k].extend(v)
         self.warnings.extend(other.warnings)
+        for k, v in other.objects.items():
+            for obj in v:
+                self.add(k, obj)
+
+    def add(self, kind: str, obj: dict[str, Any]) -> None:
+        """Add an object; of a Tessera and a translated KAI Queue/PodGroup with the same name, Tessera's is
+        kept (the rule of --kai-compat), with a warning."""
+        kai = TRANSLATED_FROM in ((obj.get("metadata") or {}).get("annotations") or {})
+        same = [o for o in self.objects[kind] if kind in ("Queue", "PodGroup") and _key(o) == _key(obj)]
+        other = [o for o in same if (TRANSLATED_FROM in (o["metadata"].get("annotations") or {})) != kai]
+        if other:
+            self.warnings.append(
+                f"KAI {kind} {_key(obj)} is ignored: Tessera's {kind} of the same name is used (docs/kai-compat.md)"
+            )
+            if kai:
+                return
+            self.objects[kind] = [o for o in self.objects[kind] if not any(o is x for x in other)]
+        self.objects[kind].append(obj)
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return (
+        f"{meta.get('namespace') or 'default'}/{meta['name']}"
+        if obj.get("kind") == "PodGroup"
+        else meta["name"]
+    )
 
 
 def load_documents(docs: Iterable[Any], source: str) -> Manifests:
     out = Manifests()
+    kai_pods = 0
     for i, doc in enumerate(docs, start=1):
         if doc is None:
             continue
@@ -46,10 +80,29 @@ def load_documents(docs: Iterable[Any], source: str) -> Manifests:
             if not (obj.get("metadata") or {}).get("name"):
                 out.warnings.append(f"{source}: document {i}: {kind} without metadata.name; skipped")
                 continue
-            if kind == "Job":  # the simulated cluster plays the Job controller: the Job's pods arrive
-                out.objects["Pod"].extend(job_pods(obj))
-            else:
-                out.objects[kind].append(obj)
+            if is_kai(obj):
+                try:
+                    t = translate(obj)
+                except ValueError as exc:
+                    reason = one_line(exc)
+                    out.warnings.append(
+                        f"{source}: document {i}: {kind} {obj['metadata']['name']}: {reason}; skipped"
+                    )
+                    continue
+                out.warnings += [f"{source}: KAI {kind} {obj['metadata']['name']}: {n}" for n in t.notes]
+                kind, obj = t.kind, t.obj
+            pods = job_pods(obj) if kind == "Job" else [obj] if kind == "Pod" else []
+            for pod in pods:  # the simulated cluster plays the Job controller: the Job's pods arrive
+                if (pod.get("spec") or {}).get("schedulerName") == KAI_SCHEDULER_NAME:
+                    pod["spec"]["schedulerName"] = SCHEDULER_NAME
+                    kai_pods += 1
+                out.add("Pod", pod)
+            if kind not in ("Job", "Pod"):
+                out.add(kind, obj)
+    if kai_pods:
+        out.warnings.append(
+            f"{source}: {kai_pods} pods of schedulerName {KAI_SCHEDULER_NAME} are simulated as Tessera's"
+        )
     return out
 
 

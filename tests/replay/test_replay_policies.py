@@ -20,7 +20,7 @@ from scheduler.replay.protocol import (
 )
 from scheduler.replay.trace import load_nodes, load_pods
 
-POLICIES = ["random", "dotprod", "packing", "bestfit", "fgd", "fragfit"]
+POLICIES = ["random", "dotprod", "packing", "bestfit", "fgd", "fgd-name", "fragfit", "wastefit"]
 
 
 def test_all_replay_policies_registered() -> None:
@@ -113,3 +113,30 @@ def test_fgd_picks_the_gpu_that_fragments_least() -> None:
     for milli, slot in ((300, 2), (500, 1)):
         p = place_one(state, policy, PodDemand(cpu_milli=1000, num_gpus=1, gpu_milli=milli))
         assert p is not None and [s.slot for s in p.gpus] == [slot]
+
+
+def test_fgd_name_breaks_ties_by_node_name_as_the_simulator() -> None:
+    """Equal FGD scores: `fgd-name` takes the node whose name sorts first (rows follow names in the
+    replay), `fgd` the best fit (here the node with less free CPU)."""
+    from scheduler.placement.fgd import FgdNameOrderPolicy
+    from scheduler.replay.trace import TraceNode
+    from scheduler.state.demand import PodDemand
+
+    xp = namespace("numpy")
+    nodes = [
+        TraceNode(sn="b-node", cpu_milli=16000, memory_mib=65536, gpu=2, model="G2"),
+        TraceNode(sn="a-node", cpu_milli=32000, memory_mib=65536, gpu=2, model="G2"),
+    ]
+    state = build_state(xp, nodes)
+    assert state.node_names[:2] == ["a-node", "b-node"]
+    pod = PodDemand(cpu_milli=1000, memory_mib=1024, num_gpus=1, gpu_milli=1000)
+    from scheduler.placement.workload import TaskType, TypicalWorkload
+
+    wl = TypicalWorkload((TaskType(1000, 1000, 1),), (1.0,))
+    picks = []
+    for policy in (FgdNameOrderPolicy(), FgdPolicy()):
+        policy.set_typical_workload(wl)
+        p = place_one(build_state(xp, nodes), policy, pod, tie_break="random", rng=random.Random(1))
+        assert p is not None
+        picks.append(state.node_names[p.node])
+    assert picks == ["a-node", "b-node"]

@@ -27,8 +27,10 @@ def test_arrival_order_shuffles_by_seed_and_inflates_to_tune(trace: tuple[Path, 
 
 def test_no_inflation_below_original_total(trace: tuple[Path, Path]) -> None:
     nodes, pods = load_nodes(trace[0]).rows, load_pods(trace[1]).rows
-    order = arrival_order(pods, 1, 0.1, capacity_milli(nodes))
-    assert len(order) == len(pods)
+    cap = capacity_milli(nodes)
+    order = arrival_order(pods, 1, 0.1, cap)
+    assert len(order) < len(pods)  # thinned, never inflated
+    assert sum(p.gpu_request_milli for p in order) <= 0.1 * cap
 
 
 def test_bin_curve_rounds_half_up_averages_and_carries_forward() -> None:
@@ -60,3 +62,16 @@ def test_replay_invariants(trace: tuple[Path, Path], policy: str) -> None:
     assert values == tuple(sorted(values))  # pods never leave
     again = replay_seed(xp, nodes, pods, policy, 42)
     assert again.curve == r.curve and again.failed == r.failed  # deterministic per seed
+
+
+def test_a_list_asking_more_than_tune_is_thinned_at_random() -> None:
+    """As the simulator's tuneDownPods: random pods leave until the GPU request fits tune x capacity."""
+    from scheduler.replay.protocol import arrival_order
+    from scheduler.replay.trace import TracePod
+
+    pods = [TracePod(name=f"p{i:02d}", cpu_milli=1000, num_gpu=1, gpu_milli=1000) for i in range(30)]
+    order = arrival_order(pods, 5, 1.3, 10_000)  # 30 GPUs asked of 10, target 13
+    assert sum(p.gpu_request_milli for p in order) == 13_000
+    assert len({p.name for p in order}) == 13
+    assert order == arrival_order(pods, 5, 1.3, 10_000)
+    assert order != arrival_order(pods, 6, 1.3, 10_000)

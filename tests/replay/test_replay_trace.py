@@ -76,3 +76,43 @@ def test_demand_from_pod_row(tmp_path: Path) -> None:
     assert (d.num_gpus, d.gpu_milli, d.models) == (1, 470, frozenset({"T4", "G2"}))
     assert frac.gpu_request_milli == 470
     assert not cpu.demand().uses_gpu and cpu.gpu_request_milli == 0
+
+
+def test_five_column_multigpu_list_takes_the_simulators_defaults(tmp_path: Path) -> None:
+    """The `multigpu*` lists have name,cpu_milli,memory_mib,num_gpu,gpu_milli only: any model."""
+    path = tmp_path / "multigpu.csv"
+    path.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nm,64000,262144,8,1000\nf,4000,1024,1,470\n")
+    loaded = load_pods(path)
+    assert not loaded.errors and [p.name for p in loaded.rows] == ["m", "f"]
+    whole, frac = (p.demand() for p in loaded.rows)
+    assert (whole.num_gpus, whole.gpu_milli, whole.models) == (8, 1000, None)
+    assert (frac.gpu_milli, frac.memory_mib, frac.models) == (470, 1024, None)
+    assert any("gpu_spec" in w and "any GPU model" in w for w in loaded.warnings)
+
+
+def test_absent_or_empty_optional_columns_default(tmp_path: Path) -> None:
+    """No gpu_milli: whole GPUs; no memory_mib: no memory request; empty cells: the same defaults."""
+    path = tmp_path / "min.csv"
+    path.write_text("name,cpu_milli,num_gpu\nw,8000,2\nc,1000,0\n")
+    loaded = load_pods(path)
+    w, c = loaded.rows
+    assert (w.gpu_milli, w.memory_mib, w.gpu_request_milli) == (1000, 0, 2000)
+    assert (c.gpu_milli, c.gpu_request_milli) == (0, 0)
+    assert {w.split(": no ")[1].split(" ")[0] for w in loaded.warnings} == {
+        "memory_mib",
+        "gpu_milli",
+        "gpu_spec",
+    }
+    empty = write_pods(tmp_path / "empty.csv", ["e,1000,,1,,,LS,Running,0,1,0"])
+    (e,) = load_pods(empty).rows
+    assert (e.gpu_milli, e.memory_mib, e.gpu_spec) == (1000, 0, "")
+    with pytest.raises(TraceError, match="missing column"):
+        (tmp_path / "nogpu.csv").write_text("name,cpu_milli\nx,1\n")
+        load_pods(tmp_path / "nogpu.csv")
+
+
+def test_all_node_list_with_cpu_only_nodes(tmp_path: Path) -> None:
+    path = write_nodes(tmp_path / "all.csv", ["cpu-0,32000,262144,0,", "gpu-0,96000,393216,8,G2"])
+    rows = load_nodes(path).rows
+    assert [n.node_info().gpu_count for n in rows] == [0, 8]
+    assert rows[0].node_info().gpu_model == ""
