@@ -72,6 +72,10 @@ class BindPool:
         with self._cond:
             return list(self._parked)
 
+    def waits_for(self, node: str) -> bool:
+        """Whether a bind waits for `node`'s lock (read without the lock: a hint, checked again on release)."""
+        return node in self._parked
+
     def release(self, node: str) -> BindTask | None:
         """The node's lock is free: the first bind waiting for it goes (the next ones wait for it in turn)."""
         with self._cond:

@@ -56,7 +56,7 @@ from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
 from scheduler.kube.kai_compat import KaiCompat
-from scheduler.kube.lock_view import NodeLockView
+from scheduler.kube.lock_view import NodeLockView, only_lock_changed
 from scheduler.kube.podgrouper.book import Decision, GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
@@ -190,26 +190,23 @@ class KubeCluster:
         self.events.put(ev)
         if self._wakes(ev):
             self._work.set()
-        parked = self.binds.parked_nodes()
-        if parked:  # a bind waiting for a node's lock goes as soon as the watch shows it free
-            node = str(ev.obj.get("metadata", {}).get("name")) if ev.kind == "Node" else None
-            if ev.kind == "Pod":
-                node = (ev.obj.get("spec") or {}).get("nodeName")
-            if node in parked:
-                self._release(node)
+        # A bind waiting for a node's lock goes as soon as the watch shows it free.
+        node = ev.obj.get("metadata", {}).get("name") if ev.kind == "Node" else None
+        if ev.kind == "Pod":
+            node = (ev.obj.get("spec") or {}).get("nodeName")
+        if node and self.binds.waits_for(node):
+            self._release(node)
 
     def _wakes(self, ev: ResourceEvent) -> bool:
-        """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a node's
-        bind lock freed or taken. Not the echo of our own binds, nor node heartbeats."""
+        """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a node
+        added or gone. Not the echo of our own binds, nor node heartbeats or bind locks."""
         if ev.kind == "Pod":
             spec = ev.obj.get("spec") or {}
             return ev.type == "DELETED" or (
                 spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName")
             )
-        if ev.kind == "Node":
-            old = ((ev.old or {}).get("metadata") or {}).get("annotations") or {}
-            new = (ev.obj.get("metadata") or {}).get("annotations") or {}
-            return ev.type != "MODIFIED" or old.get(BIND_LOCK) != new.get(BIND_LOCK)
+        if ev.kind == "Node":  # a new node (a lock of ours changing is the binder's business, not a cycle's)
+            return ev.type != "MODIFIED"
         return ev.kind in ("Queue", "PodGroup")
 
     def wake(self) -> None:
@@ -264,6 +261,12 @@ class KubeCluster:
                 for uid in self._parked.pop(name, {}):
                     self._parked_at.pop(uid, None)
                 out.append(WatchEvent("Node", "DELETED", ev.obj))
+            elif (
+                ev.type == "MODIFIED"
+                and only_lock_changed(ev.old, ev.obj)
+                and not self.locks.shown_tainted(name, ev.obj)
+            ):
+                pass  # our own bind lock came or went: the cycle's picture of the node is unchanged
             else:
                 out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
                 self._known_nodes.add(name)

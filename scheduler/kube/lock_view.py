@@ -104,6 +104,13 @@ class NodeLockView:
             or (not holder.ours and spec.get("nodeName") != node)
         )
 
+    def shown_tainted(self, name: str, node_obj: dict[str, Any]) -> bool:
+        """Whether the cycle sees the node tainted now, or should from this version of it."""
+        with self._lock:
+            if name in self._shown:
+                return True
+        return self._foreign(self.holder(name, node_obj))
+
     @staticmethod
     def _foreign(holder: Holder | None) -> bool:
         """Shown tainted: a lock we took ourselves is not (our binder queues the next binds behind it)."""
@@ -144,3 +151,18 @@ class NodeLockView:
             if self._foreign(self.holder(name, obj)) != (name in shown):
                 changed.append(self.decorate(obj))
         return changed
+
+
+def only_lock_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether two versions of a node differ only in their bind lock (and the bookkeeping of any write)."""
+    if old is None:
+        return False
+    if {k: v for k, v in old.items() if k != "metadata"} != {k: v for k, v in new.items() if k != "metadata"}:
+        return False
+    skip = ("resourceVersion", "managedFields", "annotations")
+    a, b = old.get("metadata") or {}, new.get("metadata") or {}
+    if {k: v for k, v in a.items() if k not in skip} != {k: v for k, v in b.items() if k not in skip}:
+        return False
+    other_a = {k: v for k, v in (a.get("annotations") or {}).items() if k != BIND_LOCK}
+    other_b = {k: v for k, v in (b.get("annotations") or {}).items() if k != BIND_LOCK}
+    return other_a == other_b
