@@ -5,6 +5,15 @@ names the pod) from bind until allocation, so the locked pod is the one being ad
 it, checks its `tessera.dev/gpu-assignment` against this node, answers with the GPUs and limits, marks the
 pod `tessera.dev/gpu-allocated` and releases the lock. Calls are serialised: a second Allocate only sees
 the lock once the scheduler has handed it to the next pod.
+
+That reasoning holds only if the locked pod is the only one on the node that could be asking. A pod the
+scheduler never placed (another scheduler's pod asking for our resource, one whose author set
+`spec.nodeName`) could be admitted while the lock is held and take the locked pod's GPUs. So Allocate
+answers only when no other pod on the node is waiting for the same resource; while one is, it waits (the
+kubelet admits pods one at a time: a pod refused a moment ago is about to be marked Failed) and then
+refuses rather than guess. And a `tessera.dev/gpu-allocated` that this plugin did not write (preset by a
+user) does not make the lock stale: only pods it served itself, or that the kubelet has started, count
+as served.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
 
 log = logging.getLogger(__name__)
 LOCK_POLL_S = 0.05
+SERVED_MEMORY = 4096
 
 
 class AllocationError(Exception):
@@ -73,6 +83,8 @@ class Allocator:
         # Whole-GPU pods may spread their GPUs over several containers, each its own Allocate: the
         # GPUs of the locked pod not yet handed out, by pod UID (only the locked pod is ever tracked).
         self._pending_whole: tuple[str, list[GrantedGPU]] | None = None
+        # UIDs of the pods this process served (in order; the oldest forgotten past SERVED_MEMORY).
+        self._served: dict[str, None] = {}
 
     # ---- Allocate -------------------------------------------------------------------------------------
 
@@ -84,7 +96,9 @@ class Allocator:
                 f"no Kubernetes API configured (standalone mode): cannot read the pod's {GPU_ASSIGNMENT}"
             )
         with self._mutex:
-            target = self._wait_for_locked_pod(self._cluster, self._lock_wait)
+            deadline = self._clock() + self._lock_wait
+            target = self._wait_for_locked_pod(self._cluster, resource, deadline)
+            self._wait_until_alone(self._cluster, resource, target, deadline)
             if resource.kind == "slice":
                 responses = self._slices(resource, target, requests)
                 done = True
@@ -154,6 +168,9 @@ class Allocator:
         return responses, not remaining
 
     def _finish(self, cluster: PodCluster, target: LockedPod) -> None:
+        self._served[target.pod.uid] = None
+        while len(self._served) > SERVED_MEMORY:
+            del self._served[next(iter(self._served))]
         try:
             cluster.mark_allocated(target.pod, rfc3339_now())
             released = cluster.release_bind_lock(self._node, target.raw_lock)
@@ -177,7 +194,7 @@ class Allocator:
         if self._cluster is not None:
             try:
                 with self._mutex:
-                    target = self._wait_for_locked_pod(self._cluster, 0.0)
+                    target = self._wait_for_locked_pod(self._cluster, resource, self._clock())
                     pending = self._pending_whole
                 granted = pending[1] if pending and pending[0] == target.pod.uid else target.granted
                 wanted = [g.uuid for g in granted]
@@ -195,21 +212,52 @@ class Allocator:
 
     # ---- Finding and checking the locked pod ---------------------------------------------------------
 
-    def _wait_for_locked_pod(self, cluster: PodCluster, wait_s: float) -> LockedPod:
-        deadline = self._clock() + wait_s
+    def _wait_for_locked_pod(self, cluster: PodCluster, resource: Resource, deadline: float) -> LockedPod:
         while True:
             try:
                 found = self._locked_pod(cluster)
             except ClusterError as exc:
                 raise AllocationError(f"cannot read the bind lock of node {self._node}: {exc}") from None
             if found is not None:
-                return self._check(found[0], found[1], found[2])
+                return self._check(resource, found[0], found[1], found[2])
             if self._clock() >= deadline:
                 raise AllocationError(
                     f"no pod holds the bind lock ({BIND_LOCK}) on node {self._node}: no GPU pod was bound "
                     "here by the Tessera scheduler (is spec.schedulerName tessera?)"
                 )
             self._sleep(LOCK_POLL_S)
+
+    def _wait_until_alone(
+        self, cluster: PodCluster, resource: Resource, target: LockedPod, deadline: float
+    ) -> None:
+        """Return once no pod but the locked one waits on this node for `resource`; refuse at `deadline`."""
+        while True:
+            try:
+                others = [p for p in cluster.pods_on_node(self._node) if self._contends(p, resource, target)]
+            except ClusterError as exc:
+                raise AllocationError(f"cannot list the pods of node {self._node}: {exc}") from None
+            if not others:
+                return
+            if self._clock() >= deadline:
+                names = ", ".join(sorted(p.ref for p in others)[:5])
+                raise AllocationError(
+                    f"cannot tell which pod the kubelet is admitting: besides {target.ref}, which the "
+                    f"Tessera scheduler placed here, pod(s) {names} on node {self._node} ask for "
+                    f"{resource.name} without having been placed by it; refusing rather than give them "
+                    f"its GPUs (pods asking for {resource.name} must be placed by the Tessera scheduler)"
+                )
+            self._sleep(LOCK_POLL_S)
+
+    def _contends(self, pod: PodView, resource: Resource, target: LockedPod) -> bool:
+        """Could the kubelet be admitting `pod` for `resource` now, instead of the locked pod?"""
+        return (
+            pod.uid != target.pod.uid
+            and resource.name in pod.resources
+            and pod.phase == "Pending"
+            and not pod.deleting
+            and not pod.started
+            and pod.uid not in self._served
+        )
 
     def _locked_pod(self, cluster: PodCluster) -> tuple[BindLock, str, PodView] | None:
         raw = cluster.read_bind_lock(self._node)
@@ -225,7 +273,9 @@ class Allocator:
             stale = "no longer exists"
         elif pod.uid != lock.uid:
             stale = f"was replaced (uid {pod.uid}, lock names {lock.uid})"
-        elif GPU_ALLOCATED in pod.annotations and not self._whole_pending_for(pod.uid):
+        elif pod.phase in ("Succeeded", "Failed"):
+            stale = f"has {pod.phase.lower()}"
+        elif self._served_before(pod) and not self._whole_pending_for(pod.uid):
             stale = "is already allocated"
         if stale is None and pod is not None:
             return lock, raw, pod
@@ -234,11 +284,21 @@ class Allocator:
         cluster.release_bind_lock(self._node, raw)
         return None
 
+    def _served_before(self, pod: PodView) -> bool:
+        """Served by this process, or marked allocated (by a process before a restart) and started by the
+        kubelet. A `tessera.dev/gpu-allocated` alone proves nothing: a user may have preset it."""
+        return pod.uid in self._served or (GPU_ALLOCATED in pod.annotations and pod.started)
+
     def _whole_pending_for(self, uid: str) -> bool:
         return self._pending_whole is not None and self._pending_whole[0] == uid
 
-    def _check(self, lock: BindLock, raw: str, pod: PodView) -> LockedPod:
+    def _check(self, resource: Resource, lock: BindLock, raw: str, pod: PodView) -> LockedPod:
         ref = lock.pod
+        if resource.name not in pod.resources:
+            raise AllocationError(
+                f"pod {ref} holds the bind lock but asks for no {resource.name}: the kubelet is admitting "
+                "a pod the Tessera scheduler did not place here; refusing"
+            )
         text = pod.annotations.get(GPU_ASSIGNMENT)
         if text is None:
             raise AllocationError(f"pod {ref} holds the bind lock but has no {GPU_ASSIGNMENT} annotation")

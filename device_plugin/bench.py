@@ -114,7 +114,16 @@ def run_bench(
                         name=name, annotations={GPU_ASSIGNMENT: assignment.to_annotation()}
                     ),
                     spec=k8s.V1PodSpec(
-                        node_name=node_name, containers=[k8s.V1Container(name="main", image="cuda")]
+                        node_name=node_name,
+                        scheduler_name="tessera",
+                        containers=[
+                            k8s.V1Container(
+                                name="main",
+                                image="cuda",
+                                # as the webhook leaves a fractional pod: one slice
+                                resources=k8s.V1ResourceRequirements(limits={GPU_SLICE_RESOURCE: "1"}),
+                            )
+                        ],
                     ),
                 ),
             )

@@ -1,11 +1,13 @@
 """What the plugin needs from the Kubernetes API, and its implementation on the official client.
 
-Four calls per allocation: read the node's bind lock, read the locked pod, mark the pod allocated and
-release the lock. Reads skip the client's model deserialisation (raw JSON) to keep Allocate fast.
+Five calls per allocation: read the node's bind lock, read the locked pod, list the node's pods (no other
+pod may be waiting for the same resource), mark the pod allocated and release the lock. Reads skip the
+client's model deserialisation (raw JSON) to keep Allocate fast.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,6 +33,40 @@ class PodView:
     node_name: str | None
     annotations: dict[str, str] = field(default_factory=dict)
     deleting: bool = False
+    phase: str = "Pending"
+    # Extended resources any of its containers (or init containers) requests or limits.
+    resources: frozenset[str] = frozenset()
+    # The kubelet has admitted it (it reports container statuses): it is past Allocate.
+    started: bool = False
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def pod_view(obj: dict[str, Any]) -> PodView:
+    """A pod as the API returns it (JSON) -> PodView."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    wanted = {
+        str(name)
+        for kind in ("containers", "initContainers")
+        for c in spec.get(kind) or []
+        for field_ in ("limits", "requests")
+        for name in ((c.get("resources") or {}).get(field_) or {})
+    }
+    return PodView(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        node_name=spec.get("nodeName"),
+        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        deleting=meta.get("deletionTimestamp") is not None,
+        phase=str(status.get("phase") or "Pending"),
+        resources=frozenset(wanted),
+        started=bool(status.get("containerStatuses") or status.get("initContainerStatuses")),
+    )
 
 
 class PodCluster(Protocol):
@@ -40,6 +76,10 @@ class PodCluster(Protocol):
 
     def read_pod(self, namespace: str, name: str) -> PodView | None:
         """The pod, or None when it does not exist."""
+        ...
+
+    def pods_on_node(self, node: str) -> list[PodView]:
+        """Every pod bound to `node`."""
         ...
 
     def mark_allocated(self, pod: PodView, when: str) -> None:
@@ -113,17 +153,14 @@ class KubePodCluster:
 
     def read_pod(self, namespace: str, name: str) -> PodView | None:
         obj = self._get_json(self._api.read_namespaced_pod, name, namespace)
-        if obj is None:
-            return None
-        meta = obj.get("metadata", {})
-        return PodView(
-            namespace=namespace,
-            name=name,
-            uid=str(meta.get("uid", "")),
-            node_name=obj.get("spec", {}).get("nodeName"),
-            annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
-            deleting=meta.get("deletionTimestamp") is not None,
+        return None if obj is None else pod_view(obj)
+
+    def pods_on_node(self, node: str) -> list[PodView]:
+        listing = functools.partial(
+            self._api.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}"
         )
+        obj = self._get_json(listing)
+        return [pod_view(item) for item in (obj or {}).get("items") or []]
 
     def _json_patch(self, call: Any, ops: list[dict[str, Any]], *args: str) -> bool:
         """Apply a JSON patch; False when a `test` op failed (the object changed), ClusterError otherwise."""

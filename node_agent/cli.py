@@ -141,17 +141,18 @@ def main(
     server = None
     if host_port is not None:
         try:
-            server = make_server(agent, *host_port, stale_after_s=max(10.0, 5 * interval))
+            server = serve_in_background(
+                make_server(agent, *host_port, stale_after_s=max(10.0, 5 * interval))
+            )
         except OSError as exc:
             raise fail(f"cannot listen on {listen}: {exc.strerror or exc}", FAILURE) from None
-        serve_in_background(server)
         log.info("serving /metrics, /report and /healthz on %s", listen)
     log.info("agent on node %s: %d GPU(s), enforcement %s", node_name, len(backend.devices()), enforce)
     try:
         agent.run(interval, stop)
     finally:
         if server is not None:
-            server.shutdown()
+            server.stop()
         backend.close()
 
 

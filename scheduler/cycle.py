@@ -12,6 +12,7 @@ from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.backend import get_namespace
+from scheduler.budget import Budget, BudgetLimits
 from scheduler.cache import Cache
 from scheduler.cluster import Cluster
 from scheduler.inflight import Deferred
@@ -31,6 +32,9 @@ class SchedulerConfig:
     backend: str | None = None  # None: TESSERA_ARRAY_BACKEND / auto
     max_gpus_per_node: int = 8
     expected_nodes: int = 64
+    # Search budgets count work, so a simulation decides the same on any machine; the live scheduler
+    # passes `BudgetLimits.live()` (a wall-clock cap on top).
+    budget: BudgetLimits = field(default_factory=BudgetLimits)
 
 
 @dataclass
@@ -58,7 +62,15 @@ class Scheduler:
         self.policy = make_policy(self.config.policy)
         # Kept across cycles, so its per-demand scores stay warm.
         self.placer = IncrementalPlacer(self.cache.state, self.policy)
+        # Victim searches try many plans: whether they fit is asked of a row-local policy (its scores kept
+        # per demand and refreshed on the rows a trial touched); the plan applied is placed by `policy`.
+        self.probe = (
+            self.placer
+            if self.policy.capabilities.row_local
+            else IncrementalPlacer(self.cache.state, make_policy("binpack"))
+        )
         self.actions = make_actions(self.config.actions)  # ValueError on an unknown name
+        self.budget = Budget(self.config.budget)
         self.last_reasons: dict[str, PendingReason] = {}
         self.last_session: Session | None = None
         # (kind, namespace, name, reason) -> message of every warning that holds now (see `Cluster.warn`)
@@ -71,7 +83,7 @@ class Scheduler:
         # Binds that were in flight: confirmed, or forgotten (a gang undone whole) before the session opens.
         settled = Deferred()
         self.cache.inflight.settle(self.cluster.bind_outcomes(), self.cache, self.cluster, settled)
-        session = Session.open(self.cache, self.placer, now)
+        session = Session.open(self.cache, self.placer, now, self.budget, probe=self.probe)
         settled.replay(session)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}

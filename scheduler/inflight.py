@@ -6,9 +6,9 @@ stays ASSUMED in the ledger meanwhile). Once every member of a unit has its answ
 
 - all bound: the holdings are confirmed (BOUND) and each pod gets its `Scheduled` event;
 - one failed: the unit is undone in the same cycle. Members already bound are evicted (a gang is never
-  left partly running: there is no "unbind" in Kubernetes), every member's holding is released, and the
-  pods wait again with `BindFailed`: the failed one with its own error, the others naming it. They are
-  placed again by the next cycle.
+  left partly running: there is no "unbind" in Kubernetes) and releasing until they are gone, every other
+  member's holding is released, and the pods wait again with `BindFailed`: the failed one with its own
+  error, the others naming it. They are placed again by the next cycle.
 
 `InFlight` keeps the units that still have members in flight between cycles; `settle` applies the
 outcomes the cluster reports (`Cluster.bind_outcomes`) at the start of a cycle, before the session opens,
@@ -119,9 +119,12 @@ def _undo(unit: BindUnit, m: Member, detail: str, cache: Cache, cluster: Cluster
         log.warning("could not undo the bind of %s (%s): its gang runs partly until stale", m.pod.key, exc)
         return False
     books.event("Evicted", unit.action, m.pod, message, node=m.node)
-    # Gone as far as the cycle knows (the cluster hides it until it is deleted): neither its job nor the
-    # ledger counts it any more.
-    cache.mirror.forget_pod(m.pod.uid)
+    # Being deleted: its job counts it no more, and it is releasing (on its GPU until it is gone, charged to
+    # nobody), as any evicted pod; the watch shows it terminating, then gone.
+    current = cache.pods.get(m.pod.uid, m.pod)
+    m.pod.terminating = current.terminating = True
+    cache.index.unindex(current)
+    cache.ledger.start_releasing(m.pod.uid)
     return True
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from scheduler.api.podgroup import PodGroup
 from scheduler.jobs import Job, build_job, is_job_member, job_key
 from scheduler.ledger import Holding, HoldKind, Ledger, Owner, same_charge
-from scheduler.model import PodInfo
+from scheduler.model import PodInfo, PodPhase
 
 Usage = tuple[int, int, int]  # GPU milli, CPU milli, memory MiB
+_CHARGED = (HoldKind.BOUND, HoldKind.ASSUMED)  # a releasing victim counts for nobody, a reserved place apart
 
 
 def usage_of(h: Holding) -> Usage:
@@ -34,7 +35,7 @@ class QueueUsage:
         if same_charge(old, new):
             return
         for h, sign in ((old, -1), (new, +1)):
-            if h is None or h.owner is None or h.kind is HoldKind.RESERVED:  # pods only, assumed too
+            if h is None or h.owner is None or h.kind not in _CHARGED:  # pods only, assumed too
                 continue
             books = (self.all, self.nonpreemptible) if h.owner.nonpreemptible else (self.all,)
             for book in books:
@@ -48,9 +49,13 @@ class QueueUsage:
 
 
 class JobIndex:
-    def __init__(self, ledger: Ledger, podgroups: dict[str, PodGroup]) -> None:
+    def __init__(
+        self, ledger: Ledger, podgroups: dict[str, PodGroup], priority_classes: dict[str, int] | None = None
+    ) -> None:
         self.ledger = ledger
         self.podgroups = podgroups  # the mirror's, by namespace/name
+        self.priority_classes = priority_classes if priority_classes is not None else {}  # name -> value
+        self._succeeded: dict[str, set[str]] = {}  # job key -> uids of members that succeeded
         self.usage = QueueUsage()
         ledger.add_listener(self.usage)
         # Keys in first-seen order, as build_jobs gives them.
@@ -73,6 +78,8 @@ class JobIndex:
             self._members.setdefault(key, {})[pod.uid] = pod
         else:  # a finished pod, or not ours: whatever it still holds is nobody's usage
             self.ledger.reown(pod.uid, None)
+            if pod.ours and pod.phase is PodPhase.SUCCEEDED:  # still counts toward its gang's minMember
+                self._succeeded.setdefault(key, set()).add(pod.uid)
 
     def unindex(self, pod: PodInfo) -> None:
         key = job_key(pod)
@@ -80,6 +87,15 @@ class JobIndex:
         members = self._members.get(key)
         if members is not None:
             members.pop(pod.uid, None)
+        done = self._succeeded.get(key)
+        if done is not None:
+            done.discard(pod.uid)
+            if not done:
+                del self._succeeded[key]
+
+    def touch_all(self) -> None:
+        """Every job is rebuilt next time (a PriorityClass changed)."""
+        self._dirty.update(dict.fromkeys(self._members))
 
     def jobs(self) -> list[Job]:
         """All jobs, as `build_jobs(pods, podgroups)` gives them, rebuilding only the jobs whose pods
@@ -91,7 +107,10 @@ class JobIndex:
                 self._jobs.pop(key, None)
                 self._active.pop(key, None)
                 continue
-            job = self._jobs[key] = build_job(key, list(members.values()), self.podgroups)
+            job = self._jobs[key] = build_job(
+                key, list(members.values()), self.podgroups,
+                succeeded=len(self._succeeded.get(key, ())), priority_classes=self.priority_classes,
+            )  # fmt: skip
             owner = Owner(job.queue, job.key, not job.preemptible)
             for p in (*job.running, *job.pending):
                 self.ledger.reown(p.uid, owner)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.priority import resolve_priority
 from scheduler.model import PodInfo, PodPhase
 from scheduler.resources import Resources, pod_request
+
+Charge = Callable[[PodInfo], Resources]  # what a pending pod counts for its queue (see queues/charge.py)
 
 
 @dataclass
@@ -24,50 +26,79 @@ class Job:
     is_gang: bool = False
     explicit_group: bool = True  # False when the PodGroup object is missing and minMember was inferred
     stale_grace_s: float = 60.0
+    succeeded: int = 0  # members that finished successfully: they count toward minMember
+    reserved: list[PodInfo] = field(default_factory=list)  # pipelined this cycle: placed, bound later
 
     @property
     def need(self) -> int:
-        """How many pending members must be placed together for the gang to run."""
-        return max(0, self.min_member - len(self.running))
+        """How many pending members must be placed together for the gang to run (members running, done
+        or with a place reserved count toward minMember)."""
+        return max(0, self.min_member - len(self.running) - self.succeeded - len(self.reserved))
 
-    def pending_request(self) -> Resources:
+    def pending_request(self, charge: Charge = pod_request) -> Resources:
         total = Resources()
         for p in self.pending:
-            total = total + pod_request(p)
+            total = total + charge(p)
         return total
 
-    def sort_key(self) -> tuple[int, float, str]:
-        return (-self.priority, self.created_s, self.key)
+    def sort_key(self) -> tuple[int, int, float, str]:
+        """Higher priority first; then a gang below its minMember, one at it, then elastic growth above it
+        (KAI's job order); then the older job."""
+        held = len(self.running) + self.succeeded
+        state = 0 if held < self.min_member else (1 if held == self.min_member else 2)
+        return (-self.priority, state, self.created_s, self.key)
 
 
 def is_job_member(pod: PodInfo) -> bool:
-    """Our live pods form jobs; pods of other schedulers and finished pods do not."""
-    return pod.ours and pod.phase not in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+    """Our live pods form jobs; pods of other schedulers, finished pods and pods being deleted do not."""
+    return pod.ours and pod.phase not in (PodPhase.SUCCEEDED, PodPhase.FAILED) and not pod.terminating
 
 
 def job_key(pod: PodInfo) -> str:
     return pod.group or f"pod:{pod.key}"
 
 
-def build_jobs(pods: Iterable[PodInfo], podgroups: dict[str, PodGroup]) -> list[Job]:
-    """Group our live pods into jobs. Pods of other schedulers and finished pods are not jobs."""
+def build_jobs(
+    pods: Iterable[PodInfo], podgroups: dict[str, PodGroup], priority_classes: Mapping[str, int] | None = None
+) -> list[Job]:
+    """Group our live pods into jobs. Pods of other schedulers and finished pods are not jobs, but a
+    member that succeeded still counts toward its gang's minMember."""
     members: dict[str, list[PodInfo]] = {}
+    succeeded: dict[str, int] = {}
     for pod in pods:
-        if not is_job_member(pod):
-            continue
-        members.setdefault(job_key(pod), []).append(pod)
-    return [build_job(key, group_pods, podgroups) for key, group_pods in members.items()]
+        if is_job_member(pod):
+            members.setdefault(job_key(pod), []).append(pod)
+        elif pod.ours and pod.phase is PodPhase.SUCCEEDED:
+            succeeded[job_key(pod)] = succeeded.get(job_key(pod), 0) + 1
+    return [
+        build_job(
+            key, group_pods, podgroups, succeeded=succeeded.get(key, 0), priority_classes=priority_classes
+        )
+        for key, group_pods in members.items()
+    ]
 
 
-def build_job(key: str, group_pods: list[PodInfo], podgroups: dict[str, PodGroup]) -> Job:
-    """The job of `key` from its member pods (at least one)."""
+def build_job(
+    key: str,
+    group_pods: list[PodInfo],
+    podgroups: dict[str, PodGroup],
+    *,
+    succeeded: int = 0,
+    priority_classes: Mapping[str, int] | None = None,
+) -> Job:
+    """The job of `key` from its member pods (at least one). A PodGroup's priorityClassName is looked up in
+    the cluster's PriorityClasses (`priority_classes`, name -> value) before the built-in table."""
     group_pods.sort(key=lambda p: (p.created_s, p.name))
     pg = podgroups.get(key)
     first = group_pods[0]
     if pg is not None:
+        name = pg.spec.priority_class_name
+        # The class the PodGroup names (the cluster's, else the built-in table), else its pods' priority;
+        # `preemptibility` overrides what the value says.
+        value = (priority_classes or {}).get(name) if name else first.priority
         priority, preemptible = (
-            resolve_priority(pg.spec.priority_class_name, None, pg.spec.preemptibility)
-            if pg.spec.priority_class_name or pg.spec.preemptibility
+            resolve_priority(name, value, pg.spec.preemptibility)
+            if name or pg.spec.preemptibility
             else (first.priority, first.preemptible)
         )
         queue, min_member, explicit, grace = (
@@ -86,7 +117,7 @@ def build_job(key: str, group_pods: list[PodInfo], podgroups: dict[str, PodGroup
     job = Job(
         key=key, queue=queue, priority=priority, preemptible=preemptible, min_member=min_member,
         created_s=first.created_s, is_gang=first.group is not None, explicit_group=explicit,
-        stale_grace_s=grace,
+        stale_grace_s=grace, succeeded=succeeded if first.group is not None else 0,
     )  # fmt: skip
     for p in group_pods:
         (job.running if p.holds_resources else job.pending).append(p)

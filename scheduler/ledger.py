@@ -8,10 +8,14 @@ tree), together. While a transaction is open the old value is journalled, so `ro
 number of changes with one loop, newest first, and every piece of bookkeeping moves back together
 (KAI Scheduler's `framework/statement.go` does the same with an undo per operation).
 
-Kinds: `BOUND` pods, `ASSUMED` pods (placed by the cycle, their bind in flight: a binder confirms them,
-`confirm`, or they are released) and `RESERVED` places. Other states a holding may pass through fit the
-same way, a kind each, listeners deciding what they count: e.g. a victim evicted but still terminating
-(releasing), whose GPU a waiting pod may be pipelined onto once it is gone.
+Kinds: `BOUND` pods, `ASSUMED` pods, `RESERVED` places and `RELEASING` victims. The arrays are the plan:
+a pod placed by the cycle whose bind is still in flight is `ASSUMED` (in the arrays and charged as if
+bound; a binder's outcome confirms it, `confirm`, or it is released). A victim that was evicted but whose
+pod is still terminating (its grace period) holds nothing in them any more, its capacity is promised to
+the pod it made room for, but it still occupies its GPU. So it is kept apart, `RELEASING`, charged to
+nobody: a placement that needs what it still occupies is not bound but pipelined (a reservation that
+waits for it, `physical_shortfall`), and bound once its pod is gone (KAI Scheduler's Releasing and
+Pipelined pod states).
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ log = logging.getLogger(__name__)
 class HoldKind(StrEnum):
     BOUND = "bound"  # a pod holding resources on its node
     ASSUMED = "assumed"  # a pod placed by the cycle whose bind is in flight (charged as if bound)
-    RESERVED = "reserved"  # the planned place of a pod being moved (keyed by its namespace/name)
+    RESERVED = "reserved"  # the planned place of a pod being moved or pipelined (keyed by namespace/name)
+    RELEASING = "releasing"  # an evicted pod still terminating: busy on its GPU, not in the arrays
+
+    @property
+    def in_arrays(self) -> bool:
+        """Whether the holding is written into the cluster arrays (the plan)."""
+        return self is not HoldKind.RELEASING
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +82,22 @@ class UsageListener(Protocol):
 _Entry = tuple[dict[str, Holding], str, Holding | None]
 
 
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """What a placement needs that releasing pods still occupy, and which of them it waits for."""
+
+    waits_for: frozenset[str]  # uids of the releasing pods
+
+    def __bool__(self) -> bool:
+        return bool(self.waits_for)
+
+
 class Ledger:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.pods: dict[str, Holding] = {}  # by pod uid
-        self.reserved: dict[str, Holding] = {}  # by the moved pod's namespace/name
+        self.reserved: dict[str, Holding] = {}  # by the moved or pipelined pod's namespace/name
+        self.releasing: dict[str, Holding] = {}  # evicted pods still terminating, by uid
         self._listeners: list[UsageListener] = []
         self._journal: list[_Entry] | None = None  # open while a transaction is
 
@@ -87,15 +108,17 @@ class Ledger:
         """Replace what `key` holds with `new`: arrays, table and listeners together; journalled while a
         transaction is open. Raises OvercommitError (changing nothing) when `new` does not fit."""
         old = table.get(key)
-        if arrays and (old is None or new is None or old.placement != new.placement):
-            if old is not None:
-                self._write(old.placement, -1, key)
-            if new is not None:
+        was = old.placement if old is not None and old.kind.in_arrays else None
+        now = new.placement if new is not None and new.kind.in_arrays else None
+        if arrays and was != now:
+            if was is not None:
+                self._write(was, -1, key)
+            if now is not None:
                 try:
-                    self.state.write(new.placement, +1)
+                    self.state.write(now, +1)
                 except OvercommitError:
-                    if old is not None:
-                        self.state.write(old.placement, +1)
+                    if was is not None:
+                        self.state.write(was, +1)
                     raise
         if new is None:
             del table[key]
@@ -132,8 +155,10 @@ class Ledger:
             self._swap(self.pods, uid, Holding(HoldKind.BOUND, pl), arrays=False)
 
     def release(self, uid: str, *, arrays: bool = True) -> Holding | None:
-        """Pod `uid` holds nothing any more (evicted, finished, deleted). `arrays=False`: its node's row
-        is being wiped anyway (the node is gone)."""
+        """Pod `uid` holds nothing any more (finished, deleted, or gone after its eviction). `arrays=False`:
+        its node's row is being wiped anyway (the node is gone)."""
+        if uid in self.releasing:
+            self._swap(self.releasing, uid, None, arrays=arrays)
         if uid not in self.pods:
             return None
         return self._swap(self.pods, uid, None, arrays=arrays)
@@ -155,6 +180,50 @@ class Ledger:
     def is_assumed(self, uid: str) -> bool:
         held = self.pods.get(uid)
         return held is not None and held.kind is HoldKind.ASSUMED
+
+    def start_releasing(self, uid: str) -> Holding | None:
+        """Pod `uid` was evicted (or is being deleted): its place leaves the plan, the pod stays on its GPU
+        until it is gone (`release`). Returns what it held."""
+        held = self.pods.get(uid)
+        if held is None:
+            return None
+        self._swap(self.pods, uid, None)
+        self._swap(self.releasing, uid, replace(held, kind=HoldKind.RELEASING))
+        return held
+
+    def stop_releasing(self, uid: str) -> None:
+        """The eviction of `uid` was refused: it holds its place again. Raises OvercommitError."""
+        held = self.releasing.get(uid)
+        if held is not None:
+            self._swap(self.releasing, uid, None)
+            self._swap(self.pods, uid, replace(held, kind=HoldKind.BOUND))
+
+    def physical_shortfall(self, placement: Placement) -> Shortfall:
+        """The releasing pods `placement` (held, about to be bound) waits for: those on a GPU (or node) that
+        would be over-full if it were bound now. What is on the GPUs is what bound pods and releasing pods
+        hold; reserved places are in the plan but nobody is on them yet. Empty when it can be bound now."""
+        if not self.releasing:
+            return Shortfall(frozenset())
+        s, row = self.state, placement.node
+        here = [(uid, h.placement) for uid, h in self.releasing.items() if h.placement.node == row]
+        if not here:
+            return Shortfall(frozenset())
+        kept = [h.placement for h in self.reserved.values() if h.placement.node == row]
+        waits: set[str] = set()
+        for share in placement.gpus:
+            on_gpu = [(uid, g) for uid, pl in here for g in pl.gpus if g.slot == share.slot]
+            empty = [g for pl in kept for g in pl.gpus if g.slot == share.slot]  # planned, nobody there yet
+            free_milli = int(s.free_milli[row, share.slot]) + sum(g.milli for g in empty)
+            free_mib = int(s.free_mib[row, share.slot]) + sum(g.mib for g in empty)
+            if sum(g.milli for _, g in on_gpu) > free_milli or sum(g.mib for _, g in on_gpu) > free_mib:
+                waits.update(uid for uid, _ in on_gpu)
+        cpu = sum(pl.cpu_milli for _, pl in here)
+        mem = sum(pl.memory_mib for _, pl in here)
+        free_cpu = int(s.free_cpu[row]) + sum(pl.cpu_milli for pl in kept)
+        free_mem = int(s.free_mem[row]) + sum(pl.memory_mib for pl in kept)
+        if (placement.cpu_milli and cpu > free_cpu) or (placement.memory_mib and mem > free_mem):
+            waits.update(uid for uid, _ in here)
+        return Shortfall(frozenset(waits))
 
     def reown(self, uid: str, owner: Owner | None) -> None:
         """Charge pod `uid`'s holding to `owner` from now on (its job was rebuilt)."""
@@ -182,6 +251,8 @@ class Ledger:
             self.release(uid, arrays=False)
         for key in [k for k, h in self.reserved.items() if h.placement.node == row]:
             self.unreserve(key, arrays=False)
+        for uid in [u for u, h in self.releasing.items() if h.placement.node == row]:
+            self._swap(self.releasing, uid, None, arrays=False)
         return uids
 
     # ---------------------------------------------------------------------------------- transactions
@@ -242,4 +313,5 @@ class Ledger:
         return hash(
             frozenset((uid, h.placement) for uid, h in self.pods.items())
             | frozenset((("reserved", key), h.placement) for key, h in self.reserved.items())
+            | frozenset((("releasing", uid), h.placement) for uid, h in self.releasing.items())
         )

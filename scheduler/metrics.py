@@ -1,5 +1,6 @@
 """The scheduler's Prometheus metrics, on their own registry (several schedulers can live in one test
-process), served on /metrics."""
+process), served on /metrics by the scheduler's HTTP port (`scheduler/kube/http_server.py`, on the kept
+server; prometheus-client's own server would give each connection a thread)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from time import perf_counter
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Cycles run every second and should take milliseconds; large clusters may take longer.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -104,7 +105,3 @@ class SchedulerMetrics:
             for gauge in (self.queue_fair_share, self.queue_allocated, self.queue_quota):
                 gauge.remove(q, resource)
             self._queues.discard((q, resource))
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve /metrics over HTTP in a background thread."""
-        start_http_server(port, addr=addr, registry=self.registry)

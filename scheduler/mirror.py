@@ -16,9 +16,9 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
-from scheduler.api.report import GPUNodeReport
 from scheduler.cluster import WatchEvent
 from scheduler.error_log import ErrorLog
+from scheduler.gpu_identity import GPUIdentities
 from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
@@ -48,7 +48,10 @@ class ClusterMirror:
         self.pods: dict[str, PodInfo] = {}  # by uid
         self.queues: dict[str, Queue] = {}
         self.podgroups: dict[str, PodGroup] = {}  # namespace/name
-        self.index = JobIndex(ledger, self.podgroups)
+        self.priority_classes: dict[str, int] = {}  # the cluster's PriorityClasses: name -> value
+        self.index = JobIndex(ledger, self.podgroups, self.priority_classes)
+        # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
+        self.gpu_identities = GPUIdentities()
         # Pods bound to a node the mirror has not seen yet, by node name.
         self.awaiting_node: dict[str, set[str]] = {}
         # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
@@ -71,6 +74,8 @@ class ClusterMirror:
                     self._on_podgroup(ev)
                 elif ev.kind == "GPUNodeReport":
                     self._on_gpunodereport(ev)
+                elif ev.kind == "PriorityClass":
+                    self._on_priority_class(ev)
             except (InvalidObject, ValidationError, ValueError) as exc:
                 name = (ev.obj.get("metadata") or {}).get("name", "?")
                 msg = f"{ev.kind} {name}: {one_line(exc)}"
@@ -103,12 +108,14 @@ class ClusterMirror:
                     if (gone := self.pods.get(uid)) is not None:
                         self.index.touch(job_key(gone))
             self.state.remove_node(name)
+            self.gpu_identities.forget(name)
             return
-        node = parse_node(ev.obj)
+        node = self.gpu_identities.complete(parse_node(ev.obj), self.errors.add)
         row = self.state.row_of(node.name)
         if row is not None and self._shrinks_below_allocation(row, node):
             log.warning("node %s shrank below what is allocated on it; keeping old GPU layout", node.name)
         self.state.add_node(node)
+        self.gpu_identities.measure(self.state, node.name)
         # Watches arrive in any order: pods bound here before we knew the node are accounted now.
         for uid in sorted(self.awaiting_node.pop(node.name, set())):
             pod = self.pods.get(uid)
@@ -125,17 +132,7 @@ class ClusterMirror:
         )
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
-        if ev.type == "DELETED":
-            return
-        report = GPUNodeReport.model_validate(ev.obj)
-        row = self.state.row_of(report.spec.node)
-        if row is None:
-            return
-        for gpu in report.spec.gpus:
-            if gpu.index >= self.state.max_gpus:
-                continue
-            self.state.set_gpu_health(row, gpu.index, gpu.health != "Unhealthy")
-            self.state.set_reported_used(row, gpu.index, gpu.memory_used_mib)
+        self.gpu_identities.on_report(self.state, ev.type, ev.obj)
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:
@@ -150,9 +147,15 @@ class ClusterMirror:
         self.index.index(pod, self.pods.get(pod.uid))
         self.pods[pod.uid] = pod
         if pod.holds_resources:
-            if pod.uid not in self.ledger:
+            if pod.uid in self.ledger.releasing:
+                pass  # evicted, still terminating: it stays releasing until it is gone
+            elif pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
+                if pod.uid not in self.ledger:
+                    self._account_running(pod)
+                self.ledger.start_releasing(pod.uid)
+            elif pod.uid not in self.ledger:
                 self._account_running(pod, defer=True)
-        elif pod.uid in self.ledger:
+        elif pod.uid in self.ledger or pod.uid in self.ledger.releasing:
             self.ledger.release(pod.uid)
 
     def _bind_echo(self, ev: WatchEvent) -> bool:
@@ -163,7 +166,12 @@ class ClusterMirror:
         meta = ev.obj.get("metadata") or {}
         uid = str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
         old = self.pods.get(uid)
-        if old is None or old.phase != PodPhase.BOUND or uid not in self.ledger:
+        if (
+            old is None
+            or old.phase != PodPhase.BOUND
+            or uid not in self.ledger
+            or meta.get("deletionTimestamp")
+        ):
             return False
         phase = str((ev.obj.get("status") or {}).get("phase") or "Pending")
         if (ev.obj.get("spec") or {}).get("nodeName") != old.node or phase not in ("Pending", "Running"):
@@ -202,6 +210,17 @@ class ClusterMirror:
             self.podgroups.pop(key, None)
         else:
             self.podgroups[key] = g
+
+    def _on_priority_class(self, ev: WatchEvent) -> None:
+        name = str((ev.obj.get("metadata") or {}).get("name", ""))
+        value = ev.obj.get("value")
+        if ev.type == "DELETED":
+            self.priority_classes.pop(name, None)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            self.priority_classes[name] = value
+        else:
+            raise ValueError(f"value {value!r} is not an integer")
+        self.index.touch_all()  # a PodGroup naming it may now have another priority
 
     # ------------------------------------------------------------------------------------ accounting
     def max_gpu_memory_mib(self) -> int | None:

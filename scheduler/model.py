@@ -47,13 +47,13 @@ class NodeInfo:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
-    gpu_uuids: tuple[str, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()  # by index, from the node's GPUNodeReport (gpu_identity.py)
     warning: str | None = None  # usable, but something is assumed (e.g. GPU memory from the model name)
 
     def uuid(self, index: int) -> str:
-        if index < len(self.gpu_uuids):
-            return self.gpu_uuids[index]
-        return f"GPU-{self.name}-{index}"
+        """The GPU's UUID as its node agent reported it; "" while unknown (never an invented one: the
+        device plugin then resolves the index on its own NVML)."""
+        return self.gpu_uuids[index] if index < len(self.gpu_uuids) else ""
 
 
 class PodPhase(StrEnum):
@@ -87,6 +87,8 @@ class PodInfo:
     ours: bool = True  # schedulerName is tessera
     error: str | None = None
     annotations: dict[str, str] = field(default_factory=dict)
+    terminating: bool = False  # being deleted (deletionTimestamp): it holds its GPU until it is gone
+    grace_s: float = 30.0  # terminationGracePeriodSeconds
 
     @property
     def key(self) -> str:

@@ -19,6 +19,7 @@ class Wait(StrEnum):
     GANG = "gang"  # waits for members of its gang
     INVALID = "invalid"  # the pod or its queue must be fixed by a person
     BIND = "bind"  # placed, but the bind failed; retried next cycle
+    RELEASING = "releasing"  # placed where evicted pods still terminate: bound once they are gone
     NEXT_CYCLE = "next-cycle"  # arrived after the last cycle: not considered yet
 
 
@@ -28,6 +29,7 @@ class Reason(StrEnum):
     FRAGMENTED = "Fragmented"
     QUEUE_AT_FAIR_SHARE = "QueueAtFairShare"
     WAITING_FOR_RECLAIM = "WaitingForReclaim"
+    RECLAIM_BLOCKED = "ReclaimBlocked"
     WAITING_FOR_CAPACITY = "WaitingForCapacity"
     OVER_LIMIT = "OverLimit"
     OVER_QUOTA = "OverQuota"
@@ -36,6 +38,8 @@ class Reason(StrEnum):
     INVALID_REQUEST = "InvalidRequest"
     INVALID_QUEUE = "InvalidQueue"
     BIND_FAILED = "BindFailed"
+    PIPELINED = "Pipelined"
+    RESERVATION_DROPPED = "ReservationDropped"
     WAITING = "Waiting"
 
     @property
@@ -54,6 +58,7 @@ _WAIT = {
     Reason.FRAGMENTED: Wait.ROOM,
     Reason.QUEUE_AT_FAIR_SHARE: Wait.ROOM,
     Reason.WAITING_FOR_RECLAIM: Wait.ROOM,
+    Reason.RECLAIM_BLOCKED: Wait.ROOM,
     Reason.WAITING_FOR_CAPACITY: Wait.IDLE,
     Reason.OVER_LIMIT: Wait.QUEUE_RULE,
     Reason.OVER_QUOTA: Wait.QUEUE_RULE,
@@ -62,6 +67,8 @@ _WAIT = {
     Reason.INVALID_REQUEST: Wait.INVALID,
     Reason.INVALID_QUEUE: Wait.INVALID,
     Reason.BIND_FAILED: Wait.BIND,
+    Reason.PIPELINED: Wait.RELEASING,
+    Reason.RESERVATION_DROPPED: Wait.ROOM,
     Reason.WAITING: Wait.NEXT_CYCLE,
 }
 
@@ -71,6 +78,7 @@ _MEANING = {
     Reason.FRAGMENTED: "enough GPU is free in total, but in pieces; consolidation may make room",
     Reason.QUEUE_AT_FAIR_SHARE: "its queue has its fair share; it runs when others finish or need less",
     Reason.WAITING_FOR_RECLAIM: "room is being reclaimed from queues over their fair share",
+    Reason.RECLAIM_BLOCKED: "evicting the pods that would make room breaks a queue rule (named in the message)",
     Reason.WAITING_FOR_CAPACITY: "its queue is below its fair share, but no queue is over its own",
     Reason.OVER_LIMIT: "its queue (or a parent) would go over its limit",
     Reason.OVER_QUOTA: "non-preemptible work only runs inside its queue's quota",
@@ -79,12 +87,17 @@ _MEANING = {
     Reason.INVALID_REQUEST: "the pod's GPU request is invalid: fix the pod",
     Reason.INVALID_QUEUE: "the pod's queue does not exist or is not a leaf",
     Reason.BIND_FAILED: "the API server refused the bind; retried next cycle",
+    Reason.PIPELINED: "its place is reserved; it is bound once the pods evicted for it have terminated",
+    Reason.RESERVATION_DROPPED: "the place reserved for it could not be kept (why is in the message)",
     Reason.WAITING: "arrived after the last cycle",
 }
 
-# Waits the actions that make room (consolidate, reclaim) act on; preempt also acts on queue rules.
+# Waits the actions that make room act on: consolidate only on room; preempt also on its queue's rules
+# (evicting in the queue frees its limit), reclaim also on a limit (taken from a queue under the same
+# limited parent, the victims free it).
 MAKING_ROOM_HELPS = frozenset({Wait.ROOM})
 PREEMPTING_HELPS = frozenset({Wait.ROOM, Wait.QUEUE_RULE})
+RECLAIMING_HELPS = PREEMPTING_HELPS
 
 
 @dataclass

@@ -16,25 +16,28 @@ from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
+from scheduler.budget import Budget
 from scheduler.cache import Cache
 from scheduler.jobs import Job
-from scheduler.ledger import Holding, Ledger, same_charge
+from scheduler.ledger import Holding, HoldKind, Ledger, same_charge
 from scheduler.memo import Memo
 from scheduler.model import Placement, PodInfo
 from scheduler.placement.filters import feasible
 from scheduler.placement.incremental import IncrementalPlacer
-from scheduler.placement.placer import place_one
+from scheduler.placement.placer import place_one, placement_at
 from scheduler.placement.policy import Array, PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
+from scheduler.queues.charge import GPUCharge
 from scheduler.reasons import PendingReason, Reason
 from scheduler.reservations import match_reservations
-from scheduler.resources import Resources, placement_usage, pod_request
+from scheduler.resources import Resources, placement_usage
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
 
 
 class TreeUsage:
-    """Ledger listener: a holding's usage moves its owner queue's (and ancestors') allocated figures."""
+    """Ledger listener: a holding's usage moves its owner queue's (and ancestors') allocated figures.
+    A releasing pod counts for nobody: its queue gave it up when it was evicted."""
 
     def __init__(self, tree: QueueTree) -> None:
         self.tree = tree
@@ -45,6 +48,8 @@ class TreeUsage:
         for h, sign in ((old, -1), (new, +1)):
             if h is None or h.owner is None or h.owner.queue not in self.tree.nodes:
                 continue  # pods of other schedulers take capacity but belong to no queue
+            if h.kind is HoldKind.RELEASING:
+                continue
             usage = placement_usage(h.placement)
             delta = usage if sign > 0 else Resources() - usage
             for node in self.tree.ancestors(h.owner.queue):
@@ -60,12 +65,19 @@ class Session:
     now: float
     tree: QueueTree
     jobs: list[Job]
+    budget: Budget = field(default_factory=Budget)  # how much the actions may search (work, not seconds)
+    # A cheap, row-local placer with which victim searches try their plans (None: the session's own);
+    # the plan applied is placed by the session's policy.
+    probe: IncrementalPlacer | None = None
+    charge: GPUCharge | None = None  # what a pending pod counts for its queue (set by `open`)
     pending_jobs: list[Job] = field(default_factory=list)  # those of `jobs` with pending pods
     reasons: dict[str, PendingReason] = field(default_factory=dict)  # by pod uid
     events: list[dict[str, Any]] = field(default_factory=list)
     # Seconds spent per phase ("scoring", "commit"...), summed by the actions for the cycle's report.
     timings: dict[str, float] = field(default_factory=dict)
     reserved: dict[str, str] = field(default_factory=dict)  # pending pod uid -> reservation it takes
+    # Pods with a place reserved that are not bound yet (pipelined): no action places them again.
+    pipelined: set[str] = field(default_factory=set)
     memo: Memo = field(default_factory=Memo)  # per-cycle results the actions share (typed keys)
     group_reasons: dict[str, PendingReason] = field(default_factory=dict)  # gangs with no pending pod
     unavailable: set[int] = field(
@@ -90,9 +102,30 @@ class Session:
     def xp(self) -> ArrayNamespace:
         return self.cache.xp
 
+    def request(self, pod: PodInfo) -> Resources:
+        """What a pending pod counts for its queue (a gpu-memory pod: its largest possible share)."""
+        if self.charge is None:
+            self.charge = GPUCharge(self.state)
+        return self.charge(pod)
+
+    def request_of(self, pods: list[PodInfo]) -> Resources:
+        total = Resources()
+        for p in pods:
+            total = total + self.request(p)
+        return total
+
     @classmethod
-    def open(cls, cache: Cache, placer: IncrementalPlacer, now: float) -> Session:
+    def open(
+        cls,
+        cache: Cache,
+        placer: IncrementalPlacer,
+        now: float,
+        budget: Budget | None = None,
+        *,
+        probe: IncrementalPlacer | None = None,
+    ) -> Session:
         tree = QueueTree(cache.queues.values())
+        charge = GPUCharge(cache.state)
         jobs = cache.index.jobs()  # kept across cycles; only changed jobs and those with pending pods rebuilt
         # Usage per queue is kept by the job index as integer sums (GPU milli, CPU milli, MiB), updated as
         # holdings change: one Resources per queue here, not one per running pod.
@@ -115,18 +148,20 @@ class Session:
         for job in pending:
             if job.queue not in tree.nodes:
                 continue
-            req = job.pending_request()
+            req = job.pending_request(charge)
             for p in job.pending:
                 if p.uid in reserved:  # already counted through its reservation
-                    req = req - pod_request(p)
+                    req = req - charge(p)
             requested[job.queue] = requested.get(job.queue, Resources()) + req
         for q, a in allocated.items():
             requested[q] = requested.get(q, Resources()) + a
         tree.roll_up(allocated, requested, allocated_np)
         compute_fair_shares(tree, cluster_capacity(cache.state))
         session = cls(
-            cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, pending_jobs=pending, reserved=reserved
-        )
+            cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, budget=budget or Budget(), probe=probe,
+            charge=charge,
+            pending_jobs=pending, reserved=reserved,
+        )  # fmt: skip
         session._usage = TreeUsage(tree)
         cache.ledger.add_listener(session._usage)
         return session
@@ -160,9 +195,32 @@ class Session:
         """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`)."""
         return self.placer.place(d, exclude=self.excluded(d))
 
+    def probe_place(self, d: PodDemand) -> Placement | None:
+        """Where `d` could go now, by the cheap row-local placer victim searches try their plans with."""
+        return (self.probe or self.placer).place(d, exclude=self.excluded(d))
+
     def place_one(self, d: PodDemand) -> Placement | None:
         """Where `d` goes now, scored afresh (for plans tried and rolled back by the thousand)."""
         return place_one(self.state, self.policy, d, exclude=self.excluded(d))
+
+    def place_on(self, d: PodDemand, row: int) -> Placement | None:
+        """Where on node `row` `d` goes now (the policy picks its GPUs there); None if it does not fit.
+        Only that row is checked (victim searches ask this for each plan they try)."""
+        s, xp = self.state, self.xp
+        exclude = self.excluded(d)
+        view = s.take_rows([row])
+        mask, fit = feasible(view, d)
+        if not bool(mask[0]) or (exclude is not None and bool(exclude[row])):
+            return None
+        if not d.uses_gpu:
+            slots: list[int] = []
+        elif self.policy.capabilities.row_local:
+            slots = self.policy.pick_gpus(view, 0, d, fit)
+        else:  # the policy reads the whole state; its GPU choice looks at `fit[row]` only
+            full = xp.zeros(s.present.shape, dtype=xp.bool)
+            full[row, :] = fit[0, :]
+            slots = self.policy.pick_gpus(s, row, d, full)
+        return placement_at(s, row, slots, d)
 
     def feasible(self, d: PodDemand) -> tuple[Array, Array]:
         """(bool[N] nodes `d` fits now, bool[N, G] GPUs it fits), masked nodes left out."""

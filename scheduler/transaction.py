@@ -9,12 +9,17 @@ A third kind of step, `reserve`, plans where an evicted pod goes next (consolida
 Cluster interface has no "move": the victim is evicted and its controller recreates it, so the planned
 place is a reservation in the ledger (it keeps its resources charged) and the `bind_reserved` action binds
 the recreated pod there next cycle (see `scheduler/reservations.py`).
+
+An evicted pod does not vanish: it terminates (its grace period) and holds its GPU until it is gone. So
+an eviction makes the victim `RELEASING` in the ledger, and at commit a placement that needs what releasing
+pods still occupy is not bound: it is pipelined, its place reserved until they are gone (a gang's members
+all together, as KAI Scheduler does); `bind_reserved` binds it then.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
@@ -28,6 +33,7 @@ from scheduler.reservations import RESERVATION_TTL_S, Reservation
 from scheduler.session import Session
 
 log = logging.getLogger(__name__)
+DEFAULT_GRACE_S = 30.0  # Kubernetes' terminationGracePeriodSeconds default
 
 
 class OpKind(StrEnum):
@@ -73,14 +79,15 @@ class Transaction:
         self.ops.append(Op(OpKind.PLACE, pod, placement, owner, self.action, message))
 
     def evict(self, pod: PodInfo, message: str, beneficiary: str = "") -> None:
-        held = self.ledger.release(pod.uid)
+        held = self.ledger.start_releasing(pod.uid)
         if held is None:
             raise ValueError(f"pod {pod.key} holds nothing to evict")
         self.ops.append(Op(OpKind.EVICT, pod, held.placement, held.owner, self.action, message, beneficiary))
 
     def reserve(self, pod: PodInfo, job: Job, placement: Placement, beneficiary: str) -> None:
-        """Plan the new place of a pod evicted in this transaction (it is recreated and bound there)."""
-        expires = self.session.now + RESERVATION_TTL_S
+        """Plan the new place of a pod evicted in this transaction (it is recreated and bound there): kept
+        while the pod terminates (its grace period) and its replacement is created, and a little longer."""
+        expires = self.session.now + pod.grace_s + RESERVATION_TTL_S
         self.ledger.reserve(Reservation.of(pod, job.queue, placement, beneficiary, expires_s=expires))
         self.ops.append(Op(OpKind.RESERVE, pod, placement, owner_of(job), self.action, "", beneficiary))
 
@@ -121,10 +128,60 @@ class Transaction:
         if refused:
             self._give_back(refused, failed)
             return Outcome([], evicted, failed)
+        self._pipeline()
         bound = self._bind(cluster, failed, evicted)
         self.ledger.commit()
         self.ops.clear()
         return Outcome(bound, evicted, failed)
+
+    def _pipeline(self) -> None:
+        """Placements that need what releasing pods still occupy, and every placement planned together with
+        evictions, become reservations that wait for them (a job's placements all together: a gang is bound
+        whole). Waiting for the victims of its own transaction keeps queue limits and quotas true even while
+        they terminate (their queue no longer counts them); reserved places of moved pods learn what they
+        wait for too."""
+        s, ledger = self.session, self.ledger
+        if not ledger.releasing:
+            return
+        victims = {op.pod.uid for op in self.ops if op.kind is OpKind.EVICT} & ledger.releasing.keys()
+        waits: dict[str, set[str]] = {}  # job -> releasing uids
+        for op in self.ops:
+            if op.kind is OpKind.PLACE and op.owner is not None:
+                need = ledger.physical_shortfall(op.placement).waits_for | victims
+                if need:
+                    waits.setdefault(op.owner.job, set()).update(need)
+        kept: list[Op] = []
+        for op in self.ops:
+            job = op.owner.job if op.owner is not None else ""
+            if op.kind is OpKind.PLACE and job in waits:
+                waiting = frozenset(waits[job])
+                ledger.release(op.pod.uid)
+                assert op.owner is not None
+                ledger.reserve(Reservation.pipelined(
+                    op.pod, op.owner.queue, op.placement, job, waits_for=waiting,
+                    expires_s=self._expiry(waiting), action=op.action,
+                ))  # fmt: skip
+                s.pipelined.add(op.pod.uid)
+                node = s.state.node_names[op.placement.node]
+                s.event("Pipelined", op.action, op.pod, op.message, node=node, waits_for=self._names(waiting))
+                continue
+            if op.kind is OpKind.RESERVE:
+                res = ledger.reservations().get(op.pod.key)
+                blocked = ledger.physical_shortfall(op.placement).waits_for
+                if res is not None and blocked:
+                    ledger.reserve(replace(res, waits_for=blocked, expires_s=self._expiry(blocked)))
+            kept.append(op)
+        self.ops = kept
+
+    def _expiry(self, waiting: frozenset[str]) -> float:
+        """A pipelined place is kept while its victims may still be terminating, and a little longer."""
+        pods = self.session.cache.pods
+        grace = max((pods[u].grace_s for u in waiting if u in pods), default=DEFAULT_GRACE_S)
+        return self.session.now + grace + RESERVATION_TTL_S
+
+    def _names(self, uids: frozenset[str]) -> list[str]:
+        pods = self.session.cache.pods
+        return sorted(pods[u].key if u in pods else u for u in uids)
 
     def _bind(
         self, cluster: Cluster, failed: list[tuple[PodInfo, str]], evicted: list[PodInfo]
@@ -202,6 +259,6 @@ class Transaction:
             elif op.kind is OpKind.RESERVE:
                 self.ledger.unreserve(op.pod.key)
         for op in refused:
-            self.ledger.hold(op.pod.uid, op.placement, op.owner)
+            self.ledger.stop_releasing(op.pod.uid)
         self.ledger.commit()
         self.ops.clear()

@@ -55,6 +55,7 @@ KIND_ORDER = [
     "Role",
     "RoleBinding",
     "Service",
+    "NetworkPolicy",
     "DaemonSet",
     "Deployment",
     "PodDisruptionBudget",
@@ -62,6 +63,8 @@ KIND_ORDER = [
     "Certificate",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 ]
 
 Manifest = dict[str, Any]

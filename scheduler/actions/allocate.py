@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from scheduler.actions.ordering import jobs_in_order
+from scheduler.actions.ordering import JobOrder
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
+from scheduler.model import PodInfo
 from scheduler.placement.explain import explain_unschedulable
 from scheduler.reasons import Reason
 from scheduler.session import Session
@@ -14,10 +15,16 @@ from scheduler.state.demand import PodDemand, demand_for
 from scheduler.transaction import Transaction
 
 
+def to_place(job: Job) -> int:
+    """How many members to place at once: minMember's worth, else one more (an elastic gang grows one pod
+    at a time, taking its turn with the other jobs as KAI Scheduler does)."""
+    return min(len(job.pending), max(job.need, 1))
+
+
 def admissible(session: Session, job: Job) -> tuple[Reason, str] | None:
-    """(reason, message) when the job's queue may not take it now, else None."""
+    """(reason, message) when the job's queue may not take the members it would place now, else None."""
     tree = session.tree
-    request = job.pending_request()
+    request = session.request_of(job.pending[: to_place(job)])  # gpu-memory: its largest possible share
     if (msg := tree.limit_exceeded(job.queue, request)) is not None:
         return (Reason.OVER_LIMIT, msg)
     if not job.preemptible and (msg := tree.quota_exceeded(job.queue, request)) is not None:
@@ -25,8 +32,10 @@ def admissible(session: Session, job: Job) -> tuple[Reason, str] | None:
     return None
 
 
-def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict[PodDemand, str]) -> int:
-    """Place as many pending members as fit (in order); return how many were placed.
+def try_place_job(
+    session: Session, job: Job, tx: Transaction, unplaceable: dict[PodDemand, str], limit: int | None = None
+) -> int:
+    """Place pending members in order, at most `limit` (all that fit without one); return how many.
 
     `unplaceable` remembers demands that fit nowhere on the committed state: allocate only ever fills
     the cluster, so an identical demand will not fit later in the same action either. Failures seen while
@@ -34,6 +43,8 @@ def try_place_job(session: Session, job: Job, tx: Transaction, unplaceable: dict
     """
     placed = 0
     for i, pod in enumerate(job.pending):
+        if limit is not None and placed == limit:
+            break
         d = demand_for(pod)
         msg = unplaceable.get(d)
         t0 = time.perf_counter()
@@ -62,7 +73,8 @@ def _schedulable(session: Session) -> list[Job]:
         for p in job.pending:
             if p.error:
                 session.set_reason(p, Reason.INVALID_REQUEST, p.error)
-        job.pending = [p for p in job.pending if not p.error]
+        job.reserved += [p for p in job.pending if p.uid in session.pipelined]  # placed, waiting for victims
+        job.pending = [p for p in job.pending if not p.error and p.uid not in session.pipelined]
         if not job.pending:
             continue
         if (err := session.tree.leaf_error(job.queue)) is not None:
@@ -83,7 +95,8 @@ class Allocate:
 
     def execute(self, session: Session, cluster: Cluster) -> None:
         unplaceable: dict[PodDemand, str] = {}
-        for job in jobs_in_order(session, _schedulable(session)):
+        order = JobOrder(session, _schedulable(session))
+        for job in order.jobs():
             if job.is_gang and len(job.pending) < job.need:
                 exist = len(job.pending) + len(job.running)
                 msg = f"gang {job.key} needs {job.min_member} pods; only {exist} exist"
@@ -94,17 +107,33 @@ class Allocate:
                 _tell_all(session, job, *verdict)
                 continue
             tx = Transaction(session, "allocate")
-            placed = try_place_job(session, job, tx, unplaceable)
+            placed = try_place_job(session, job, tx, unplaceable, to_place(job))
             if placed == 0 or placed < job.need:
                 tx.rollback()
-                if job.is_gang:
-                    failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
-                    detail = failed[-1] if failed else "capacity taken by earlier placements"
+                failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
+                detail = failed[-1] if failed else "capacity taken by earlier placements"
+                if job.is_gang and job.need > 0:
                     msg = f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}"
                     _tell_all(session, job, Reason.GANG_UNSCHEDULABLE, msg)
+                elif job.is_gang:  # elastic: minMember runs already, these members are extra
+                    msg = (f"gang {job.key} runs its minMember ({job.min_member}); its extra members wait for "
+                           f"room: {detail}")  # fmt: skip
+                    _tell_all(session, job, Reason.UNSCHEDULABLE, msg)
                 continue
             t0 = time.perf_counter()
             outcome = tx.commit(cluster)
             session.add_time("commit", time.perf_counter() - t0)
             for p in outcome.bound:
                 session.reasons.pop(p.uid, None)
+            reserved = len(job.reserved)
+            _settle(session, job, outcome.bound)
+            if job.pending and (outcome.bound or len(job.reserved) > reserved):
+                order.push(job)  # its next members take their turn
+
+
+def _settle(session: Session, job: Job, bound: list[PodInfo]) -> None:
+    """Members bound move to the job's running ones, pipelined ones to its reserved ones."""
+    done = {p.uid for p in bound}
+    job.running += [p for p in job.pending if p.uid in done]
+    job.reserved += [p for p in job.pending if p.uid in session.pipelined]
+    job.pending = [p for p in job.pending if p.uid not in done and p.uid not in session.pipelined]

@@ -1,25 +1,30 @@
 """`consolidate`: place a pod blocked only by fragmentation by moving preemptible pods out of its way.
 
 "Only by fragmentation": the nodes that could host the pod have enough free GPU in total, in pieces too
-small. On one such node at a time, movable pods (preemptible, single pods, holding GPUs) are taken off in
-the order that frees a GPU soonest, until the waiting pod fits there; then every one of them must get a
-new place elsewhere in the cluster, or the plan is dropped. The cheapest plan (fewest moves) is applied:
+small. On one such node at a time, the plan takes the fewest movable pods (preemptible single pods holding
+GPUs, for which some GPU has room now) whose going makes room for the pod there, by plain arithmetic on the node's row, trying smaller sets
+first (so a plan never moves a pod it does not need to); then every one of them must get a new place
+elsewhere (another node, or another GPU of its own), never the place it has now (that would restart it for
+nothing), or the set is dropped. The cheapest plan over the nodes tried (fewest moves, then the lowest
+priority, then the youngest, as KAI orders its victims) is applied:
 evictions, the waiting pod's placement and the moved pods' new places in one transaction. The new places
-are reservations (see `scheduler/reservations.py`): the recreated pods are bound there next cycle.
-No queue loses anything: a moved pod keeps its resources, in a new place.
+are reservations (see `scheduler/reservations.py`): the recreated pods are bound there next cycle, and the
+waiting pod itself once the moved pods have terminated (pipelined). No queue loses anything: a moved pod
+keeps its resources, in a new place. Searches are bounded by work (`scheduler/budget.py`).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Any
 
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
-from scheduler.actions.victims import Victim, candidates, evict
-from scheduler.actions.views import capacity_blocked, label, need_now, static_rows, waiting_jobs
+from scheduler.actions.victims import RowFit, Victim, candidates, evict
+from scheduler.actions.views import capacity_blocked, label, place_now, static_rows, waiting_jobs
 from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.budget import Meter
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.ledger import Ledger
@@ -33,8 +38,7 @@ from scheduler.transaction import Transaction
 
 MAX_MOVES = 8  # per waiting pod
 MAX_ROWS = 16  # nodes tried per waiting pod, those with the most free GPU first
-ACTION_BUDGET_S = 0.25
-PLAN_BUDGET_S = 0.05  # per waiting pod
+MAX_SETS_PER_ROW = 8  # sets of the smallest size tried on one node before the next node
 
 
 @dataclass
@@ -57,28 +61,28 @@ class Consolidate:
         self.futile: dict[PodDemand, int] = {}
 
     def execute(self, session: Session, cluster: Cluster) -> None:
-        start = time.perf_counter()
+        meter = session.budget.action()
         failed: set[PodDemand] = set()
         for job in jobs_in_order(session, waiting_jobs(session)):
             pods = capacity_blocked(session, job)
             if not pods or admissible(session, job) is not None:
                 continue
-            count = need_now(session, job)
+            count = place_now(session, job)
             d = demand_for(pods[0])
             free = fragmented_free(session, d, count)
             if free is None:
                 continue  # short of capacity, not fragmented: reclaim or preempt may help
             layout = session.memo.get(LAYOUT, session.ledger.fingerprint)  # hashed only when needed
             futile = self.futile.get(d) == layout  # failed before on this very layout
-            if d in failed or futile or time.perf_counter() - start > ACTION_BUDGET_S:
+            if d in failed or futile or meter.exhausted:
                 _explain(session, pods, d, free)
                 continue
-            if not self._plan_job(session, cluster, job, pods, count):
+            if not self._plan_job(session, cluster, job, pods, count, session.budget.job(meter)):
                 failed.add(d)
                 _explain(session, pods, d, free)
 
     def _plan_job(
-        self, session: Session, cluster: Cluster, job: Job, pods: list[PodInfo], count: int
+        self, session: Session, cluster: Cluster, job: Job, pods: list[PodInfo], count: int, meter: Meter
     ) -> bool:
         """Place `count` of the job's pods, making room where needed; commit, or roll back and say so."""
         tx = Transaction(session, "consolidate")
@@ -86,11 +90,11 @@ class Consolidate:
         for pod in pods:
             if placed == count:
                 break
-            pl = session.place_one(demand_for(pod))
+            pl = session.place(demand_for(pod))
             if pl is not None:
                 tx.place(pod, job, pl)
                 placed += 1
-            elif _make_room(session, tx, job, pod):
+            elif _make_room(session, tx, job, pod, meter):
                 placed += 1
             else:
                 break
@@ -123,114 +127,13 @@ def fragmented_free(session: Session, d: PodDemand, count: int) -> float | None:
 
 
 def _movable(session: Session, job: Job) -> list[Victim]:
+    """Preemptible pods that move alone, holding GPUs: a job of one pod (a PodGroup of one included) or a
+    member of an elastic gang above its minMember. A gang is never moved (docs/differences-from-kai.md)."""
     held = session.ledger.pods
     return [
         v for v in candidates(session)
-        if not v.job.is_gang and v.job.key != job.key and held[v.pods[0].uid].placement.gpus
+        if len(v.pods) == 1 and v.job.key != job.key and held[v.pods[0].uid].placement.gpus
     ]  # fmt: skip
-
-
-def _node_order(session: Session, row: int, victims: list[Victim], need_milli: int) -> list[Victim]:
-    """Victims on `row`, those on GPUs that become free with the fewest moves first."""
-    s, held = session.state, session.ledger
-    on_gpu: dict[int, list[Victim]] = {}
-    movable_milli: dict[int, int] = {}
-    for v in victims:
-        for share in _held(held, v).gpus:
-            on_gpu.setdefault(share.slot, []).append(v)
-            movable_milli[share.slot] = movable_milli.get(share.slot, 0) + share.milli
-
-    def key(v: Victim) -> tuple[int, int, int, int, float]:
-        slot = _held(held, v).gpus[0].slot
-        used = MILLI_PER_GPU - int(s.free_milli[row, slot])
-        stuck = used - movable_milli[slot]  # held by pods that cannot move
-        blocked = 1 if stuck > MILLI_PER_GPU - need_milli else 0
-        return (blocked, len(on_gpu[slot]), used, v.job.priority, -v.job.created_s)
-
-    return sorted(victims, key=key)
-
-
-def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo) -> bool:
-    s = session.state
-    d = demand_for(pod)
-    need_milli = max(d.gpu_milli, 1)
-    deadline = time.perf_counter() + PLAN_BUDGET_S
-    by_node: dict[int, list[Victim]] = {}
-    for v in _movable(session, job):
-        by_node.setdefault(_held(session.ledger, v).node, []).append(v)
-    rows = static_rows(s, d)
-    need_milli_at, _ = gpu_need(s, d)
-    order = sorted(
-        (r for r in by_node if bool(rows[r]) and _could_fit(session, r, by_node[r], d, need_milli_at)),
-        key=lambda r: (-sum(s.node_gpu_row(r)), r),
-    )[:MAX_ROWS]
-    cp = tx.checkpoint()
-    best: Plan | None = None
-    for row in order:
-        if time.perf_counter() > deadline or (best is not None and best.cost[0] == 1):
-            break
-        plan = _plan_on(session, tx, job, pod, row, _node_order(session, row, by_node[row], need_milli))
-        tx.rollback_to(cp)
-        if plan is not None and (best is None or plan.cost < best.cost):
-            best = plan
-    if best is None:
-        return False
-    for v, new in best.moves:
-        to = f"{s.node_names[new.node]} GPU {','.join(str(g.slot) for g in new.gpus)}"
-        evict(tx, v, f"moved to {to} to make room for {label(job)} (consolidation)", label(job))
-    tx.place(pod, job, best.placement, "placed after consolidation")
-    for v, new in best.moves:
-        tx.reserve(v.pods[0], v.job, new, label(job))
-    return True
-
-
-def _could_fit(session: Session, row: int, victims: list[Victim], d: PodDemand, need_milli_at: Any) -> bool:
-    """Whether moving every movable pod off `row` would leave room for the pod (cheap upper bound)."""
-    s, held = session.state, session.ledger
-    freed: dict[int, int] = {}
-    cpu, mem = int(s.free_cpu[row]), int(s.free_mem[row])
-    for v in victims:
-        pl = _held(held, v)
-        cpu, mem = cpu + pl.cpu_milli, mem + pl.memory_mib
-        for share in pl.gpus:
-            freed[share.slot] = freed.get(share.slot, 0) + share.milli
-    need = need_milli_at[row]
-    gpus = sum(
-        1 for j in range(s.max_gpus)
-        if bool(s.present[row, j]) and bool(s.healthy[row, j])
-        and int(s.free_milli[row, j]) + freed.get(j, 0) >= int(need[j])
-    )  # fmt: skip
-    return gpus >= d.num_gpus and cpu >= d.cpu_milli and mem >= d.memory_mib
-
-
-def _plan_on(
-    session: Session, tx: Transaction, job: Job, pod: PodInfo, row: int, victims: list[Victim]
-) -> Plan | None:
-    """Take victims off `row` until `pod` fits there, then re-place every one of them; leaves the
-    transaction changed (the caller rolls back)."""
-    d = demand_for(pod)
-    taken: list[Victim] = []
-    for v in victims[:MAX_MOVES]:
-        evict(tx, v, "", label(job))
-        taken.append(v)
-        mask, _ = session.feasible(d)
-        if bool(mask[row]):
-            break
-    else:
-        return None
-    placement = session.place_one(d)
-    if placement is None:
-        return None
-    tx.place(pod, job, placement)
-    moves: list[tuple[Victim, Placement]] = []
-    for v in sorted(taken, key=lambda v: -v.usage.gpu):  # biggest first: they are the hardest to fit
-        new = session.place_one(demand_for(v.pods[0]))
-        if new is None:
-            return None
-        tx.reserve(v.pods[0], v.job, new, label(job))
-        moves.append((v, new))
-    cost = (len(moves), max(v.job.priority for v, _ in moves), -min(v.job.created_s for v, _ in moves))
-    return Plan(cost, moves, placement)
 
 
 def _held(ledger: Ledger, v: Victim) -> Placement:
@@ -238,6 +141,112 @@ def _held(ledger: Ledger, v: Victim) -> Placement:
     pl = ledger.placement(v.pods[0].uid)
     assert pl is not None
     return pl
+
+
+def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo, meter: Meter) -> bool:
+    s, ledger = session.state, session.ledger
+    d = demand_for(pod)
+    by_node: dict[int, list[Victim]] = {}
+    elsewhere: dict[PodDemand, Any] = {}  # per demand, bool[N]: nodes with room for it now (another GPU)
+    for v in _movable(session, job):
+        dv, row = demand_for(v.pods[0]), _held(ledger, v).node
+        if dv not in elsewhere:
+            elsewhere[dv] = session.feasible(dv)[0]
+        if not bool(session.xp.any(elsewhere[dv])):
+            continue  # no GPU has room for it now, even on its own node: it cannot move (saves trials)
+        by_node.setdefault(row, []).append(v)
+    static = static_rows(s, d)
+    fits: dict[int, RowFit] = {}
+    for r in by_node:
+        if bool(static[r]):
+            fit = RowFit.of(session, d, r, static)
+            if fit.fits(d, *_freed(ledger, by_node[r])):
+                fits[r] = fit
+    order = sorted(fits, key=lambda r: (-sum(s.node_gpu_row(r)), r))[:MAX_ROWS]
+    best: Plan | None = None
+    for row in order:  # every node tried: the cheapest plan wins, not the first found
+        if meter.exhausted:
+            break
+        # The pods most expendable first: lowest priority, then the youngest.
+        units = sorted(by_node[row], key=lambda v: (v.job.priority, -v.job.created_s, v.key))[:MAX_MOVES]
+        plan = _plan_on(session, tx, job, pod, row, fits[row], units, meter, best)
+        if plan is not None and (best is None or plan.cost < best.cost):
+            best = plan
+    if best is None:
+        return False
+    for v, new in best.moves:
+        to = f"{s.node_names[new.node]} GPU {','.join(str(g.slot) for g in new.gpus)}"
+        evict(tx, [v], f"moved to {to} to make room for {label(job)} (consolidation)", label(job))
+    tx.place(pod, job, best.placement, "placed after consolidation")
+    for v, new in best.moves:
+        tx.reserve(v.pods[0], v.job, new, label(job))
+    return True
+
+
+def _freed(
+    ledger: Ledger, victims: list[Victim] | tuple[Victim, ...]
+) -> tuple[dict[int, tuple[int, int]], int, int]:
+    freed: dict[int, tuple[int, int]] = {}
+    cpu = mem = 0
+    for v in victims:
+        pl = _held(ledger, v)
+        cpu, mem = cpu + pl.cpu_milli, mem + pl.memory_mib
+        for g in pl.gpus:
+            m, b = freed.get(g.slot, (0, 0))
+            freed[g.slot] = (m + g.milli, b + g.mib)
+    return freed, cpu, mem
+
+
+def _plan_on(
+    session: Session, tx: Transaction, job: Job, pod: PodInfo, row: int, fit: RowFit,
+    units: list[Victim], meter: Meter, best: Plan | None,
+) -> Plan | None:  # fmt: skip
+    """The cheapest plan that makes room on `row`: the smallest sets of `units` whose going lets the pod
+    fit there (arithmetic), each tried for new places of its pods (a trial, rolled back)."""
+    d = demand_for(pod)
+    ledger = session.ledger
+    for size in range(1, len(units) + 1):
+        if best is not None and size > best.cost[0]:
+            return None
+        tried = 0
+        for group in combinations(units, size):  # the most expendable sets of this size first
+            if meter.exhausted or tried >= MAX_SETS_PER_ROW:
+                return None
+            if not fit.fits(d, *_freed(ledger, group)):  # arithmetic: no trial, no work spent
+                continue
+            tried += 1
+            meter.spend()
+            plan = _trial(session, tx, job, pod, row, list(group), probe=True)
+            if plan is not None:  # the moves as the policy would place them, if it can
+                return _trial(session, tx, job, pod, row, list(group), probe=False) or plan
+    return None
+
+
+def _trial(
+    session: Session, tx: Transaction, job: Job, pod: PodInfo, row: int, victims: list[Victim], *, probe: bool
+) -> Plan | None:
+    """Take `victims` off `row`, place the pod there and every victim elsewhere; the plan, rolled back.
+    `probe`: the victims' new places from the session's cheap placer (a search), else from the policy."""
+    cp = tx.checkpoint()
+    try:
+        old = {v.key: _held(session.ledger, v) for v in victims}
+        evict(tx, victims, "", label(job))
+        placement = session.place_on(demand_for(pod), row)
+        if placement is None:
+            return None
+        tx.place(pod, job, placement)
+        moves: list[tuple[Victim, Placement]] = []
+        for v in sorted(victims, key=lambda v: (-v.usage.gpu, v.key)):  # biggest first: hardest to fit
+            dv = demand_for(v.pods[0])
+            new = session.probe_place(dv) if probe else session.place(dv)
+            if new is None or new == old[v.key]:
+                return None  # no place for it, or only the one it has (moving it would gain nothing)
+            tx.reserve(v.pods[0], v.job, new, label(job))
+            moves.append((v, new))
+        cost = (len(moves), max(v.job.priority for v, _ in moves), -min(v.job.created_s for v, _ in moves))
+        return Plan(cost, moves, placement)
+    finally:
+        tx.rollback_to(cp)
 
 
 def _explain(session: Session, pods: list[PodInfo], d: PodDemand, free: float) -> None:

@@ -1,57 +1,166 @@
-"""The order jobs are served in: queues interleaved by how far each is below its fair share."""
+"""The order jobs are served in: queues compared level by level of the tree, as KAI Scheduler orders them.
+
+At each level the sibling queues with waiting work are compared, each with the next job it would serve
+(its best descendant's), and the first is descended into until a leaf gives its next job. After every job
+the order is recomputed: what the job took changed its queues' figures. Two siblings compare by, in turn
+(KAI's `proportion` queue order):
+
+1. a queue not over its fair share (over: every resource above it) before one that is;
+2. a queue that stays within its quota with the job before one that would not (so a job that fits in its
+   quota is placed before another queue's job that would need reclaiming back later);
+3. the higher queue priority;
+4. a queue with no share of a resource the job asks for goes last;
+5. the smaller dominant resource share with the job (allocated + job over what the queue may hold);
+6. the smaller dominant resource share without it;
+7. the queue that may hold less (the weaker one);
+8. the older queue (then the name, so the order is total).
+
+Inside a queue: higher priority, then a gang below its minMember before one at it before an elastic one
+above it, then the older job.
+"""
 
 from __future__ import annotations
 
-import heapq
+import functools
+import math
 from collections.abc import Iterator
 
+from scheduler.actions.queue_checks import EPS, allocatable, quota_of
 from scheduler.jobs import Job
-from scheduler.resources import RESOURCE_NAMES
-from scheduler.session import Session
+from scheduler.queues.tree import QueueNode
+from scheduler.resources import RESOURCE_NAMES, Resources
+from scheduler.session import Session, cluster_capacity
+
+NO_SHARE_PENALTY = 1000.0  # KAI's multiplier of what a queue holds of a resource it has no share of
 
 
-def dominant_share(session: Session, queue: str) -> float:
-    """Largest allocated / fairShare over resources with a fair share (inf when over with none)."""
-    node = session.tree.nodes[queue]
+def job_request(session: Session, job: Job) -> Resources:
+    """What the job asks to start: its members needed now (all pending ones when it is elastic)."""
+    need = job.need
+    return session.request_of(job.pending[:need] if need > 0 else job.pending[:1])
+
+
+def _over_fair_share(node: QueueNode) -> bool:
+    return all(node.fair_share.get(r) < node.allocated.get(r) - EPS for r in RESOURCE_NAMES)
+
+
+def _within_quota(node: QueueNode, req: Resources) -> bool:
+    return all(node.allocated.get(r) + req.get(r) <= quota_of(node, r) + EPS for r in RESOURCE_NAMES)
+
+
+def _zero_share_violation(node: QueueNode, req: Resources) -> bool:
+    return any(
+        allocatable(node, r) <= EPS and node.allocated.get(r) + req.get(r) > EPS for r in RESOURCE_NAMES
+    )
+
+
+def dominant_share(node: QueueNode, extra: Resources, total: Resources) -> float:
     worst = 0.0
     for r in RESOURCE_NAMES:
-        fair = node.fair_share.get(r)
-        used = node.allocated.get(r)
-        if fair > 1e-9:
-            worst = max(worst, used / fair)
-        elif used > 1e-9:
-            worst = max(worst, float("inf"))
+        cap = allocatable(node, r)
+        if math.isinf(cap):
+            cap = total.get(r)
+        used = node.allocated.get(r) + extra.get(r)
+        worst = max(worst, used * NO_SHARE_PENALTY if cap <= EPS else used / cap)
     return worst
 
 
-def within_quota(session: Session, queue: str) -> bool:
-    """Every queue on the chain holds less GPU than its quota (-1: unlimited)."""
-    for node in session.tree.ancestors(queue):
-        quota = node.resource("gpu").quota
-        if quota >= 0 and node.allocated.gpu >= quota - 1e-9:
-            return False
-    return True
+def _sign(a: float, b: float) -> int:
+    return -1 if a < b - 1e-12 else (1 if a > b + 1e-12 else 0)
 
 
-def queue_key(session: Session, queue: str) -> tuple[int, int, int, float, str]:
-    """(below fair share, within quota, priority, dominant resource share), as KAI orders queues."""
-    share = dominant_share(session, queue)
-    node = session.tree.nodes[queue]
-    below = 0 if share < 1.0 else 1
-    return (below, 0 if within_quota(session, queue) else 1, -node.spec.priority, share, queue)
+def compare_queues(
+    left: QueueNode, lreq: Resources, right: QueueNode, rreq: Resources, total: Resources
+) -> int:
+    """-1 when `left` (asking `lreq` next) is served before `right`, 1 after (never 0 for two queues)."""
+    checks = (
+        (_over_fair_share(left), _over_fair_share(right)),
+        (not _within_quota(left, lreq), not _within_quota(right, rreq)),
+        (-left.spec.priority, -right.spec.priority),
+        (_zero_share_violation(left, lreq), _zero_share_violation(right, rreq)),
+        (dominant_share(left, lreq, total), dominant_share(right, rreq, total)),
+        (dominant_share(left, Resources(), total), dominant_share(right, Resources(), total)),
+    )
+    for a, b in checks:
+        if (c := _sign(float(a), float(b))) != 0:
+            return c
+    la = [allocatable(left, r) for r in RESOURCE_NAMES]
+    ra = [allocatable(right, r) for r in RESOURCE_NAMES]
+    if la != ra:
+        if all(x <= y for x, y in zip(la, ra, strict=True)):
+            return -1
+        if all(y <= x for x, y in zip(la, ra, strict=True)):
+            return 1
+    lc, rc = left.created, right.created
+    if lc and rc and lc != rc:
+        return -1 if lc < rc else 1
+    return -1 if left.name < right.name else (1 if left.name > right.name else 0)
+
+
+class JobOrder:
+    """Pops jobs in KAI's order; call `jobs()` to iterate (re-ranking after every job)."""
+
+    def __init__(self, session: Session, jobs: list[Job]) -> None:
+        self.session = session
+        self.total = cluster_capacity(session.state)
+        self.by_queue: dict[str, list[Job]] = {}
+        for job in jobs:
+            self.by_queue.setdefault(job.queue, []).append(job)
+        for queue_jobs in self.by_queue.values():
+            queue_jobs.sort(key=Job.sort_key, reverse=True)  # pop() from the end gives the first
+        self._requests: dict[str, Resources] = {}
+
+    def _head(self, queue: str) -> Job:
+        return self.by_queue[queue][-1]
+
+    def _request(self, job: Job) -> Resources:
+        if job.key not in self._requests:
+            self._requests[job.key] = job_request(self.session, job)
+        return self._requests[job.key]
+
+    def _best_leaf(self, names: list[str]) -> str | None:
+        """The leaf whose next job goes first among the subtrees of `names` (siblings)."""
+        tree = self.session.tree
+
+        def cmp(a: tuple[str, str], b: tuple[str, str]) -> int:
+            (na, la), (nb, lb) = a, b
+            return compare_queues(
+                tree.nodes[na], self._request(self._head(la)), tree.nodes[nb], self._request(self._head(lb)),
+                self.total,
+            )  # fmt: skip
+
+        named = [(n, leaf) for n in names if (leaf := self._leaf_of(n)) is not None]
+        if not named:
+            return None
+        return min(named, key=functools.cmp_to_key(cmp))[1]
+
+    def _leaf_of(self, name: str) -> str | None:
+        """The leaf whose job this queue's subtree would serve next (None: nothing waits under it)."""
+        node = self.session.tree.nodes[name]
+        if not node.children:
+            return name if self.by_queue.get(name) else None
+        return self._best_leaf(node.children)
+
+    def push(self, job: Job) -> None:
+        """Serve `job` again, in its turn (an elastic gang after each member it places)."""
+        queue_jobs = self.by_queue.setdefault(job.queue, [])
+        queue_jobs.append(job)
+        queue_jobs.sort(key=Job.sort_key, reverse=True)
+        self._requests.pop(job.key, None)
+
+    def jobs(self) -> Iterator[Job]:
+        tree = self.session.tree
+        while True:
+            # Leaves of queues missing from the tree (unknown queues) are served last, by name.
+            leaf = self._best_leaf(tree.roots)
+            if leaf is None:
+                rest = sorted(q for q, js in self.by_queue.items() if js and q not in tree.nodes)
+                if not rest:
+                    return
+                leaf = rest[0]
+            yield self.by_queue[leaf].pop()
 
 
 def jobs_in_order(session: Session, jobs: list[Job]) -> Iterator[Job]:
-    """Yield jobs one at a time, re-ranking a queue after each of its jobs (its share changed)."""
-    by_queue: dict[str, list[Job]] = {}
-    for job in jobs:
-        by_queue.setdefault(job.queue, []).append(job)
-    for queue_jobs in by_queue.values():
-        queue_jobs.sort(key=Job.sort_key, reverse=True)  # pop() from the end gives the first
-    heap = [(queue_key(session, q), q) for q in by_queue]
-    heapq.heapify(heap)
-    while heap:
-        _, q = heapq.heappop(heap)
-        yield by_queue[q].pop()
-        if by_queue[q]:
-            heapq.heappush(heap, (queue_key(session, q), q))
+    """Yield jobs one at a time in KAI's queue order, re-ranking after each job."""
+    return JobOrder(session, jobs).jobs()

@@ -1,127 +1,180 @@
-"""`reclaim`: a queue below its fair share (or quota) takes resources back from queues above theirs.
+"""`reclaim`: a queue below its fair share takes resources back from queues over theirs (KAI's rules).
 
-Victims are preemptible jobs of other queues, evicted whole, never pushing a victim queue below its
-quota (see `queue_checks`). The waiting job is placed in the same transaction as the evictions, so
-nothing is evicted unless the job it was evicted for then fits.
+The rules are in `queue_checks`: the reclaiming queue stays within its fair share with the job, and each
+victim's queue is over its share (or over its quota while the reclaimer is below its own) before that
+victim is taken. Victims are preemptible jobs of other queues, whole gangs or elastic members, chosen by
+`VictimSearch` (cheapest plan, bounded by work). The waiting job is placed in the same transaction as the
+evictions, so nothing is evicted unless the job it was evicted for then fits; on a real cluster it is
+bound once its victims have terminated (pipelined, see `transaction.py`).
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from functools import partial
 
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
-from scheduler.actions.queue_checks import amount, contended, may_reclaim, quota_of, reclaimer_ok, side
-from scheduler.actions.victims import Victim, VictimSearch, candidates
-from scheduler.actions.views import capacity_blocked, label, need_now, request_of, waiting_jobs
+from scheduler.actions.queue_checks import (
+    Figures,
+    allocatable,
+    amount,
+    can_reclaim,
+    involved,
+    quota_of,
+    reclaimable,
+    victim_candidate,
+)
+from scheduler.actions.victims import Victim, VictimSearch, candidates, victim_order
+from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
+from scheduler.budget import Meter
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.model import PodInfo
 from scheduler.queues.tree import QueueTree
-from scheduler.reasons import MAKING_ROOM_HELPS, Reason
+from scheduler.reasons import MAKING_ROOM_HELPS, RECLAIMING_HELPS, Reason
 from scheduler.resources import Resources
 from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
 from scheduler.transaction import Transaction
-
-ACTION_BUDGET_S = 0.25
 
 
 class Reclaim:
     name = "reclaim"
 
     def execute(self, session: Session, cluster: Cluster) -> None:
-        start = time.perf_counter()
-        failed: set[tuple[str, PodDemand, int]] = set()  # same queue, same shape: same answer this cycle
+        meter = session.budget.action()
+        # Same queue, same shape, same count: the same answer this cycle.
+        failed: dict[tuple[str, PodDemand, int], tuple[Reason, str]] = {}
+        for job in jobs_in_order(session, waiting_jobs(session, RECLAIMING_HELPS)):
+            pods = capacity_blocked(session, job, RECLAIMING_HELPS)
+            verdict = admissible(session, job)
+            # A limit is judged once the victims are gone (they may free it, under a shared parent); a job
+            # over its limit that reclaim cannot help keeps that reason.
+            limited = verdict is not None and verdict[0] is Reason.OVER_LIMIT
+            if pods and (verdict is None or limited):
+                tell = _silent if limited else partial(_tell, session, pods)
+                self._for(session, cluster, meter, failed, job, pods, tell)
+
+    def _for(
+        self, session: Session, cluster: Cluster, meter: Meter,
+        failed: dict[tuple[str, PodDemand, int], tuple[Reason, str]], job: Job, pods: list[PodInfo],
+        tell: Callable[[Reason, str], None],
+    ) -> None:  # fmt: skip
+        """Reclaim for one job: the rules first, then the victim search; commit, or tell why not."""
         tree = session.tree
-        for job in jobs_in_order(session, waiting_jobs(session)):
-            pods = capacity_blocked(session, job)
-            if not pods or admissible(session, job) is not None:
-                continue
-            count = need_now(session, job)
-            request = request_of(pods[:count])
-            names = contended(request)
-            if not names:
-                continue
-            mine = tree.ancestors(job.queue)
-            if not any(reclaimer_ok(mine[:1], request, names, mode) for mode in ("fair", "quota")):
-                _explain(session, job, pods, request, at_share=True)
-                continue
-            key = (job.queue, demand_for(pods[0]), count)
-            if key in failed or time.perf_counter() - start > ACTION_BUDGET_S:
-                _explain(session, job, pods, request, at_share=False)
-                continue
-            pool = [v for v in candidates(session) if v.job.queue != job.queue and v.job.queue in tree.nodes]
-            tx = Transaction(session, "reclaim")
-            node = tree.nodes[job.queue]
-            r = names[0]
-            why = (
-                f"reclaimed for {label(job)} of queue {job.queue} "
-                f"({amount(r, node.allocated.get(r))} of {amount(r, node.fair_share.get(r))} fair share)"
-            )
-            allowed = partial(_allowed, tree, job.queue, request)
-            search = VictimSearch(session, tx, job, pods, count, allowed, why)
-            if search.run(pool) is None:
-                tx.rollback()
-                failed.add(key)
-                _explain(session, job, pods, request, at_share=False)
-                continue
-            outcome = tx.commit(cluster)
-            for p in outcome.bound:
-                session.reasons.pop(p.uid, None)
-
-
-def _allowed(tree: QueueTree, queue: str, request: Resources, v: Victim) -> bool:
-    return may_reclaim(tree, queue, request, v.job.queue, v.usage)
-
-
-def _explain(session: Session, job: Job, pods: list[PodInfo], request: Resources, *, at_share: bool) -> None:
-    tree = session.tree
-    r = contended(request)[0]
-    node = tree.nodes[job.queue]
-    alloc, fair = node.allocated.get(r), node.fair_share.get(r)
-    if at_share:
-        reason = Reason.QUEUE_AT_FAIR_SHARE
-        msg = (
-            f"queue {job.queue} is at its fair share ({amount(r, alloc)} of {amount(r, fair)} allocated, "
-            f"quota {amount(r, quota_of(node, r))}); {amount(r, request.get(r))} more waits for idle capacity"
+        count = place_now(session, job)
+        request = session.request_of(pods[:count])
+        if not involved(request):
+            return
+        why = can_reclaim(tree, job.queue, request, job.preemptible)
+        if why is not None:
+            tell(Reason.QUEUE_AT_FAIR_SHARE, why)
+            return
+        key = (job.queue, demand_for(pods[0]), count)
+        if key in failed:
+            tell(*failed[key])
+            return
+        if meter.exhausted:
+            tell(Reason.WAITING_FOR_RECLAIM, _head(tree, job.queue, request)
+                 + "; the reclaim search budget of this cycle is spent, it is tried again next cycle")  # fmt: skip
+            return
+        others = [v for v in candidates(session) if v.job.queue != job.queue and v.job.queue in tree.nodes]
+        takeable = {q: victim_candidate(tree, job.queue, request, q) for q in {v.job.queue for v in others}}
+        pool = [v for v in others if takeable[v.job.queue]]
+        if not pool:
+            failed[key] = _nobody(session, job, request, bool(others))
+            tell(*failed[key])
+            return
+        tx = Transaction(session, "reclaim")
+        r = involved(request)[0]
+        node = tree.nodes[job.queue]
+        message = (
+            f"reclaimed for {label(job)} of queue {job.queue} "
+            f"({amount(r, node.allocated.get(r))} of {amount(r, node.fair_share.get(r))} fair share)"
         )
-    else:
-        reason = Reason.WAITING_FOR_RECLAIM
-        donor, surplus = _most_over_share(session, job.queue, r)
-        head = f"queue {job.queue} is below its fair share ({amount(r, alloc)} of {amount(r, fair)})"
-        if donor is None:
-            reason, msg = (
-                Reason.WAITING_FOR_CAPACITY,
-                f"{head}, but no other queue is over its share to reclaim from",
-            )
-        else:
-            n = min(request.get(r), surplus)
-            msg = (
-                f"{head}; waiting for reclaim of {amount(r, n)} from queue {donor} "
-                f"(no set of its preemptible pods frees a place that fits yet)"
-            )
+        rule = partial(_allowed, tree, Figures.of(tree), job, request)
+        search = VictimSearch(session, tx, job, pods, count, rule, message, session.budget.job(meter),
+                              room=partial(tree.limit_exceeded, job.queue, request))  # fmt: skip
+        if search.run(victim_order(session, pool)) is None:
+            tx.rollback()
+            failed[key] = _unfit(session, job, request, search.blocked)
+            tell(*failed[key])
+            return
+        outcome = tx.commit(cluster)
+        for p in outcome.bound:
+            session.reasons.pop(p.uid, None)
+
+
+def _silent(reason: Reason, message: str) -> None:
+    """A job over its limit keeps that reason when reclaim cannot help it."""
+
+
+def _allowed(
+    tree: QueueTree, figures: Figures, job: Job, request: Resources, victims: list[Victim]
+) -> str | None:
+    return reclaimable(tree, figures, job.queue, request, job.preemptible,
+                       [(v.job.queue, v.usage) for v in victims])  # fmt: skip
+
+
+def _head(tree: QueueTree, queue: str, request: Resources) -> str:
+    r = involved(request)[0]
+    node = tree.nodes[queue]
+    return (
+        f"queue {queue} is below its fair share ({amount(r, node.allocated.get(r))} of "
+        f"{amount(r, node.fair_share.get(r))})"
+    )
+
+
+def _nobody(session: Session, job: Job, request: Resources, others: bool) -> tuple[Reason, str]:
+    """No queue's work may be taken: say which rule, or that there is none to take."""
+    head = _head(session.tree, job.queue, request)
+    if not others:
+        return Reason.WAITING_FOR_CAPACITY, f"{head}, but no other queue runs preemptible work"
+    return (
+        Reason.WAITING_FOR_CAPACITY,
+        f"{head}, but no other queue is over its fair share (or over its quota while queue {job.queue} "
+        "is below its own) to reclaim from",
+    )
+
+
+def _unfit(session: Session, job: Job, request: Resources, blocked: str | None) -> tuple[Reason, str]:
+    head = _head(session.tree, job.queue, request)
+    if blocked is not None:
+        return Reason.RECLAIM_BLOCKED, f"{head}; the victims that would make room may not be taken: {blocked}"
+    r = involved(request)[0]
+    donor, surplus = _most_over_share(session, job.queue, r)
+    n = min(request.get(r), surplus) if donor is not None else request.get(r)
+    source = f" from queue {donor}" if donor is not None else ""
+    return (
+        Reason.WAITING_FOR_RECLAIM,
+        f"{head}; waiting for reclaim of {amount(r, n)}{source} (no set of its preemptible pods frees a "
+        "place that fits yet)",
+    )
+
+
+def _tell(session: Session, pods: list[PodInfo], reason: Reason, msg: str) -> None:
+    """Set the reclaim verdict, keeping a placement reason as the headline's context."""
     for p in pods:
         prev = session.reasons.get(p.uid)
         if prev is None or prev.reason.wait not in MAKING_ROOM_HELPS:
             session.set_reason(p, reason, msg)
-        elif (
-            reason is Reason.WAITING_FOR_CAPACITY
-        ):  # nothing to reclaim: the placement's reason stays the headline
+        elif reason is Reason.WAITING_FOR_CAPACITY:  # nothing to reclaim: the placement's reason leads
             session.set_reason(p, prev.reason, f"{prev.message}; {msg}")
         else:
             session.set_reason(p, reason, f"{prev.message}; {msg}")
 
 
 def _most_over_share(session: Session, queue: str, r: str) -> tuple[str | None, float]:
+    """The leaf queue furthest over what it may hold of `r`, and by how much."""
     tree = session.tree
     best: tuple[str | None, float] = (None, 0.0)
     for name, node in tree.nodes.items():
         if not node.is_leaf or name == queue:
             continue
-        over = min(n.allocated.get(r) - max(n.fair_share.get(r), min(quota_of(n, r), n.requested.get(r)))
-                   for n in side(tree, name, queue))  # fmt: skip
+        over = node.allocated.get(r) - min(
+            allocatable(node, r), max(quota_of(node, r), node.fair_share.get(r))
+        )
         if over > best[1] + 1e-9:
             best = (name, over)
     return best

@@ -1,12 +1,21 @@
-"""`bind_reserved`: bind pods to the places reserved for them when consolidation moved them.
+"""`bind_reserved`: bind pods to the places reserved for them, once they may be bound there.
 
-First in the pipeline: a recreated pod takes its reserved place before anything else could; a reservation
-nobody claimed in time is given back. The binds are consolidation's moves, and are reported as such.
+First in the pipeline, so a reserved place is taken before anything else could. Two kinds of pods hold
+one (`scheduler/reservations.py`): pods consolidation moved (recreated under their name or as the same
+demand) and pipelined pods, placed where evicted pods were still terminating. A pipelined pod (a gang:
+all its members together) is bound once every pod it waits for is gone; until then it waits with its
+place kept and is left out of the other actions. A reservation that cannot be honoured is dropped with a
+reason and its pod scheduled again: nobody claimed it in time, its victims are still there when it
+expires, its pod is gone or was bound elsewhere. The binds are reported as the action that planned them.
 """
 
 from __future__ import annotations
 
 from scheduler.cluster import Cluster
+from scheduler.jobs import Job
+from scheduler.model import PodInfo
+from scheduler.reasons import Reason
+from scheduler.reservations import Reservation
 from scheduler.session import Session
 from scheduler.transaction import Transaction
 
@@ -17,24 +26,84 @@ class BindReserved:
     def execute(self, session: Session, cluster: Cluster) -> None:
         ledger = session.ledger
         claimed = set(session.reserved.values())
-        for key, held in list(ledger.reserved.items()):
-            res = held.reservation
-            if key not in claimed and res is not None and res.expires_s <= session.now:
-                ledger.unreserve(key)
-        if not session.reserved:
-            return
+        pods_by_uid = session.cache.pods
+        lost: dict[str, str] = {}  # group (or key) -> why its reservations go
+        for key, res in ledger.reservations().items():
+            if key not in claimed and (res.uid is not None or res.expires_s <= session.now):
+                lost.setdefault(res.group or key, (
+                    "its pod (or a member of its gang) is gone or no longer pending"
+                    if res.uid is not None else "no recreated pod claimed it in time"
+                ))  # fmt: skip
+        for key, res in ledger.reservations().items():
+            if (res.group or key) in lost:  # a gang's places go together
+                self._drop(session, key, res, lost[res.group or key])
+                for uid in [u for u, k in session.reserved.items() if k == key]:
+                    del session.reserved[uid]
         job_of = {p.uid: job for job in session.jobs for p in job.pending}
+        groups: dict[str, list[tuple[PodInfo, Job, str, Reservation]]] = {}
+        reservations = ledger.reservations()
         for uid, key in session.reserved.items():
-            pod, job = session.cache.pods.get(uid), job_of.get(uid)
-            res = ledger.reservations().get(key)
-            if pod is None or job is None or res is None:
+            pod, job, found = pods_by_uid.get(uid), job_of.get(uid), reservations.get(key)
+            if pod is None or job is None or found is None:
                 continue
-            ledger.unreserve(key)
-            tx = Transaction(session, "consolidate")
-            tx.place(pod, job, res.placement, f"moved here to make room for {res.beneficiary}")
-            outcome = tx.commit(cluster)
-            if outcome.bound:
-                job.pending.remove(pod)
-                job.running.append(pod)
-                session.reasons.pop(uid, None)
+            groups.setdefault(found.group or key, []).append((pod, job, key, found))
+        for members in groups.values():
+            self._settle(session, cluster, members)
         session.reserved.clear()
+
+    def _settle(
+        self, session: Session, cluster: Cluster, members: list[tuple[PodInfo, Job, str, Reservation]]
+    ) -> None:
+        """Bind a reservation's pods (a gang's together) if their victims are gone; else keep them waiting."""
+        ledger = session.ledger
+        waits = frozenset().union(*(res.waits_for for _, _, _, res in members)) & ledger.releasing.keys()
+        first = members[0][3]
+        if waits and first.expires_s <= session.now:
+            for _, _, key, res in members:
+                self._drop(session, key, res, "the pods it waited for are still terminating")
+            return
+        if waits:
+            pods = session.cache.pods
+            names = ", ".join(sorted(pods[u].key if u in pods else u for u in waits))
+            node = session.state.node_names[first.placement.node]
+            verb = "has" if len(waits) == 1 else "have"
+            msg = f"its place on {node} is reserved; it is bound once {names} {verb} terminated (evicted for it)"
+            for pod, job, _, _ in members:
+                session.set_reason(pod, Reason.PIPELINED, msg)
+                session.pipelined.add(pod.uid)
+                job.pending.remove(pod)
+                job.reserved.append(pod)
+            return
+        tx = Transaction(session, first.action)
+        for pod, job, key, res in members:
+            ledger.unreserve(key)
+            message = (
+                f"moved here to make room for {res.beneficiary}"
+                if res.uid is None
+                else "its victims are gone"
+            )
+            tx.place(pod, job, res.placement, message)
+        outcome = tx.commit(cluster)
+        for pod in outcome.bound:
+            job = next(j for p, j, _, _ in members if p is pod)
+            job.pending.remove(pod)
+            job.running.append(pod)
+            session.reasons.pop(pod.uid, None)
+        for pod, job, _, _ in members:  # pipelined again: pods evicted since now occupy what it needs
+            if pod.uid in session.pipelined and pod in job.pending:
+                job.pending.remove(pod)
+                job.reserved.append(pod)
+                session.set_reason(pod, Reason.PIPELINED, "its place is reserved; it is bound once the pods "
+                                   "evicted before it was placed have terminated")  # fmt: skip
+
+    def _drop(self, session: Session, key: str, res: Reservation, why: str) -> None:
+        session.ledger.unreserve(key)
+        node = session.state.node_names[res.placement.node]
+        msg = f"the place reserved on {node} for {res.pod_key} was dropped: {why}; it is scheduled again"
+        pod = session.cache.pods.get(res.uid) if res.uid is not None else None
+        if pod is not None and not pod.holds_resources:
+            session.set_reason(pod, Reason.RESERVATION_DROPPED, msg)
+        session.events.append(
+            {"time_s": round(session.now, 3), "type": "ReservationDropped", "action": res.action,
+             "pod": res.pod_key, "message": msg}
+        )  # fmt: skip

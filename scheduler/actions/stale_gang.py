@@ -7,11 +7,8 @@ member be recreated and placed again first; the clock is kept by the action acro
 
 from __future__ import annotations
 
-from collections import Counter
-
 from scheduler.actions.views import running_now
 from scheduler.cluster import Cluster
-from scheduler.model import PodPhase
 from scheduler.reasons import PendingReason, Reason
 from scheduler.session import Session
 from scheduler.transaction import Transaction
@@ -25,14 +22,13 @@ class StaleGang:
 
     def execute(self, session: Session, cluster: Cluster) -> None:
         now = session.now
-        pods = session.cache.pods
-        succeeded = Counter(p.group for p in pods.values() if p.group and p.phase == PodPhase.SUCCEEDED)
         below: set[str] = set()
         for job in session.jobs:
             if not job.is_gang:
                 continue
             running = running_now(session, job)
-            present = len(running) + succeeded[job.key]
+            waiting = len(job.reserved) + sum(1 for p in job.pending if p.uid in session.pipelined)
+            present = len(running) + job.succeeded + waiting  # pipelined members are on their way
             if not running or present >= job.min_member:
                 continue
             below.add(job.key)

@@ -34,13 +34,22 @@ def running_now(session: Session, job: Job) -> list[PodInfo]:
 
 
 def pending_now(session: Session, job: Job) -> list[PodInfo]:
-    held = session.ledger.pods
-    return [p for p in job.pending if p.uid not in held and p.error is None]
+    """Members still to place: not holding a place, not pipelined (placed, waiting for victims), valid."""
+    held, pipelined = session.ledger.pods, session.pipelined
+    return [p for p in job.pending if p.uid not in held and p.uid not in pipelined and p.error is None]
 
 
 def need_now(session: Session, job: Job) -> int:
-    """Members that must be placed together now (1 for a single pod)."""
-    return max(0, job.min_member - len(running_now(session, job)))
+    """Members that must be placed together now (1 for a single pod): minMember less those running, done
+    or with a place reserved."""
+    waiting = len(job.reserved) + sum(1 for p in job.pending if p.uid in session.pipelined)
+    return max(0, job.min_member - len(running_now(session, job)) - job.succeeded - waiting)
+
+
+def place_now(session: Session, job: Job) -> int:
+    """How many members to place together now: minMember's worth, else one (an elastic gang grows one member
+    at a time, as in `allocate`)."""
+    return max(need_now(session, job), 1)
 
 
 def request_of(pods: list[PodInfo]) -> Resources:
@@ -83,8 +92,8 @@ def capacity_blocked(session: Session, job: Job, helps: frozenset[Wait] = MAKING
 
     A job that could not run even on the empty cluster is told so (making room would not help)."""
     pods = pending_now(session, job)
-    need = need_now(session, job)
-    if not pods or need == 0 or len(pods) < need:
+    need = place_now(session, job)
+    if len(pods) < need:
         return []
     if any(p.uid in session.reasons and session.reasons[p.uid].reason.wait not in helps for p in pods):
         return []
@@ -116,14 +125,17 @@ def waiting_jobs(session: Session, helps: frozenset[Wait] = MAKING_ROOM_HELPS) -
     ]  # fmt: skip
 
 
-def place_members(session: Session, tx: Transaction, job: Job, pods: list[PodInfo], count: int) -> bool:
-    """Place `count` of `pods` in the transaction; False (and nothing placed) if they do not all fit."""
+def place_members(
+    session: Session, tx: Transaction, job: Job, pods: list[PodInfo], count: int, *, probe: bool = False
+) -> bool:
+    """Place `count` of `pods` in the transaction; False (and nothing placed) if they do not all fit.
+    `probe`: by the session's cheap placer (a victim search trying a plan), else by its policy."""
     cp = tx.checkpoint()
     placed = 0
     for i, pod in enumerate(pods):
         if placed == count:
             break
-        pl = session.place_one(demand_for(pod))
+        pl = session.probe_place(demand_for(pod)) if probe else session.place(demand_for(pod))
         if pl is None:
             if placed + len(pods) - i - 1 < count:
                 break

@@ -8,22 +8,23 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
+from scheduler.api.limits import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE
 
 
 class AssignedGPU(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
     uuid: str = ""
     milli: int = Field(ge=1, le=MILLI_PER_GPU)
-    memory_mib: int = Field(default=0, ge=0, alias="memoryMiB")
+    memory_mib: int = Field(default=0, ge=0, le=MAX_GPU_MEMORY_MIB, alias="memoryMiB")
 
 
 class GPUAssignment(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
     node: str = Field(min_length=1)
-    gpus: list[AssignedGPU] = Field(default_factory=list)
+    gpus: list[AssignedGPU] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
     assumed_at: datetime = Field(default_factory=lambda: datetime.now(UTC), alias="assumedAt")
 
     def to_annotation(self) -> str:

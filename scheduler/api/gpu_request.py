@@ -5,8 +5,9 @@ Every invalid value is rejected with a message a user can act on; nothing is sil
 
 from __future__ import annotations
 
-import math
+import re
 from collections.abc import Mapping
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -18,6 +19,8 @@ from scheduler.api.keys import (
     MILLI_PER_GPU,
     WHOLE_GPU_RESOURCE,
 )
+from scheduler.api.limits import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE, MAX_NUMBER_CHARS
+from scheduler.api.quantity import InvalidQuantity, parse_quantity
 
 RequestKind = Literal["none", "whole", "fraction", "memory"]
 
@@ -58,41 +61,62 @@ class GPURequest(BaseModel):
         return each if self.num_devices == 1 else f"{each} on each of {self.num_devices} GPUs"
 
 
+# What KAI (Go's strconv.ParseFloat / ParseInt) and Kubernetes users write: ASCII digits only. Python's
+# float() and int() also take "1_000", "٠.٥" and "０.５", which no one writes on purpose.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_NOT_FINITE = {"nan", "inf", "infinity"}
+# Only ASCII blanks around a value are forgiven (YAML authors add them); str.strip() would take any
+# Unicode space.
+_BLANKS = " \t\r\n"
+
+
+def _shown(raw: object) -> str:
+    """The value as it may appear in a one-line message: escaped (no newline gets through) and short."""
+    text = str(raw)
+    text = text if len(text) <= MAX_NUMBER_CHARS else text[:MAX_NUMBER_CHARS] + "..."
+    return text.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+
+
 def _parse_fraction(raw: str) -> int:
-    try:
-        value = float(raw.strip())
-    except ValueError:
+    text = raw.strip(_BLANKS)
+    if text.lstrip("+-").lower() in _NOT_FINITE:
         raise InvalidGPURequest(
-            f'annotation {GPU_FRACTION}="{raw}" is not a number; use a value between 0 and 1 such as "0.5"'
-        ) from None
-    if not math.isfinite(value):
-        raise InvalidGPURequest(f'annotation {GPU_FRACTION}="{raw}" must be a finite number between 0 and 1')
+            f'annotation {GPU_FRACTION}="{_shown(raw)}" must be a finite number between 0 and 1'
+        )
+    if len(text) > MAX_NUMBER_CHARS or not _DECIMAL.fullmatch(text):
+        raise InvalidGPURequest(
+            f'annotation {GPU_FRACTION}="{_shown(raw)}" is not a number; '
+            'use a value between 0 and 1 such as "0.5"'
+        )
+    value = Decimal(text)
     if value <= 0 or value >= 1:
         raise InvalidGPURequest(
-            f'annotation {GPU_FRACTION}="{raw}" must be strictly between 0 and 1; '
+            f'annotation {GPU_FRACTION}="{_shown(raw)}" must be strictly between 0 and 1; '
             f"for whole GPUs set resources.limits[{WHOLE_GPU_RESOURCE}] instead"
         )
-    milli = round(value * MILLI_PER_GPU)
+    milli = int((value * MILLI_PER_GPU).to_integral_value(rounding=ROUND_HALF_EVEN))
     if milli < 1:
         raise InvalidGPURequest(
-            f'annotation {GPU_FRACTION}="{raw}" is finer than the smallest share (0.001 of a GPU)'
+            f'annotation {GPU_FRACTION}="{_shown(raw)}" is finer than the smallest share (0.001 of a GPU)'
         )
     if milli >= MILLI_PER_GPU:
         raise InvalidGPURequest(
-            f'annotation {GPU_FRACTION}="{raw}" rounds to a whole GPU; '
+            f'annotation {GPU_FRACTION}="{_shown(raw)}" rounds to a whole GPU; '
             f"ask for resources.limits[{WHOLE_GPU_RESOURCE}]: 1 instead"
         )
     return milli
 
 
-def _parse_positive_int(raw: str, what: str, hint: str) -> int:
-    text = raw.strip()
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidGPURequest(f'{what}="{raw}" is not a whole number; {hint}') from None
+def _parse_positive_int(raw: str, what: str, hint: str, maximum: int) -> int:
+    text = raw.strip(_BLANKS)
+    if len(text) > MAX_NUMBER_CHARS or not _INTEGER.fullmatch(text):
+        raise InvalidGPURequest(f'{what}="{_shown(raw)}" is not a whole number; {hint}')
+    value = int(text)
     if value < 1:
-        raise InvalidGPURequest(f'{what}="{raw}" must be at least 1; {hint}')
+        raise InvalidGPURequest(f'{what}="{_shown(raw)}" must be at least 1; {hint}')
+    if value > maximum:
+        raise InvalidGPURequest(f'{what}="{_shown(raw)}" must be at most {maximum}')
     return value
 
 
@@ -100,16 +124,20 @@ def _whole_gpu_limit(limits: Mapping[str, object]) -> int:
     raw = limits.get(WHOLE_GPU_RESOURCE)
     if raw is None:
         return 0
-    text = str(raw).strip()
+    where = f"resources.limits[{WHOLE_GPU_RESOURCE}]"
     try:
-        value = int(text)
-    except ValueError:
+        value = parse_quantity(raw.strip(_BLANKS) if isinstance(raw, str) else raw)
+    except InvalidQuantity as exc:
+        if "negative" in str(exc):
+            raise InvalidGPURequest(f'{where}="{_shown(raw)}" must not be negative') from None
+        raise InvalidGPURequest(f"{where}: {exc}; it must be a whole number of GPUs") from None
+    if value != value.to_integral_value():
+        raise InvalidGPURequest(f'{where}="{_shown(raw)}" must be a whole number of GPUs')
+    if value > MAX_GPUS_PER_NODE:
         raise InvalidGPURequest(
-            f'resources.limits[{WHOLE_GPU_RESOURCE}]="{raw}" must be a whole number of GPUs'
-        ) from None
-    if value < 0:
-        raise InvalidGPURequest(f'resources.limits[{WHOLE_GPU_RESOURCE}]="{raw}" must not be negative')
-    return value
+            f"{where}={value} is more GPUs than any node can have (at most {MAX_GPUS_PER_NODE})"
+        )
+    return int(value)
 
 
 def parse_gpu_request(
@@ -145,16 +173,21 @@ def parse_gpu_request(
         1
         if num_raw is None
         else _parse_positive_int(
-            num_raw, f"annotation {GPU_FRACTION_NUM_DEVICES}", 'give the number of GPUs, e.g. "2"'
+            num_raw,
+            f"annotation {GPU_FRACTION_NUM_DEVICES}",
+            'give the number of GPUs, e.g. "2"',
+            MAX_GPUS_PER_NODE,
         )
     )
     if fraction is not None:
         return GPURequest(kind="fraction", num_devices=num_devices, milli=_parse_fraction(fraction))
     if memory is not None:
-        mib = _parse_positive_int(memory, f"annotation {GPU_MEMORY}", 'give MiB of one GPU, e.g. "8192"')
+        mib = _parse_positive_int(
+            memory, f"annotation {GPU_MEMORY}", 'give MiB of one GPU, e.g. "8192"', MAX_GPU_MEMORY_MIB
+        )
         if max_gpu_memory_mib is not None and mib > max_gpu_memory_mib:
             raise InvalidGPURequest(
-                f'annotation {GPU_MEMORY}="{memory}" MiB is more than the largest GPU in the cluster '
+                f'annotation {GPU_MEMORY}="{mib}" MiB is more than the largest GPU in the cluster '
                 f"({max_gpu_memory_mib} MiB)"
             )
         return GPURequest(kind="memory", num_devices=num_devices, memory_mib=mib)

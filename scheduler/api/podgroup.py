@@ -7,20 +7,22 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.api.keys import API_VERSION, DEFAULT_QUEUE
+from scheduler.api.limits import MAX_MIN_MEMBER, MAX_STALE_GRACE_S
 from scheduler.api.meta import Condition, ObjectMeta
 
 PodGroupPhase = Literal["Pending", "Running", "Unschedulable", "Finished"]
 
 
 class PodGroupSpec(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, allow_inf_nan=False)
 
-    min_member: int = Field(default=1, ge=1, alias="minMember")
+    # strict: a number, as the API server requires (no "1_000", no true)
+    min_member: int = Field(default=1, ge=1, le=MAX_MIN_MEMBER, strict=True, alias="minMember")
     queue: str = DEFAULT_QUEUE
     priority_class_name: str | None = Field(default=None, alias="priorityClassName")
     preemptibility: Literal["preemptible", "non-preemptible"] | None = None
     # Seconds a running gang may stay below minMember before it is evicted whole.
-    stale_grace_seconds: float = Field(default=60, ge=0, alias="staleGraceSeconds")
+    stale_grace_seconds: float = Field(default=60, ge=0, le=MAX_STALE_GRACE_S, alias="staleGraceSeconds")
 
 
 class PodGroupStatus(BaseModel):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -36,6 +36,14 @@ from pydantic import (
 )
 
 from scheduler.api.keys import API_VERSION
+from scheduler.api.limits import (
+    MAX_OVER_QUOTA_WEIGHT,
+    MAX_PRIORITY,
+    MAX_QUEUE_CPU_MILLI,
+    MAX_QUEUE_GPUS,
+    MAX_QUEUE_MEMORY_MIB,
+    MIN_PRIORITY,
+)
 from scheduler.api.meta import ObjectMeta
 
 UNLIMITED = -1
@@ -46,6 +54,8 @@ QUANTITY_PATTERN = r"^(-1|\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkM
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 _UNITS = {"cpu": "cores", "memory": "bytes"}
 _EXAMPLE = {"cpu": '64 or "500m"', "memory": '"256Gi"'}
+# Anything above this (cores or bytes) is out of every queue bound; refused before any arithmetic on it.
+_LARGEST = Decimal(2**63)
 
 
 def _quantity(raw: object, resource: Literal["cpu", "memory"]) -> Decimal:
@@ -69,10 +79,10 @@ def _quantity(raw: object, resource: Literal["cpu", "memory"]) -> Decimal:
 
     try:
         value = Decimal(parse_quantity(text))
-    except (ValueError, InvalidOperation):
+    except (ValueError, ArithmeticError):  # ArithmeticError: decimal's Overflow on a huge exponent
         raise ValueError(f"{resource} {raw!r} is not a Kubernetes quantity") from None
-    if not value.is_finite():
-        raise ValueError(f"{resource} {raw!r} is not finite")
+    if not value.is_finite() or value > _LARGEST:
+        raise ValueError(f"{resource} {raw[:64]!r} is out of range (scheduler/api/limits.py)")
     return value
 
 
@@ -132,10 +142,12 @@ class QueueResource(BaseModel):
     """GPUs of a queue (and the shape of every resource): quota -1 = unlimited deserved share, limit -1 =
     no cap; fractions of a GPU allowed."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    # Finite numbers only; the largest quota and limit (scheduler/api/limits.py) are checked by
+    # `QueueResources`, which knows each resource's unit.
+    model_config = ConfigDict(populate_by_name=True, allow_inf_nan=False)
 
     quota: float = UNLIMITED
-    over_quota_weight: float = Field(default=1, ge=0, alias="overQuotaWeight")
+    over_quota_weight: float = Field(default=1, ge=0, le=MAX_OVER_QUOTA_WEIGHT, alias="overQuotaWeight")
     limit: float = UNLIMITED
 
     @model_validator(mode="after")
@@ -187,12 +199,27 @@ class QueueResources(BaseModel):
     cpu: CPUQueueResource = Field(default_factory=CPUQueueResource)
     memory: MemoryQueueResource = Field(default_factory=MemoryQueueResource)
 
+    @model_validator(mode="after")
+    def _bounded(self) -> QueueResources:
+        for name, maximum in (
+            ("gpu", MAX_QUEUE_GPUS),
+            ("cpu", MAX_QUEUE_CPU_MILLI),
+            ("memory", MAX_QUEUE_MEMORY_MIB),
+        ):
+            res: QueueResource = getattr(self, name)
+            for field, value in (("quota", res.quota), ("limit", res.limit)):
+                if value > maximum:
+                    raise ValueError(
+                        f"{name}.{field} {value:g} is more than the largest accepted ({maximum:g})"
+                    )
+        return self
+
 
 class QueueSpec(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     parent_queue: str | None = Field(default=None, alias="parentQueue")
-    priority: int = 100
+    priority: int = Field(default=100, ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)
     display_name: str | None = Field(default=None, alias="displayName")
     resources: QueueResources = Field(default_factory=QueueResources)
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from scheduler.api.keys import API_VERSION
+from scheduler.api.limits import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE
 from scheduler.api.meta import ObjectMeta
 
 Health = Literal["Healthy", "Unhealthy", "Unknown"]
@@ -37,13 +38,15 @@ class PodShare(BaseModel):
 
 
 class GPUReport(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, allow_inf_nan=False)
 
-    index: int
+    # The scheduler reads index and memory: bounded (scheduler/api/limits.py) so a report cannot put a
+    # number into the arrays that they cannot hold.
+    index: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
     uuid: str
     model: str
-    memory_total_mib: int = Field(alias="memoryTotalMiB")
-    memory_used_mib: int = Field(default=0, alias="memoryUsedMiB")
+    memory_total_mib: int = Field(ge=0, le=MAX_GPU_MEMORY_MIB, alias="memoryTotalMiB")
+    memory_used_mib: int = Field(default=0, ge=0, le=MAX_GPU_MEMORY_MIB, alias="memoryUsedMiB")
     utilization_pct: float | None = Field(default=None, alias="utilizationPct")
     temperature_c: float | None = Field(default=None, alias="temperatureC")
     power_w: float | None = Field(default=None, alias="powerW")
@@ -61,7 +64,7 @@ class GPUNodeReportSpec(BaseModel):
     driver_version: str | None = Field(default=None, alias="driverVersion")
     cuda_version: str | None = Field(default=None, alias="cudaVersion")
     observed_at: str = Field(alias="observedAt")
-    gpus: list[GPUReport] = Field(default_factory=list)
+    gpus: list[GPUReport] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
 
     # Derived on every dump so whoever publishes the report also publishes the totals the CRD's printer
     # columns show; input values for it are ignored (recomputed from `gpus`).

@@ -6,7 +6,7 @@ import logging
 import os
 
 from scheduler.api.cli import VersionOption, new_app, run
-from scheduler.cli import bench, doctor, nodes, queues, replay, simulate, why
+from scheduler.cli import bench, doctor, nodes, queues, replay, sandbox, simulate, why
 
 app = new_app(
     "Tessera: a GPU-sharing batch scheduler for Kubernetes (fractional GPUs, gangs, fair-share queues).",
@@ -23,7 +23,7 @@ def _root(version: VersionOption = False) -> None:
     """
 
 
-for module in (simulate, replay, bench, nodes, queues, why, doctor):
+for module in (simulate, replay, bench, nodes, queues, why, doctor, sandbox):
     module.register(app)
 
 

@@ -188,19 +188,31 @@ class Binder:
         # No age in the text: the same wait gives the same message, so pod conditions are not rewritten.
         return f"waiting for the device plugin to allocate {lock.namespace}/{lock.name}"
 
-    def release_lock(self, node: str, uid: str) -> bool:
-        """Remove the node's bind lock if `uid` holds it. Returns whether it was released."""
-        try:
-            meta = self._node_meta(node)
-            held = (meta.get("annotations") or {}).get(BIND_LOCK)
-            if not held or BindLock.from_annotation(held).uid != uid:
+    def release_lock(self, node: str, uid: str, attempts: int = 5) -> bool:
+        """Remove the node's bind lock if `uid` holds it. Returns whether it was released.
+
+        The removal is guarded by the resourceVersion just read, and a busy node changes all the time (its
+        kubelet's status, the node controller's taints), so a lost race re-reads and tries again rather than
+        leaving the node locked until the lock times out."""
+        for _ in range(attempts):
+            try:
+                meta = self._node_meta(node)
+                held = (meta.get("annotations") or {}).get(BIND_LOCK)
+                if not held or BindLock.from_annotation(held).uid != uid:
+                    return False
+                ops = [
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                    {"op": "remove", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}"},
+                ]
+                raw.request(self.api, "PATCH", raw.node_path(node), ops, content_type=raw.JSON_PATCH)
+                return True
+            except ApiException as exc:
+                if exc.status in (409, 422):
+                    continue  # the node changed between our read and our patch
+                log.warning("could not release the bind lock on %s: %s", node, exc)
                 return False
-            ops = [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-                {"op": "remove", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}"},
-            ]
-            raw.request(self.api, "PATCH", raw.node_path(node), ops, content_type=raw.JSON_PATCH)
-            return True
-        except (ApiException, ValueError) as exc:
-            log.warning("could not release the bind lock on %s: %s", node, exc)
-            return False
+            except ValueError as exc:
+                log.warning("could not release the bind lock on %s: %s", node, exc)
+                return False
+        log.warning("could not release the bind lock on %s: it kept changing (%d tries)", node, attempts)
+        return False

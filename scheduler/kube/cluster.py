@@ -10,8 +10,9 @@ a queue that `drain_events` hands to the cycle. Before a pod event reaches the c
   PodGroup object: it is its own job);
 - fills `spec.priority` from the PriorityClass when the API server left it out;
 - shows pods it is binding or bound as bound (on their node, with their assignment) until the watch catches
-  up, and pods it evicted as gone, so the cycle never sees an assumed placement undone by a stale event
-  (which would double-allocate the GPU share).
+  up, so the cycle never sees an assumed placement undone by a stale event (which would double-allocate
+  the GPU share). A pod it evicted is shown as it is: terminating (graceful deletion) until it is gone; the
+  cycle keeps it releasing meanwhile, and binds the pod it made room for only then.
 
 Binds are asynchronous: `bind` decides from the watch caches what it can (is the node's bind lock held? does
 this pod need it?), hands the API requests to a pool of binder threads (`bind_pool.py`) and returns at once;
@@ -143,7 +144,6 @@ class KubeCluster:
         # pod uid -> (node, assignment annotation or None): being bound or bound by us, not yet seen bound by
         # the watch
         self._bound: dict[str, tuple[str, str | None]] = {}
-        self._evicted: dict[str, float] = {}  # pod uid -> when we evicted it
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
@@ -250,6 +250,7 @@ class KubeCluster:
         """One informer event into what the cycle should see (appended to `out`)."""
         if ev.kind == "PriorityClass":
             self._on_priority_class(ev)
+            out.append(WatchEvent("PriorityClass", ev.type, ev.obj))  # PodGroups name them too
         elif ev.kind == "Pod":
             for event in self._pod_events(ev):
                 self._route(event, out)
@@ -405,8 +406,6 @@ class KubeCluster:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
         if not result.ok:
             raise EvictError(result.reason)
-        with self._lock:
-            self._evicted[pod.uid] = time.monotonic()
 
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
         with self._lock:
@@ -475,7 +474,6 @@ class KubeCluster:
         if ev.type == "DELETED":
             with self._lock:
                 self._bound.pop(uid, None)
-                self._evicted.pop(uid, None)
                 self._lock_waiters.discard(uid)
             if self.podgrouper:
                 self.podgroups.forget(obj)
@@ -483,8 +481,6 @@ class KubeCluster:
             self.pending.forget(uid)
             return [WatchEvent("Pod", "DELETED", obj)]
         with self._lock:
-            if uid in self._evicted:
-                return []  # already gone as far as the cycle knows (terminating: resources handed over)
             bound_to = self._bound.get(uid)
             if bound_to is not None and spec.get("nodeName"):
                 del self._bound[uid]

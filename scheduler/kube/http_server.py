@@ -1,65 +1,36 @@
 """The scheduler's HTTP port: /metrics (Prometheus), /healthz and /readyz (probes; a standby is healthy
-too, so it is not restarted), and the dashboard under /ui."""
+too, so it is not restarted), and the dashboard under /ui. Served by the kept server
+(`scheduler/api/serving.py`: timeouts, a connection cap, an answer to every malformed request)."""
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from scheduler.api.serving import Handler, KeptServer, Request, Response, ServerLimits, text
 from scheduler.ui.server import ViewSource, ui_response
 
-log = logging.getLogger(__name__)
 
+def scheduler_handler(
+    registry: CollectorRegistry, view_source: ViewSource | None, ready: Callable[[], bool]
+) -> Handler:
+    def handle(req: Request) -> Response:
+        if req.method not in ("GET", "HEAD"):
+            return text(405, "method not allowed: this port is read-only", {"Allow": "GET, HEAD"})
+        if req.path == "/metrics":
+            return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        if req.path == "/healthz":
+            return Response(200, b"ok", "text/plain")
+        if req.path == "/readyz":
+            ok = ready()
+            return Response(200 if ok else 503, b"ok" if ok else b"watch caches not synced", "text/plain")
+        resp = ui_response(req.path_qs, view_source) if view_source else None
+        if resp is None:
+            return text(404, "not found: try /metrics, /healthz or /ui")
+        return Response(resp.status, resp.body, resp.content_type, resp.headers)
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    registry: CollectorRegistry
-    view_source: ViewSource | None
-    ready: Callable[[], bool]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "tessera-scheduler"
-    sys_version = ""
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("http %s: " + format, self.client_address[0], *args)
-
-    def _send(
-        self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        path = urlsplit(self.path).path
-        if path == "/metrics":
-            self._send(200, CONTENT_TYPE_LATEST, generate_latest(self.server.registry))
-        elif path == "/healthz":
-            self._send(200, "text/plain", b"ok")
-        elif path == "/readyz":
-            ok = self.server.ready()
-            self._send(200 if ok else 503, "text/plain", b"ok" if ok else b"watch caches not synced")
-        else:
-            resp = ui_response(self.path, self.server.view_source) if self.server.view_source else None
-            if resp is None:
-                self._send(404, "text/plain", b"not found: try /metrics, /healthz or /ui")
-            else:
-                self._send(resp.status, resp.content_type, resp.body, resp.headers)
-
-    do_HEAD = do_GET
+    return handle
 
 
 class SchedulerHTTPServer:
@@ -71,23 +42,20 @@ class SchedulerHTTPServer:
         port: int = 8080,
         view_source: ViewSource | None = None,
         ready: Callable[[], bool] = lambda: True,
+        limits: ServerLimits | None = None,
     ) -> None:
-        self._server = _Server((host, port), _Handler)
-        self._server.registry = registry
-        self._server.view_source = view_source
-        self._server.ready = ready
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="scheduler-http", daemon=True)  # fmt: skip
+        handler = scheduler_handler(registry, view_source, ready)
+        self._server = KeptServer(
+            handler, host, port, limits=limits, name="scheduler-http", server_header="tessera-scheduler"
+        )
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
 
     def start(self) -> SchedulerHTTPServer:
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()

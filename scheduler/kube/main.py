@@ -21,6 +21,7 @@ from kubernetes import client, config
 from scheduler.api import cli as house
 from scheduler.api.cli import CommandError, HouseCommand, VersionOption, check_choice, first_line, new_app
 from scheduler.api.keys import SCHEDULER_NAME, WHOLE_GPU_RESOURCE
+from scheduler.budget import BudgetLimits
 from scheduler.cycle import SchedulerConfig
 from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.kai_compat import access_problem
@@ -128,6 +129,12 @@ def run(
         metavar="USERS",
         help="Users allowed to write tessera.dev/gpu-assignment, comma-separated (default: own SA).",
     ),
+    webhook_device_plugin_users: str = typer.Option(
+        "",
+        metavar="USERS",
+        help="Users allowed to write tessera.dev/gpu-allocated, comma-separated "
+        "(default: the <release>-device-plugin account next to our own).",
+    ),
     bind_lock_timeout: str = typer.Option(
         "60s", metavar="TIME", help="Age after which a node's bind lock is stale."
     ),
@@ -190,7 +197,11 @@ def run(
             bind_workers=bind_workers,
             whole_gpu_lock=bool(whole_gpu_resource),
             kai_compat=kai_compat,
-            scheduler=SchedulerConfig(policy=placement) if placement else SchedulerConfig(),
+            scheduler=(
+                SchedulerConfig(policy=placement, budget=BudgetLimits.live())
+                if placement
+                else SchedulerConfig(budget=BudgetLimits.live())
+            ),
         ),
         SchedulerMetrics(),
     )
@@ -205,9 +216,13 @@ def run(
         allowed = {u.strip() for u in webhook_allowed_users.split(",") if u.strip()}
         if not allowed and (sa := own_service_account()):
             allowed.add(sa)
+        plugin = {u.strip() for u in webhook_device_plugin_users.split(",") if u.strip()}
+        if not plugin and (sa := own_service_account()):
+            plugin.add(sa.removesuffix("-scheduler") + "-device-plugin")
         admission = AdmissionConfig(
             scheduler_name=scheduler_name,
             privileged_users=frozenset(allowed),
+            allocation_writers=frozenset(plugin),
             queue_lookup=(
                 runner.cluster.kai.queue_lookup()
                 if runner.cluster.kai is not None

@@ -20,6 +20,7 @@ class QueueNode:
     name: str
     spec: QueueSpec
     parent: str | None = None
+    created: str = ""  # creationTimestamp (RFC 3339: compares in time order), "" when unknown
     children: list[str] = field(default_factory=list)
     # Per-cycle figures (leaves: own pods; parents: sum of children).
     allocated: Resources = field(default_factory=Resources)
@@ -52,7 +53,10 @@ class QueueTree:
         if not any(q.name == DEFAULT_QUEUE for q in queues):
             queues.append(_default_queue())  # pods without a queue label always have somewhere to go
         for q in queues:
-            self.nodes[q.name] = QueueNode(name=q.name, spec=q.spec, parent=q.spec.parent_queue)
+            created = str((q.metadata.model_extra or {}).get("creationTimestamp") or "")
+            self.nodes[q.name] = QueueNode(
+                name=q.name, spec=q.spec, parent=q.spec.parent_queue, created=created
+            )
         for node in list(self.nodes.values()):
             if node.parent is None:
                 continue

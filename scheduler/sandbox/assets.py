@@ -18,7 +18,18 @@ ENVTEST_BINARIES = ("etcd", "kube-apiserver", "kubectl")
 ALL_BINARIES = (*ENVTEST_BINARIES, "kube-controller-manager", "kube-scheduler")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "scripts" / "build_control_plane.sh"
+# What an installed package carries from outside its Python packages (setup.py copies it at build time):
+# the build script with its Go modules, and the rendered manifests.
+SHIPPED = Path(__file__).resolve().parent / "shipped"
+
+
+def shipped(name: str, *, source: str) -> Path:
+    """`name` under the installed package's shipped data, else `source` in the source checkout."""
+    packaged = SHIPPED / name
+    return packaged if packaged.exists() else REPO_ROOT / source
+
+
+BUILD_SCRIPT = shipped("build_control_plane.sh", source="scripts/build_control_plane.sh")
 
 
 class AssetsMissing(RuntimeError):

@@ -57,6 +57,7 @@ class ControlPlane:
         workdir: Path,
         *,
         controller_manager: bool = True,
+        kube_scheduler: bool = False,
         controllers: str = "*",
         apiserver_args: Sequence[str] = (),
         verbosity: int = 0,
@@ -64,6 +65,7 @@ class ControlPlane:
         self.assets = assets
         self.workdir = workdir
         self.with_controller_manager = controller_manager
+        self.with_kube_scheduler = kube_scheduler
         self.controllers = controllers
         self.apiserver_args = tuple(apiserver_args)
         self.verbosity = verbosity
@@ -118,21 +120,23 @@ class ControlPlane:
             self._start_apiserver(timeout_s)
             if self.with_controller_manager:
                 self._start_controller_manager(timeout_s)
+            if self.with_kube_scheduler:
+                self._start_kube_scheduler(timeout_s)
         except BaseException:
             self.stop(remove=False)
             raise
         return self
 
     def stop(self, *, remove: bool = False) -> None:
-        """Stop every process (TERM, then KILL after 10 s); `remove` deletes the work folder too."""
+        """Stop every process, last started first, each before the next (TERM, then KILL after 10 s): an
+        API server that loses etcd while it shuts down takes its full timeout. `remove` deletes the work
+        folder too."""
         for proc in reversed(list(self.procs.values())):
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.procs.values():
             try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -282,6 +286,36 @@ class ControlPlane:
             timeout_s,
         )
 
+    def _start_kube_scheduler(self, timeout_s: float) -> None:
+        """The default scheduler, for pods that do not name Tessera (as every cluster has one)."""
+        kubeconfig = self.kubeconfig_for_user("system:kube-scheduler", name="kube-scheduler")
+        port = free_port()
+        self._spawn(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.pki_dir / 'kube-scheduler'}",
+                "--leader-elect=false",
+                f"--v={self.verbosity}",
+            ],
+        )
+        # Its serving certificate is self-signed (generated at start); only liveness is read here.
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/healthz", timeout=2, context=insecure
+            ) as r:
+                return bool(r.status == 200)
+
+        self._wait("kube-scheduler", "kube-scheduler", healthy, timeout_s)
+
     # ---------------------------------------------------------------------------------- identities
     def _write_kubeconfig(
         self, path: Path, user: str, *, cert: CertFiles | None = None, token: str | None = None
@@ -338,13 +372,46 @@ class ControlPlane:
         return str(answer.status.token)
 
     def kubeconfig_for_service_account(
-        self, namespace: str, name: str, *, bound_object: client.V1BoundObjectReference | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        bound_object: client.V1BoundObjectReference | None = None,
+        file_name: str | None = None,
+        expiration_s: int = 24 * 3600,
     ) -> Path:
-        token = self.service_account_token(namespace, name, bound_object=bound_object)
-        user = f"system:serviceaccount:{namespace}:{name}"
-        return self._write_kubeconfig(
-            self.kubeconfig_dir / f"sa-{namespace}-{name}.kubeconfig", user, token=token
+        """A kubeconfig holding a TokenRequest token of the ServiceAccount (`file_name` tells apart several
+        tokens of one account, e.g. one bound to each Node)."""
+        token = self.service_account_token(
+            namespace, name, bound_object=bound_object, expiration_s=expiration_s
         )
+        user = f"system:serviceaccount:{namespace}:{name}"
+        path = self.kubeconfig_dir / f"sa-{namespace}-{file_name or name}.kubeconfig"
+        return self._write_kubeconfig(path, user, token=token)
+
+    def wait_established(self, crds: Path | Sequence[str], timeout_s: float = 60.0) -> None:
+        """Wait until each CRD (by name, or every CRD in a YAML file or a folder's *.yaml) is Established.
+        Polled through the API: `kubectl wait` on a CRD created a moment ago fails at once, while its
+        status has no conditions yet."""
+        if isinstance(crds, Path):
+            files = sorted(crds.glob("*.yaml")) if crds.is_dir() else [crds]
+            docs = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
+            names = [str(d["metadata"]["name"]) for d in docs if d.get("kind") == "CustomResourceDefinition"]
+        else:
+            names = list(crds)
+        api = client.ApiextensionsV1Api(self.client())
+
+        def established(name: str) -> bool:
+            crd = api.read_custom_resource_definition(name)
+            conditions = (crd.status.conditions if crd.status else None) or []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+        deadline = time.monotonic() + timeout_s
+        for name in names:
+            while not established(name):
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"CRD {name} not Established after {timeout_s:.0f} s")
+                time.sleep(0.1)
 
     def client(self, kubeconfig: Path | None = None) -> client.ApiClient:
         """An ApiClient for `kubeconfig` (default: admin)."""

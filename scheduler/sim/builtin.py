@@ -83,6 +83,7 @@ def pod(
     priority_class: str = "train",
     node_selector: dict[str, str] | None = None,
     namespace: str | None = None,
+    grace_s: float | None = None,
 ) -> Obj:
     limits: Obj = {WHOLE_GPU_RESOURCE: str(gpus)} if gpus else {}
     spec: Obj = {
@@ -95,6 +96,8 @@ def pod(
     }  # fmt: skip
     if node_selector:
         spec["nodeSelector"] = node_selector
+    if grace_s is not None:
+        spec["terminationGracePeriodSeconds"] = int(grace_s)
     ann = {SIM_ARRIVAL: f"{arrival_s:.0f}s", SIM_DURATION: f"{duration_s:.0f}s", **(annotations or {})}
     return {
         "apiVersion": "v1",

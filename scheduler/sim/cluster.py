@@ -1,8 +1,11 @@
 """The simulated cluster: Kubernetes objects in memory, a simulated clock, arrivals and completions.
 
 Bound pods start running at once and finish after their `tessera.dev/sim-duration` (never, without one).
-An evicted pod is recreated as a new pending pod, as its controller (Job, PyTorchJob...) would, unless
-it carries `tessera.dev/sim-recreate: "false"`.
+An evicted pod terminates as on a real cluster: it is marked for deletion (`deletionTimestamp`) and keeps
+running on its GPU for its `terminationGracePeriodSeconds` (Kubernetes' default 30 s), then it is gone and
+recreated as a new pending pod, as its controller (Job, PyTorchJob, StatefulSet...) would, unless it
+carries `tessera.dev/sim-recreate: "false"`. PriorityClasses fill in `spec.priority` of the pods that name
+them, as the API server's admission does.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from scheduler.sim.loader import Manifests
 
 SIM_RECREATE = "tessera.dev/sim-recreate"
 SIM_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated time 0, for creationTimestamp
+DEFAULT_GRACE_S = 30.0  # Kubernetes' terminationGracePeriodSeconds default
 
 
 @dataclass
@@ -37,6 +41,7 @@ class PodRecord:
     finished_s: float | None = None
     evictions: int = 0
     reason: tuple[str, str] | None = None
+    deleting: tuple[str, str] | None = None  # (action, message) of the eviction it is terminating for
 
 
 @dataclass
@@ -51,6 +56,8 @@ class SimCluster:
     _events: list[WatchEvent] = field(default_factory=list)
     _arrivals: list[tuple[float, int, str]] = field(default_factory=list)
     _completions: list[tuple[float, int, str]] = field(default_factory=list)
+    _deletions: list[tuple[float, int, str, str]] = field(default_factory=list)  # (due, seq, key, uid)
+    priority_classes: dict[str, int] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -59,6 +66,11 @@ class SimCluster:
         sim = cls(warnings=list(manifests.warnings))
         for obj in manifests.objects["Node"]:
             sim.add_object("Node", obj)
+        for obj in manifests.objects["PriorityClass"]:
+            value = obj.get("value")
+            if isinstance(value, int) and not isinstance(value, bool):
+                sim.priority_classes[obj["metadata"]["name"]] = value
+            sim._emit("PriorityClass", "ADDED", obj)
         for kind in ("Queue", "PodGroup"):
             for obj in manifests.objects[kind]:
                 sim._emit(kind, "ADDED", obj)
@@ -100,18 +112,35 @@ class SimCluster:
         return []  # binds are synchronous
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
-        rec = self.pods.pop(pod.key, None)
-        if rec is None:
+        """Graceful deletion: the pod is marked for deletion now and is gone after its grace period."""
+        rec = self.pods.get(pod.key)
+        if rec is None or rec.deleting is not None or rec.obj["metadata"].get("uid") != pod.uid:
             return
+        meta = rec.obj["metadata"]
+        grace = grace_s(rec.obj)
+        meta["deletionTimestamp"] = (SIM_EPOCH + timedelta(seconds=self.now_s)).isoformat()
+        meta["deletionGracePeriodSeconds"] = int(grace)
+        rec.deleting = (action, message)
+        heapq.heappush(self._deletions, (self.now_s + grace, next(self._seq), pod.key, pod.uid))
+        self._emit("Pod", "MODIFIED", rec.obj)
+
+    def _delete(self, key: str, uid: str) -> None:
+        """The end of a graceful deletion: the pod is gone, and its controller recreates it."""
+        rec = self.pods.get(key)
+        if rec is None or rec.deleting is None or rec.obj["metadata"].get("uid") != uid:
+            return
+        del self.pods[key]
+        action, message = rec.deleting
         self._emit("Pod", "DELETED", rec.obj)
         self.log.append(
-            {"time_s": self.now_s, "type": "Deleted", "action": action, "pod": pod.key, "message": message}
+            {"time_s": self.now_s, "type": "Deleted", "action": action, "pod": key, "message": message}
         )
         annotations = rec.obj["metadata"].get("annotations") or {}
         if annotations.get(SIM_RECREATE, "true").lower() == "false":
             return
         fresh = copy.deepcopy(rec.obj)
-        fresh["metadata"].pop("uid", None)
+        for k in ("uid", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            fresh["metadata"].pop(k, None)
         fresh["metadata"].get("annotations", {}).pop(GPU_ASSIGNMENT, None)
         fresh["spec"].pop("nodeName", None)
         fresh["status"] = {"phase": "Pending"}
@@ -160,16 +189,20 @@ class SimCluster:
         meta["creationTimestamp"] = (SIM_EPOCH + timedelta(seconds=arrival_s)).isoformat()
         key = f"{meta['namespace']}/{meta['name']}"
         obj.setdefault("status", {"phase": "Pending"})
+        spec = obj.setdefault("spec", {})
+        if "priority" not in spec and spec.get("priorityClassName") in self.priority_classes:
+            spec["priority"] = self.priority_classes[spec["priorityClassName"]]
         self.pods[key] = PodRecord(obj=obj, arrival_s=arrival_s, duration_s=duration_s, evictions=evictions)
         self.log.append({"time_s": arrival_s, "type": "Arrived", "action": "", "pod": key, "message": ""})
         self._emit("Pod", "ADDED", obj)
 
     def next_event_s(self) -> float | None:
-        times = [h[0][0] for h in (self._arrivals, self._completions) if h]
+        times = [h[0][0] for h in (self._arrivals, self._completions, self._deletions) if h]
         return min(times) if times else None
 
     def advance(self, to_s: float) -> None:
-        """Move the clock, releasing arrivals and completions due by then, in time order."""
+        """Move the clock, releasing arrivals, completions and the ends of graceful deletions due by then,
+        in time order (at equal times: arrivals, then completions, then deletions)."""
         while True:
             nxt = self.next_event_s()
             if nxt is None or nxt > to_s:
@@ -180,21 +213,24 @@ class SimCluster:
                 rec = self.pods[key]
                 if rec.obj["metadata"].get("uid") is None:
                     self._admit(rec.obj, arrival_s=rec.arrival_s, duration_s=rec.duration_s, evictions=0)
-            else:
+            elif self._completions and self._completions[0][0] == nxt:
                 _, _, key = heapq.heappop(self._completions)
-                rec_or_none = self.pods.get(key)
-                if rec_or_none is None or rec_or_none.started_s is None or rec_or_none.finished_s is not None:
-                    continue
-                if (
-                    rec_or_none.duration_s is None
-                    or rec_or_none.started_s + rec_or_none.duration_s > nxt + 1e-9
-                ):
-                    continue  # a stale completion of an earlier incarnation
-                rec_or_none.finished_s = nxt
-                rec_or_none.obj["status"] = {"phase": "Succeeded"}
-                self.log.append({"time_s": nxt, "type": "Completed", "action": "", "pod": key, "message": ""})
-                self._emit("Pod", "MODIFIED", rec_or_none.obj)
+                self._complete(key, nxt)
+            else:
+                _, _, key, uid = heapq.heappop(self._deletions)
+                self._delete(key, uid)
         self.now_s = max(self.now_s, to_s)
+
+    def _complete(self, key: str, at_s: float) -> None:
+        rec = self.pods.get(key)
+        if rec is None or rec.started_s is None or rec.finished_s is not None or rec.deleting is not None:
+            return  # gone, or being deleted (it is killed at the end of its grace period)
+        if rec.duration_s is None or rec.started_s + rec.duration_s > at_s + 1e-9:
+            return  # a stale completion of an earlier incarnation
+        rec.finished_s = at_s
+        rec.obj["status"] = {"phase": "Succeeded"}
+        self.log.append({"time_s": at_s, "type": "Completed", "action": "", "pod": key, "message": ""})
+        self._emit("Pod", "MODIFIED", rec.obj)
 
     @property
     def pending_arrivals(self) -> int:
@@ -202,3 +238,13 @@ class SimCluster:
 
     def _emit(self, kind: Kind, type_: EventType, obj: Mapping[str, Any]) -> None:
         self._events.append(WatchEvent(kind, type_, copy.deepcopy(dict(obj))))
+
+
+def grace_s(obj: Mapping[str, Any]) -> float:
+    """A pod's terminationGracePeriodSeconds (Kubernetes' default when unset or unreadable)."""
+    raw = (obj.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return (
+        float(raw)
+        if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0
+        else DEFAULT_GRACE_S
+    )

@@ -18,7 +18,7 @@ from scheduler.api.kai import is_kai, translate
 from scheduler.api.keys import KAI_SCHEDULER_NAME, SCHEDULER_NAME, TRANSLATED_FROM
 from scheduler.mirror import one_line
 
-SUPPORTED = ("Node", "Pod", "Queue", "PodGroup")
+SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 

@@ -154,8 +154,13 @@ class ClusterState:
         if node.gpu_count > self.max_gpus:
             self._grow_gpus(node.gpu_count)
         g = self.max_gpus
-        alloc_milli = [MILLI_PER_GPU - int(self.free_milli[row, j]) for j in range(g)]
-        alloc_mib = [int(self.total_mib[row, j]) - int(self.free_mib[row, j]) for j in range(g)]
+        # Only GPUs that were present hold allocations: a node that gains GPUs (the kubelet registers the
+        # Node first and adds the device plugin's GPUs to its capacity later) gets them free.
+        was = [bool(self.present[row, j]) for j in range(g)]
+        alloc_milli = [MILLI_PER_GPU - int(self.free_milli[row, j]) if was[j] else 0 for j in range(g)]
+        alloc_mib = [
+            int(self.total_mib[row, j]) - int(self.free_mib[row, j]) if was[j] else 0 for j in range(g)
+        ]
         alloc_cpu = int(self.total_cpu[row]) - int(self.free_cpu[row])
         alloc_mem = int(self.total_mem[row]) - int(self.free_mem[row])
         self.nodes[row] = node

@@ -1,5 +1,5 @@
 """Serving the dashboard: `ui_response` for any HTTP server (the scheduler's metrics port mounts it at
-/ui), and `serve_ui`, a small threaded `http.server` for demos and tests.
+/ui), and `serve_ui`, a dashboard-only server for demos and tests.
 
 Read-only by construction: GET and HEAD only, no query parameter changes state, and the view holds no
 secrets (pod and queue names and numbers; never annotations, env or tokens). The page loads nothing: its
@@ -14,15 +14,14 @@ import dataclasses
 import hashlib
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from urllib.parse import parse_qs, urlsplit
 
 from scheduler.api.report import GPUNodeReport
+from scheduler.api.serving import Handler, KeptServer, Request, Response, ServerLimits, text
 from scheduler.cycle import Scheduler
 from scheduler.ui.build import build_view
 from scheduler.ui.page import asset, render_dashboard
@@ -107,67 +106,41 @@ def scheduler_view_source(
     return source
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _UIHTTPServer
-    server_version = "tessera-ui"
-    sys_version = ""
+def ui_handler(view_source: ViewSource) -> Handler:
+    def handle(req: Request) -> Response:
+        if req.method not in ("GET", "HEAD"):
+            return text(405, "method not allowed: the dashboard is read-only", {"Allow": "GET, HEAD"})
+        if req.path in ("", "/"):
+            return Response(302, b"", "text/plain", {"Location": UI_PATH})
+        resp = ui_response(req.path_qs, view_source) or _text(404, f"not found (try {UI_PATH})")
+        return Response(resp.status, resp.body, resp.content_type, resp.headers)
 
-    def _answer(self, with_body: bool) -> None:
-        if urlsplit(self.path).path in ("", "/"):
-            self.send_response(302)
-            self.send_header("Location", UI_PATH)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        resp = ui_response(self.path, self.server.view_source) or _text(404, f"not found (try {UI_PATH})")
-        self.send_response(resp.status)
-        self.send_header("Content-Type", resp.content_type)
-        self.send_header("Content-Length", str(len(resp.body)))
-        for k, v in resp.headers.items():
-            self.send_header(k, v)
-        self.end_headers()
-        if with_body:
-            self.wfile.write(resp.body)
-
-    def do_GET(self) -> None:
-        self._answer(True)
-
-    def do_HEAD(self) -> None:
-        self._answer(False)
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("ui %s: " + format, self.client_address[0], *args)
-
-
-class _UIHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], view_source: ViewSource) -> None:
-        super().__init__(address, _Handler)
-        self.view_source = view_source
+    return handle
 
 
 class UIServer:
-    """A running dashboard server; stop it with `close()` or use it as a context manager."""
+    """A running dashboard server (the kept server: timeouts, a connection cap); stop it with `close()` or
+    use it as a context manager."""
 
-    def __init__(self, view_source: ViewSource, host: str, port: int) -> None:
-        self._httpd = _UIHTTPServer((host, port), view_source)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="tessera-ui", daemon=True)
-        self._thread.start()
+    def __init__(
+        self, view_source: ViewSource, host: str, port: int, *, limits: ServerLimits | None = None
+    ) -> None:
+        self._host = host
+        self._server = KeptServer(
+            ui_handler(view_source), host, port, limits=limits, name="tessera-ui", server_header="tessera-ui"
+        )
+        self._server.start()
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self._server.port
 
     @property
     def url(self) -> str:
-        host = str(self._httpd.server_address[0])
-        return f"http://{host}:{self.port}{UI_PATH}"
+        return f"http://{self._host}:{self.port}{UI_PATH}"
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()
 
     def __enter__(self) -> UIServer:
         return self

@@ -1,177 +1,223 @@
-"""AdmissionReview handling for pods (pure: review JSON in, review JSON out).
+"""AdmissionReview handling for pods (pure: review JSON in, review JSON out; never raises).
 
-On CREATE of a pod of the Tessera scheduler: the GPU request must parse (`parse_gpu_request`) and its
-queue must exist and be a leaf; a fractional request gets the `tessera.dev/gpu-slice: <num devices>` limit
-on its first container, so the kubelet calls Tessera's device plugin for it. On UPDATE the GPU request
-annotations are frozen. On any pod, only the scheduler's identities may add, change or remove
-`tessera.dev/gpu-assignment`.
+CREATE of a pod of the Tessera scheduler: its resources and GPU request must parse with the scheduler's
+own parser and bounds (`scheduler/objects.py`, `scheduler/api/limits.py`), its queue must exist and be a
+leaf, and it must not preset `spec.nodeName` when it asks for a GPU; a fractional request gets the
+`tessera.dev/gpu-slice: <num devices>` limit on its first container, so the kubelet calls Tessera's device
+plugin for it. CREATE of any other pod: it may not ask for `tessera.dev/gpu-slice`. UPDATE: the GPU
+request annotations are frozen, and so is the queue of a bound pod; a new queue must exist. Any pod, any
+operation: only the scheduler writes `tessera.dev/gpu-assignment`, only the device plugin
+`tessera.dev/gpu-allocated` (`guards.py` says why).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from scheduler.api.gpu_request import InvalidGPURequest, parse_gpu_request
+from scheduler.api.gpu_request import GPURequest, InvalidGPURequest, parse_gpu_request
 from scheduler.api.keys import (
     DEFAULT_QUEUE,
-    GPU_ASSIGNMENT,
-    GPU_FRACTION,
-    GPU_FRACTION_NUM_DEVICES,
-    GPU_MEMORY,
     GPU_SLICE_RESOURCE,
     KAI_QUEUE_LABEL,
     QUEUE_LABEL,
     SCHEDULER_NAME,
+    WHOLE_GPU_RESOURCE,
 )
+from scheduler.objects import InvalidObject, parse_pod, pod_resources
+from scheduler.webhook import guards
 from scheduler.webhook.review import AdmissionRequest, AdmissionReview, response
+
+log = logging.getLogger(__name__)
 
 QueueKind = Literal["leaf", "parent"]
 # Queue name -> "leaf" / "parent", or None when no such queue exists.
 QueueLookup = Callable[[str], QueueKind | None]
 
-_REQUEST_KEYS = (GPU_FRACTION, GPU_MEMORY, GPU_FRACTION_NUM_DEVICES)
-
 
 @dataclass(frozen=True)
 class AdmissionConfig:
     scheduler_name: str = SCHEDULER_NAME
-    # Who may write the assignment annotation: the scheduler's service account (and the device plugin's,
-    # when the chart says so).
+    # Who may write the assignment annotation: the scheduler's service account.
     privileged_users: frozenset[str] = field(
         default_factory=lambda: frozenset({"system:serviceaccount:tessera-system:tessera-scheduler"})
+    )
+    # Who may write tessera.dev/gpu-allocated: the device plugin's service account.
+    allocation_writers: frozenset[str] = field(
+        default_factory=lambda: frozenset({"system:serviceaccount:tessera-system:tessera-device-plugin"})
     )
     queue_lookup: QueueLookup | None = None  # None: queues are not checked here (the scheduler still does)
     max_gpu_memory_mib: int | None = None
 
 
 def admit(review: Any, config: AdmissionConfig) -> dict[str, Any]:
-    """Answer one AdmissionReview. Malformed reviews are refused with a message, never raise."""
-    uid = str(review.get("request", {}).get("uid", "")) if isinstance(review, Mapping) else ""
+    """Answer one AdmissionReview. Whatever it holds, the answer is an AdmissionReview."""
+    try:
+        return _admit(review, config)
+    except Exception:  # the last line of defence: the API server gets an answer, the log the trace
+        log.exception("admission review failed")
+        return response(
+            _uid(review),
+            allowed=False,
+            code=500,
+            message="Tessera's webhook failed on this request (a bug: see the scheduler's log)",
+        )
+
+
+def _uid(review: Any) -> str:
+    request = review.get("request") if isinstance(review, Mapping) else None
+    uid = request.get("uid") if isinstance(request, Mapping) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def _admit(review: Any, config: AdmissionConfig) -> dict[str, Any]:
     try:
         request = AdmissionReview.model_validate(review).request
     except ValidationError as exc:
-        first = str(exc).splitlines()
-        return response(
-            uid,
-            allowed=False,
-            code=400,
-            message=f"malformed AdmissionReview: {first[0] if first else 'invalid'}",
-        )
+        first = _first_error(exc)
+        return response(_uid(review), allowed=False, code=400, message=f"malformed AdmissionReview: {first}")
     if request.kind.kind != "Pod" or request.resource.resource != "pods" or request.sub_resource:
         return response(request.uid, allowed=True)
     if request.operation not in ("CREATE", "UPDATE"):
         return response(request.uid, allowed=True)
     try:
         return _admit_pod(request, config)
-    except (AttributeError, TypeError, ValueError) as exc:  # a pod shaped wrongly (e.g. spec a list)
+    except (AttributeError, TypeError, ValueError, KeyError) as exc:  # a pod shaped wrongly
         return response(
             request.uid, allowed=False, code=400, message=f"malformed pod: {type(exc).__name__}: {exc}"
         )
 
 
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "invalid"
+    where = ".".join(str(p) for p in errors[0]["loc"])
+    return f"{where}: {errors[0]['msg']}" if where else str(errors[0]["msg"])
+
+
 def _admit_pod(request: AdmissionRequest, config: AdmissionConfig) -> dict[str, Any]:
     pod = request.object or {}
     old = request.old_object or {}
-    denied = _guard_assignment(request, pod, old, config)
-    if denied:
-        return response(request.uid, allowed=False, message=denied)
-    if request.operation == "UPDATE":
-        changed = [k for k in _REQUEST_KEYS if _annotations(pod).get(k) != _annotations(old).get(k)]
-        if changed:
-            return response(
-                request.uid,
-                allowed=False,
-                message="GPU request annotations cannot change after the pod was created: "
-                + ", ".join(changed),
-            )
-        return response(request.uid, allowed=True)
-    if (pod.get("spec") or {}).get("schedulerName") != config.scheduler_name:
-        return response(request.uid, allowed=True)
-    return _admit_new_pod(request.uid, pod, config)
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
-
-
-def _guard_assignment(
-    request: AdmissionRequest, pod: Mapping[str, Any], old: Mapping[str, Any], config: AdmissionConfig
-) -> str | None:
-    before, after = _annotations(old).get(GPU_ASSIGNMENT), _annotations(pod).get(GPU_ASSIGNMENT)
-    if before == after or request.user_info.username in config.privileged_users:
-        return None
-    return (
-        f"only the Tessera scheduler may set annotation {GPU_ASSIGNMENT}; "
-        f"{request.user_info.username or 'this user'} may not"
+    problem = guards.writer_problem(
+        request.user_info.username,
+        pod,
+        old,
+        assignment_writers=config.privileged_users,
+        allocation_writers=config.allocation_writers,
     )
+    if problem:
+        return response(request.uid, allowed=False, message=problem)
+    ours = guards.field_map(pod, "spec").get("schedulerName") == config.scheduler_name
+    if request.operation == "UPDATE":
+        problem = guards.frozen_problem(pod, old)
+        if problem is None and ours and guards.labels_of(pod) != guards.labels_of(old):
+            problem = _check_queue(pod, config)
+        return response(request.uid, allowed=problem is None, message=problem or "")
+    if not ours:
+        problem = guards.placement_problem(pod, config.scheduler_name, gpu_request=False)
+        return response(request.uid, allowed=problem is None, message=problem or "")
+    return _admit_new_pod(request, pod, config)
 
 
-def _limits(pod: Mapping[str, Any]) -> dict[str, object]:
-    """Sum of the containers' limits for the GPU resources (what parse_gpu_request reads)."""
-    total: dict[str, object] = {}
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for name, value in ((container.get("resources") or {}).get("limits") or {}).items():
-            if name in total:
-                try:
-                    total[name] = int(str(total[name])) + int(str(value))
-                except ValueError:
-                    total[name] = value  # parse_gpu_request reports the bad value
-            else:
-                total[name] = value
-    return total
-
-
-def _admit_new_pod(uid: str, pod: Mapping[str, Any], config: AdmissionConfig) -> dict[str, Any]:
+def _admit_new_pod(
+    request: AdmissionRequest, pod: Mapping[str, Any], config: AdmissionConfig
+) -> dict[str, Any]:
+    uid = request.uid
+    # The scheduler's parser must take the pod as a whole (a mutating webhook may see it before its
+    # generated name is set).
+    meta = guards.field_map(pod, "metadata")
+    named = {**pod, "metadata": {**meta, "name": meta.get("name") or request.name or "(generated)"}}
     try:
-        request = parse_gpu_request(
-            _annotations(pod), _limits(pod), max_gpu_memory_mib=config.max_gpu_memory_mib
+        parsed = parse_pod(named)
+    except InvalidObject as exc:
+        return response(uid, allowed=False, code=400, message=f"malformed pod: {exc}")
+    try:
+        _, limits = pod_resources(guards.field_map(pod, "spec"))
+    except InvalidObject as exc:
+        return response(uid, allowed=False, message=f"invalid pod: {exc}")
+    try:
+        gpu = parse_gpu_request(
+            guards.annotations_of(pod),
+            {WHOLE_GPU_RESOURCE: limits[WHOLE_GPU_RESOURCE]} if WHOLE_GPU_RESOURCE in limits else {},
+            max_gpu_memory_mib=config.max_gpu_memory_mib,
         )
     except InvalidGPURequest as exc:
         return response(uid, allowed=False, message=f"invalid GPU request: {exc}")
-    queue_problem = _check_queue(pod, config)
-    if queue_problem:
-        return response(uid, allowed=False, message=queue_problem)
-    if not request.is_fractional:
-        return response(uid, allowed=True)
-    containers = (pod.get("spec") or {}).get("containers") or []
-    if not containers:
-        return response(uid, allowed=False, message="the pod has no containers to give the GPU share to")
-    wanted = str(request.num_devices)
+    if parsed.error:  # anything else the scheduler would refuse (a priority out of range...)
+        return response(uid, allowed=False, message=f"invalid pod: {parsed.error}")
+    problem = (
+        guards.placement_problem(pod, config.scheduler_name, gpu_request=gpu.kind != "none")
+        or _check_queue(pod, config)
+        or _slice_problem(pod, gpu)
+    )
+    if problem:
+        return response(uid, allowed=False, message=problem)
+    return response(uid, allowed=True, patch=_slice_patch(pod, gpu))
+
+
+def _slice_problem(pod: Mapping[str, Any], gpu: GPURequest) -> str | None:
+    """Tessera alone sets the slice limit, on the first container, to the number of devices. (The API
+    server copies a limit of an extended resource into the requests: an equal request is the same.)"""
+    spec = guards.field_map(pod, "spec")
+    present = {
+        (kind, i): {
+            f: guards.field_map(c, "resources", f).get(GPU_SLICE_RESOURCE) for f in ("limits", "requests")
+        }
+        for kind in ("initContainers", "containers")
+        for i, c in enumerate(spec.get(kind) or [])
+        if any(GPU_SLICE_RESOURCE in guards.field_map(c, "resources", f) for f in ("limits", "requests"))
+    }
+    if not present:
+        return None
+    if not gpu.is_fractional:
+        return (
+            f"resources.limits[{GPU_SLICE_RESOURCE}] is set by Tessera for gpu-fraction and gpu-memory "
+            "pods only; remove it"
+        )
+    first = present.get(("containers", 0), {})
+    wanted = str(gpu.num_devices)
+    if (
+        set(present) != {("containers", 0)}
+        or str(first["limits"]) != wanted
+        or (first["requests"] is not None and str(first["requests"]) != wanted)
+    ):
+        return (
+            f"resources.limits[{GPU_SLICE_RESOURCE}]={first.get('limits')} disagrees with the GPU request "
+            f"({gpu.describe()}); leave it out, Tessera sets it"
+        )
+    return None
+
+
+def _slice_patch(pod: Mapping[str, Any], gpu: GPURequest) -> list[dict[str, Any]] | None:
+    """The JSON patch giving the first container its slice limit (None when none is needed)."""
+    containers = guards.field_map(pod, "spec").get("containers") or []
+    if not gpu.is_fractional or not containers:
+        return None
     resources = containers[0].get("resources")
     limits = (resources or {}).get("limits")
-    present = (limits or {}).get(GPU_SLICE_RESOURCE)
-    if present is not None:
-        if str(present) != wanted:
-            return response(
-                uid,
-                allowed=False,
-                message=(
-                    f"resources.limits[{GPU_SLICE_RESOURCE}]={present} disagrees with the GPU request "
-                    f"({request.describe()}); leave it out, Tessera sets it"
-                ),
-            )
-        return response(uid, allowed=True)
+    if GPU_SLICE_RESOURCE in (limits or {}):
+        return None  # already right (_slice_problem checked it)
+    wanted = str(gpu.num_devices)
     base = "/spec/containers/0/resources"
     key = GPU_SLICE_RESOURCE.replace("~", "~0").replace("/", "~1")
     if resources is None:
-        patch = [{"op": "add", "path": base, "value": {"limits": {GPU_SLICE_RESOURCE: wanted}}}]
-    elif limits is None:
-        patch = [{"op": "add", "path": f"{base}/limits", "value": {GPU_SLICE_RESOURCE: wanted}}]
-    else:
-        patch = [{"op": "add", "path": f"{base}/limits/{key}", "value": wanted}]
-    return response(uid, allowed=True, patch=patch)
+        return [{"op": "add", "path": base, "value": {"limits": {GPU_SLICE_RESOURCE: wanted}}}]
+    if limits is None:
+        return [{"op": "add", "path": f"{base}/limits", "value": {GPU_SLICE_RESOURCE: wanted}}]
+    return [{"op": "add", "path": f"{base}/limits/{key}", "value": wanted}]
 
 
 def _check_queue(pod: Mapping[str, Any], config: AdmissionConfig) -> str | None:
     if config.queue_lookup is None:
         return None
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = guards.labels_of(pod)
     queue = labels.get(QUEUE_LABEL) or labels.get(KAI_QUEUE_LABEL)
-    name = queue or DEFAULT_QUEUE
+    name = str(queue or DEFAULT_QUEUE)
     kind = config.queue_lookup(name)
     if kind is None:
         if queue:

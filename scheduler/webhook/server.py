@@ -1,9 +1,10 @@
-"""The webhook's HTTPS server (stdlib http.server + ssl).
+"""The webhook's HTTPS server, on the kept server (`scheduler/api/serving.py`: timeouts, a connection cap).
 
 POST /mutate and /validate (also as /mutate-pods and /validate-pods, the chart's paths) take an
-AdmissionReview and answer one (the mutating configuration's endpoint also refuses; /validate never
-patches). GET /healthz answers "ok". Bodies that are not JSON
-get 400; nothing a client sends can stop the server.
+AdmissionReview and always answer one, with HTTP 200 as the API server expects, even for a body that is
+not JSON or not a review (refused with code 400 and the reason; the mutating configuration's endpoint
+also refuses; /validate never patches). GET /healthz and /readyz answer "ok". Nothing a client sends can
+stop the server or go unanswered.
 """
 
 from __future__ import annotations
@@ -11,66 +12,46 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
+from scheduler.api.serving import Handler, KeptServer, Request, Response, ServerLimits, text
 from scheduler.webhook.admission import AdmissionConfig, admit
+from scheduler.webhook.review import response
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 8 * 1024 * 1024
+REVIEW_PATHS = ("/mutate", "/validate")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    config: AdmissionConfig
+def webhook_handler(config: AdmissionConfig) -> Handler:
+    """The request handler (a function of `Request`), exposed for tests that skip the socket."""
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("webhook: " + format, *args)
-
-    def _send(self, code: int, payload: bytes, content_type: str = "application/json") -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def do_GET(self) -> None:
-        if self.path.split("?")[0] in ("/healthz", "/readyz"):
-            self._send(200, b"ok", "text/plain")
-        else:
-            self._send(404, b"not found", "text/plain")
-
-    def do_POST(self) -> None:
-        path = self.path.split("?")[0].removesuffix("-pods")
-        length = int(self.headers.get("Content-Length") or 0)
-        if path not in ("/mutate", "/validate"):
-            self.rfile.read(min(length, MAX_BODY))
-            self._send(404, b"not found", "text/plain")
-            return
-        if length > MAX_BODY:
-            self.close_connection = True
-            self._send(413, b"request too large", "text/plain")
-            return
+    def handle(req: Request) -> Response:
+        path = req.path.removesuffix("-pods")
+        if req.method in ("GET", "HEAD"):
+            if req.path in ("/healthz", "/readyz"):
+                return Response(200, b"ok", "text/plain")
+            return text(404, "not found")
+        if req.method != "POST":
+            return text(405, "method not allowed: POST an AdmissionReview", {"Allow": "POST"})
+        if path not in REVIEW_PATHS:
+            return text(404, f"not found: POST to {' or '.join(REVIEW_PATHS)}")
         try:
-            review = json.loads(self.rfile.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            self._send(400, f"body is not JSON: {exc}".encode(), "text/plain")
-            return
-        answer = admit(review, self.server.config)
-        if path == "/validate":
-            answer["response"].pop("patch", None)
-            answer["response"].pop("patchType", None)
+            review = json.loads(req.body)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            answer = response(
+                "", allowed=False, code=400, message=f"malformed AdmissionReview: body is not JSON ({exc})"
+            )
+        else:
+            answer = admit(review, config)
         result = answer["response"]
+        if path == "/validate":
+            result.pop("patch", None)
+            result.pop("patchType", None)
         if not result["allowed"]:
             log.info("refused %s: %s", result.get("uid"), result["status"]["message"])
-        self._send(200, json.dumps(answer).encode())
+        return Response(200, json.dumps(answer).encode(), "application/json")
+
+    return handle
 
 
 class WebhookServer:
@@ -82,32 +63,24 @@ class WebhookServer:
         keyfile: str | None,
         host: str = "0.0.0.0",
         port: int = 8443,
+        limits: ServerLimits | None = None,
     ) -> None:
-        self.server = _Server((host, port), _Handler)
-        self.server.config = config
+        context = None
         if certfile:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(certfile, keyfile)
-            # The handshake runs in the handler thread, so a stalled client cannot block accept().
-            self.server.socket = context.wrap_socket(
-                self.server.socket, server_side=True, do_handshake_on_connect=False
-            )
-        self._thread: threading.Thread | None = None
+        self.server = KeptServer(
+            webhook_handler(config), host, port, limits=limits, ssl_context=context, name="webhook"
+        )
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        return self.server.port
 
     def start(self) -> WebhookServer:
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="webhook", daemon=True
-        )
-        self._thread.start()
+        self.server.start()
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self.server.stop()

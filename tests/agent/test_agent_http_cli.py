@@ -31,9 +31,8 @@ def get(url: str) -> tuple[int, str, str]:
 
 def test_http_endpoints(scene: Scene) -> None:
     agent = scene.agent()
-    server = make_server(agent, "127.0.0.1", 0)
-    serve_in_background(server)
-    base = f"http://127.0.0.1:{server.server_address[1]}"
+    server = serve_in_background(make_server(agent, "127.0.0.1", 0))
+    base = f"http://127.0.0.1:{server.port}"
     try:
         assert get(base + "/healthz")[0] == 503  # no round yet
         assert get(base + "/report")[0] == 503
@@ -47,8 +46,7 @@ def test_http_endpoints(scene: Scene) -> None:
         assert status == 200 and ctype.startswith("text/plain") and "DCGM_FI_DEV_FB_USED{" in body
         assert get(base + "/nope")[0] == 404
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 @pytest.mark.parametrize(

@@ -121,7 +121,7 @@ def kube_agent(agent_api: client.ApiClient, scene: Scene, clock: Clock, mode: st
 def test_report_published_only_on_change_or_heartbeat(api: ApiScene, scene: Scene) -> None:
     clock = Clock()
     create_pod(api, scene, "train", [(0, 500, 0)])
-    agent = kube_agent(api.tessera.node_client(), scene, clock)
+    agent = kube_agent(api.tessera.agent_client(), scene, clock)
     writes = Writes(api)
     agent.tick()
     assert writes() == 1
@@ -157,7 +157,7 @@ def test_publisher_survives_conflicts_deletion_and_outages(
     api: ApiScene, scene: Scene, fault_proxy: FaultProxy
 ) -> None:
     clock = Clock()
-    agent = kube_agent(fault_proxy.client(api.tessera.node_token), scene, clock)
+    agent = kube_agent(fault_proxy.client(api.tessera.agent_token), scene, clock)
     agent.tick()
     # Someone else wrote the object: our resourceVersion is stale (409), the agent re-reads and wins.
     api.custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, NODE, {"metadata": {"labels": {"x": "y"}}})
@@ -190,7 +190,7 @@ def test_pods_from_the_api_and_event_on_over_limit(api: ApiScene, scene: Scene) 
     create_pod(api, scene, "elsewhere", [(0, 250, 0)], node="gpu-node-2")  # assigned here, bound elsewhere
     scene.run_process(hog_info, 0, 700, 12000)
     scene.run_process(fine_info, 0, 701, 1000)
-    agent = kube_agent(api.tessera.node_client(), scene, clock)
+    agent = kube_agent(api.tessera.agent_client(), scene, clock)
     report = agent.tick()
     # Only this node's pods were listed (field selector), with their containers and assignments.
     assert {s.pod for s in report.spec.gpus[0].shares} == {"hog", "fine"}
@@ -204,7 +204,7 @@ def test_pods_from_the_api_and_event_on_over_limit(api: ApiScene, scene: Scene) 
 
 def test_new_pod_triggers_a_prompt_relist(api: ApiScene, scene: Scene) -> None:
     clock = Clock()
-    agent = kube_agent(api.tessera.node_client(), scene, clock)
+    agent = kube_agent(api.tessera.agent_client(), scene, clock)
     agent.tick()
     late = create_pod(api, scene, "late", [(1, 500, 0)])
     scene.run_process(late, 1, 800, 100)
@@ -226,7 +226,7 @@ def test_agent_process_publishes_to_the_cluster(api: ApiScene, tmp_path: Path) -
         "--node-name",
         "n7",
         "--kubeconfig",
-        str(api.tessera.node_kubeconfig),
+        str(api.tessera.agent_kubeconfig),
         "--interval",
         "0.2",
         "--proc-root",
@@ -265,7 +265,7 @@ def _quiet_events(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_unhealthy_gpu_is_an_event_on_the_node(api: ApiScene, scene: Scene) -> None:
-    agent = kube_agent(api.tessera.node_client(), scene, Clock())
+    agent = kube_agent(api.tessera.agent_client(), scene, Clock())
     agent.tick()
     scene.nvml.inject_xid(1, 79)
     agent.tick()
@@ -280,7 +280,7 @@ def test_unhealthy_gpu_is_an_event_on_the_node(api: ApiScene, scene: Scene) -> N
 def test_pod_list_outage_keeps_the_last_view(api: ApiScene, scene: Scene, fault_proxy: FaultProxy) -> None:
     clock = Clock()
     create_pod(api, scene, "train", [(0, 500, 0)])
-    core = client.CoreV1Api(fault_proxy.client(api.tessera.node_token))
+    core = client.CoreV1Api(fault_proxy.client(api.tessera.agent_token))
     pods = KubePods(core, NODE, period_s=10, clock=clock)
     assert [p.name for p in pods.pods().values()] == ["train"]
     api.core.delete_namespaced_pod("train", api.ns, body=client.V1DeleteOptions(grace_period_seconds=0))

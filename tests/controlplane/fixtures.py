@@ -93,7 +93,8 @@ def namespace(kube_admin: client.ApiClient) -> Iterator[str]:
 # ---- Tessera on the control plane (kubetests) --------------------------------------------------------------
 #
 #     tessera         the chart's CRDs (Established), PriorityClasses, ServiceAccounts and RBAC, installed once;
-#                     `.scheduler_client()`, `.node_client()`: the components' ServiceAccount identities
+#                     `.scheduler_client()`, `.agent_client()`, `.device_plugin_client()`: the components'
+#                     ServiceAccount identities
 #     scene           one test's namespace plus the Nodes, Queues, reports, schedulers and kubelet stand-ins
 #                     it makes (`tests/controlplane/scene.py`), all removed when the test ends
 #     fault_proxy     an HTTPS reverse proxy in front of the real server that injects 409/410/429/500, slow

@@ -20,7 +20,8 @@ CRDS = REPO / "deploy" / "helm" / "tessera" / "crds"
 MANIFESTS = REPO / "deploy" / "manifests" / "tessera.yaml"
 RELEASE_NAMESPACE = "tessera-system"
 SCHEDULER_SA = "tessera-scheduler"
-NODE_SA = "tessera-node"  # the agent's and the device plugin's (one DaemonSet pod)
+AGENT_SA = "tessera-agent"  # the node agent's (its own DaemonSet)
+DEVICE_PLUGIN_SA = "tessera-device-plugin"  # the device plugin's (its own DaemonSet)
 LEASE_NAME = "tessera-scheduler"  # the only Lease the chart's Role lets the scheduler update
 # What the chart installs that the tests need (workloads and webhooks are started by the tests themselves).
 _KINDS = {"Namespace", "PriorityClass", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
@@ -36,9 +37,10 @@ def chart_objects(kinds: set[str] | None = None) -> list[dict[str, Any]]:
 class TesseraInstall:
     cp: ControlPlane
     scheduler_token: str
-    node_token: str
+    agent_token: str
     scheduler_kubeconfig: Path
-    node_kubeconfig: Path
+    agent_kubeconfig: Path
+    device_plugin_kubeconfig: Path
 
     @property
     def scheduler_user(self) -> str:
@@ -47,20 +49,23 @@ class TesseraInstall:
     def scheduler_client(self) -> client.ApiClient:
         return self.cp.client(self.scheduler_kubeconfig)
 
-    def node_client(self) -> client.ApiClient:
-        return self.cp.client(self.node_kubeconfig)
+    def agent_client(self) -> client.ApiClient:
+        return self.cp.client(self.agent_kubeconfig)
+
+    def device_plugin_client(self) -> client.ApiClient:
+        return self.cp.client(self.device_plugin_kubeconfig)
 
 
 def install(cp: ControlPlane) -> TesseraInstall:
     cp.kubectl("apply", "--server-side", "-f", str(CRDS))
-    names = [f"crd/{yaml.safe_load(p.read_text())['metadata']['name']}" for p in sorted(CRDS.glob("*.yaml"))]
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    cp.wait_established(CRDS)
     cp.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(chart_objects(_KINDS)))
-    tokens = {sa: cp.service_account_token(RELEASE_NAMESPACE, sa) for sa in (SCHEDULER_SA, NODE_SA)}
+    tokens = {sa: cp.service_account_token(RELEASE_NAMESPACE, sa) for sa in (SCHEDULER_SA, AGENT_SA)}
     return TesseraInstall(
         cp,
         scheduler_token=tokens[SCHEDULER_SA],
-        node_token=tokens[NODE_SA],
+        agent_token=tokens[AGENT_SA],
         scheduler_kubeconfig=cp.kubeconfig_for_service_account(RELEASE_NAMESPACE, SCHEDULER_SA),
-        node_kubeconfig=cp.kubeconfig_for_service_account(RELEASE_NAMESPACE, NODE_SA),
+        agent_kubeconfig=cp.kubeconfig_for_service_account(RELEASE_NAMESPACE, AGENT_SA),
+        device_plugin_kubeconfig=cp.kubeconfig_for_service_account(RELEASE_NAMESPACE, DEVICE_PLUGIN_SA),
     )

@@ -220,7 +220,7 @@ class Scene:
 
     def kubelet(self, *, grace_s: float = 0.0) -> KubeletStandIn:
         """Plays the kubelet (and the device plugin's API writes) for this test's nodes."""
-        standin = KubeletStandIn(self.admin, self.tessera.node_client(), self.nodes, grace_s=grace_s)
+        standin = KubeletStandIn(self.admin, self.tessera.device_plugin_client(), self.nodes, grace_s=grace_s)
         self._stops.append(standin.stop)
         return standin.start()
 

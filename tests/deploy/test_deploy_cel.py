@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from scheduler.api import QueueResource
-from scheduler.api.keys import GPU_ASSIGNMENT
+from scheduler.api.keys import GPU_ALLOCATED, GPU_ASSIGNMENT
 from tests.deploy.deploy_support import Manifest, crd_by_kind, one
 
 celpy = pytest.importorskip("celpy", reason="evaluating CEL needs cel-python (pip install cel-python)")
@@ -66,75 +66,50 @@ def hooks(objects: list[Manifest]) -> dict[str, Manifest]:
 
 ASSIGNED = {GPU_ASSIGNMENT: '{"node":"n1","gpus":[]}'}
 OTHER_ASSIGNMENT = {GPU_ASSIGNMENT: '{"node":"n2","gpus":[]}'}
+ALLOCATED = {**ASSIGNED, GPU_ALLOCATED: "2026-01-01T00:00:00Z"}
+PLUGIN_USER = "system:serviceaccount:tessera-system:tessera-device-plugin"
+VALIDATE, MUTATE, GUARD = (
+    "pods.validate.tessera.dev",
+    "pods.mutate.tessera.dev",
+    "pods-assignment.validate.tessera.dev",
+)
+
+
+def with_slice(obj: dict[str, Any], where: str = "containers", field: str = "limits") -> dict[str, Any]:
+    obj["spec"].setdefault(where, [{"name": "c", "image": "x"}])
+    obj["spec"][where][0]["resources"] = {field: {"tessera.dev/gpu-slice": "1"}}
+    return obj
+
+
 # (what happens, operation, new object, old object, user) -> which webhooks must fire
 SCENARIOS: list[tuple[str, str, dict[str, Any], dict[str, Any] | None, str, set[str]]] = [
-    (
-        "user creates a tessera pod",
-        "CREATE",
-        pod(),
-        None,
-        "alice",
-        {"pods.mutate.tessera.dev", "pods.validate.tessera.dev"},
-    ),
+    ("user creates a tessera pod", "CREATE", pod(), None, "alice", {MUTATE, VALIDATE}),
     ("user creates a default-scheduler pod", "CREATE", pod("default-scheduler"), None, "alice", set()),
     ("pod without schedulerName", "CREATE", pod(None), None, "alice", set()),
-    (
-        "user creates a pod carrying an assignment",
-        "CREATE",
-        pod(annotations=ASSIGNED),
-        None,
-        "alice",
-        {"pods.mutate.tessera.dev", "pods.validate.tessera.dev", "pods-assignment.validate.tessera.dev"},
-    ),
-    (
-        "scheduler writes the assignment",
-        "UPDATE",
-        pod(annotations=ASSIGNED),
-        pod(annotations={}),
-        SCHEDULER_USER,
-        set(),
-    ),
-    (
-        "user forges an assignment",
-        "UPDATE",
-        pod(annotations=ASSIGNED),
-        pod(),
-        "alice",
-        {"pods-assignment.validate.tessera.dev"},
-    ),
-    (
-        "user rewrites an assignment",
-        "UPDATE",
-        pod(annotations=OTHER_ASSIGNMENT),
-        pod(annotations=ASSIGNED),
-        "alice",
-        {"pods-assignment.validate.tessera.dev"},
-    ),
-    (
-        "user removes an assignment",
-        "UPDATE",
-        pod(annotations={}),
-        pod(annotations=ASSIGNED),
-        "alice",
-        {"pods-assignment.validate.tessera.dev"},
-    ),
-    (
-        "device plugin marks the pod allocated",
-        "UPDATE",
-        pod(annotations={**ASSIGNED, "tessera.dev/gpu-allocated": "true"}),
-        pod(annotations=ASSIGNED),
-        "system:serviceaccount:tessera-system:tessera-node",
-        set(),
-    ),
-    (
-        "a controller relabels any pod",
-        "UPDATE",
-        pod("default-scheduler", {"a": "b"}),
-        pod("default-scheduler"),
-        "system:serviceaccount:kube-system:job-controller",
-        set(),
-    ),
-]
+    ("user creates a pod carrying an assignment", "CREATE", pod(annotations=ASSIGNED), None, "alice",
+     {MUTATE, VALIDATE, GUARD}),
+    ("user presets gpu-allocated", "CREATE", pod(annotations=ALLOCATED), None, "alice", {MUTATE, VALIDATE, GUARD}),
+    ("another scheduler's pod asks for gpu-slice", "CREATE", with_slice(pod("default-scheduler")), None,
+     "alice", {VALIDATE}),
+    ("... in an init container's requests", "CREATE",
+     with_slice(pod("default-scheduler"), "initContainers", "requests"), None, "alice", {VALIDATE}),
+    ("scheduler writes the assignment", "UPDATE", pod(annotations=ASSIGNED), pod(annotations={}),
+     SCHEDULER_USER, set()),
+    ("user forges an assignment", "UPDATE", pod(annotations=ASSIGNED), pod(), "alice", {VALIDATE, GUARD}),
+    ("user rewrites an assignment", "UPDATE", pod(annotations=OTHER_ASSIGNMENT), pod(annotations=ASSIGNED),
+     "alice", {VALIDATE, GUARD}),
+    ("user removes an assignment", "UPDATE", pod(annotations={}), pod(annotations=ASSIGNED), "alice",
+     {VALIDATE, GUARD}),
+    ("user relabels a tessera pod", "UPDATE", pod(annotations={"a": "b"}), pod(), "alice", {VALIDATE}),
+    ("device plugin marks the pod allocated", "UPDATE", pod(annotations=ALLOCATED), pod(annotations=ASSIGNED),
+     PLUGIN_USER, {VALIDATE}),
+    ("user marks another scheduler's pod allocated", "UPDATE", pod("default-scheduler", ALLOCATED),
+     pod("default-scheduler", ASSIGNED), "alice", {GUARD}),
+    ("the agent's account marks a pod allocated", "UPDATE", pod("default-scheduler", ALLOCATED),
+     pod("default-scheduler", ASSIGNED), "system:serviceaccount:tessera-system:tessera-agent", {GUARD}),
+    ("a controller relabels any pod", "UPDATE", pod("default-scheduler", {"a": "b"}), pod("default-scheduler"),
+     "system:serviceaccount:kube-system:job-controller", set()),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(

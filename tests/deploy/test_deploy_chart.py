@@ -41,6 +41,9 @@ DEFAULT_KINDS = {
     "PodDisruptionBudget",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "NetworkPolicy",
     "Queue",
 }
 
@@ -73,6 +76,8 @@ def test_namespaced_objects_land_in_the_release_namespace(render: Callable[..., 
         "Namespace",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     }
     for obj in objects:
         if obj["kind"] in cluster_scoped:
@@ -138,23 +143,25 @@ def test_services_select_their_pods_and_ports(render: Callable[..., list[Manifes
             }
 
 
-def test_node_daemonset(default_objects: list[Manifest]) -> None:
-    ds = one(default_objects, "DaemonSet")
-    pod = ds["spec"]["template"]["spec"]
-    assert pod["hostPID"] is True
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
-    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    assert host_paths["device-plugins"] == "/var/lib/kubelet/device-plugins"
-    assert host_paths["pod-resources"] == "/var/lib/kubelet/pod-resources"
-    assert host_paths["host-proc"] == "/proc"
-    by_name = containers(ds)
-    assert set(by_name) == {"tessera-agent", "tessera-device-plugin"}
-    agent, plugin = by_name["tessera-agent"], by_name["tessera-device-plugin"]
+def test_node_daemonsets(default_objects: list[Manifest]) -> None:
+    agent_ds = one(default_objects, "DaemonSet", "tessera-agent")
+    plugin_ds = one(default_objects, "DaemonSet", "tessera-device-plugin")
+    for ds in (agent_ds, plugin_ds):
+        pod = ds["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
+    assert agent_ds["spec"]["template"]["spec"]["hostPID"] is True
+    agent_paths = {v["name"]: v["hostPath"]["path"] for v in agent_ds["spec"]["template"]["spec"]["volumes"]
+                   if "hostPath" in v}  # fmt: skip
+    plugin_paths = {v["name"]: v["hostPath"]["path"] for v in plugin_ds["spec"]["template"]["spec"]["volumes"]
+                    if "hostPath" in v}  # fmt: skip
+    assert agent_paths == {"host-proc": "/proc"}
+    assert plugin_paths == {"device-plugins": "/var/lib/kubelet/device-plugins"}  # nothing more of the host
+    (agent,) = containers(agent_ds).values()
+    (plugin,) = containers(plugin_ds).values()
     assert agent["command"] == ["tessera-agent"] and plugin["command"] == ["tessera-device-plugin"]
     plugin_mounts = {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]}
     assert plugin_mounts["device-plugins"] == "/var/lib/kubelet/device-plugins"
-    assert plugin_mounts["pod-resources"] == "/var/lib/kubelet/pod-resources"
     assert {m["name"]: m.get("readOnly") for m in agent["volumeMounts"]}["host-proc"] is True
     agent_port = {p["name"]: p["containerPort"] for p in agent["ports"]}["metrics"]
     assert f"--listen=0.0.0.0:{agent_port}" in agent["args"]
@@ -178,12 +185,14 @@ def test_daemonset_follows_values(render: Callable[..., list[Manifest]]) -> None
             "agent": {"enforcement": "kill"},
         }
     )
-    ds = one(objects, "DaemonSet")
-    pod = ds["spec"]["template"]["spec"]
-    assert pod["runtimeClassName"] == "nvidia"
+    agent_ds = one(objects, "DaemonSet", "tessera-agent")
+    plugin_ds = one(objects, "DaemonSet", "tessera-device-plugin")
+    for ds in (agent_ds, plugin_ds):
+        assert ds["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
     # An empty value must reach the plugin: without the flag it would serve its default, nvidia.com/gpu.
-    assert "--whole-gpu-resource=" in containers(ds)["tessera-device-plugin"]["args"]
-    assert "--enforcement=kill" in containers(ds)["tessera-agent"]["args"]
+    assert "--whole-gpu-resource=" in containers(plugin_ds)["tessera-device-plugin"]["args"]
+    assert "--enforcement=kill" in containers(agent_ds)["tessera-agent"]["args"]
+    pod = plugin_ds["spec"]["template"]["spec"]
     host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert host_paths["device-plugins"] == "/data/kubelet/device-plugins"
 
@@ -227,8 +236,17 @@ def test_webhooks_reach_the_scheduler_service(default_objects: list[Manifest]) -
     conditions = {c["name"]: c["expression"] for h in hooks for c in h.get("matchConditions", [])}
     assert f"object.spec.schedulerName == '{SCHEDULER_NAME}'" in conditions["tessera-pods-only"]
     sa = one(default_objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
-    assert f"system:serviceaccount:tessera-system:{sa}" in conditions["not-the-scheduler"]
-    assert "tessera.dev/gpu-assignment" in conditions["assignment-written"]
+    assert f"system:serviceaccount:tessera-system:{sa}" in conditions["not-the-schedulers-update"]
+    guard = conditions["guarded-annotation-written-by-someone-else"]
+    assert f"system:serviceaccount:tessera-system:{sa}" in guard and "tessera.dev/gpu-assignment" in guard
+    assert "system:serviceaccount:tessera-system:tessera-device-plugin" in guard
+    assert "tessera.dev/gpu-allocated" in guard
+    validate = next(h for h in hooks if h["name"] == "pods.validate.tessera.dev")
+    assert validate["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    args = one(default_objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert (
+        "--webhook-device-plugin-users=system:serviceaccount:$(POD_NAMESPACE):tessera-device-plugin" in args
+    )
 
 
 def _pem(b64: str) -> bytes:
@@ -305,7 +323,9 @@ def test_custom_values_take_effect(render: Callable[..., list[Manifest]]) -> Non
     assert scheduler["image"] == "registry.example/tessera:1.2.3"
     assert {"--placement=fgd", "--verbose", "--scheduler-name=gpu-batch"} <= set(scheduler["args"])
     assert all(
-        c["image"] == "registry.example/tessera:1.2.3" for c in containers(one(objects, "DaemonSet")).values()
+        c["image"] == "registry.example/tessera:1.2.3"
+        for ds in find(objects, "DaemonSet")
+        for c in containers(ds).values()
     )
     monitors = find(objects, "ServiceMonitor")
     assert len(monitors) == 2 and all(m["metadata"]["labels"]["release"] == "prom" for m in monitors)
@@ -330,7 +350,7 @@ def test_components_can_be_switched_off(render: Callable[..., list[Manifest]]) -
     assert not find(objects, "PodDisruptionBudget"), "a PDB on a single replica would block node drains"
     args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert not any(a.startswith("--leader-elect") for a in args)
-    assert set(containers(one(objects, "DaemonSet"))) == {"tessera-agent"}
+    assert [d["metadata"]["name"] for d in find(objects, "DaemonSet")] == ["tessera-agent"]
     assert {r["metadata"]["name"] for r in find(objects, "ClusterRole")} == {
         "tessera-scheduler",
         "tessera-agent",
@@ -345,8 +365,8 @@ def test_components_can_be_switched_off(render: Callable[..., list[Manifest]]) -
     }
     no_webhook = render({"webhook": {"enabled": False}, "agent": {"enabled": False}})
     assert not find(no_webhook, "MutatingWebhookConfiguration") and not find(no_webhook, "Secret")
-    assert set(containers(one(no_webhook, "DaemonSet"))) == {"tessera-device-plugin"}
-    assert not find(no_webhook, "Service", "tessera-node")
+    assert [d["metadata"]["name"] for d in find(no_webhook, "DaemonSet")] == ["tessera-device-plugin"]
+    assert not find(no_webhook, "Service", "tessera-agent")
 
 
 def test_bindings_and_service_accounts_line_up(custom_case: Any) -> None:

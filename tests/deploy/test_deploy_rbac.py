@@ -107,7 +107,11 @@ def test_plain_manifests_have_no_wildcards_without_helm() -> None:
 
 @pytest.mark.parametrize(
     ("account", "needs"),
-    [("tessera-scheduler", SCHEDULER_NEEDS), ("tessera-node", AGENT_NEEDS + DEVICE_PLUGIN_NEEDS)],
+    [
+        ("tessera-scheduler", SCHEDULER_NEEDS),
+        ("tessera-agent", AGENT_NEEDS),
+        ("tessera-device-plugin", DEVICE_PLUGIN_NEEDS),
+    ],
 )
 def test_components_get_what_they_need(
     default_objects: list[Manifest], account: str, needs: list[Need]
@@ -117,15 +121,18 @@ def test_components_get_what_they_need(
     assert not missing, f"{account} lacks {missing}"
 
 
-@pytest.mark.parametrize("account", ["tessera-scheduler", "tessera-node"])
+@pytest.mark.parametrize("account", ["tessera-scheduler", "tessera-agent", "tessera-device-plugin"])
 def test_components_get_nothing_dangerous(default_objects: list[Manifest], account: str) -> None:
     rules = rules_of(default_objects, account)
     granted = [n for n in FORBIDDEN if allows(rules, n)]
     assert not granted, f"{account} may {granted}"
 
 
-def test_node_account_cannot_write_what_only_the_scheduler_writes(default_objects: list[Manifest]) -> None:
-    rules = rules_of(default_objects, "tessera-node")
+@pytest.mark.parametrize("account", ["tessera-agent", "tessera-device-plugin"])
+def test_node_accounts_cannot_write_what_only_the_scheduler_writes(
+    default_objects: list[Manifest], account: str
+) -> None:
+    rules = rules_of(default_objects, account)
     for need in [
         ("", "pods", "update"),
         ("", "pods/binding", "create"),
@@ -136,6 +143,16 @@ def test_node_account_cannot_write_what_only_the_scheduler_writes(default_object
     # Only the scheduler's leases: the lease rule that allows get/update names it.
     lease_rules = [r for r in rules_of(default_objects, "tessera-scheduler") if "leases" in r["resources"]]
     assert all(r.get("resourceNames") for r in lease_rules if {"get", "update"} & set(r["verbs"]))
+
+
+def test_agent_and_plugin_accounts_hold_only_their_own_role(default_objects: list[Manifest]) -> None:
+    agent, plugin = (
+        rules_of(default_objects, "tessera-agent"),
+        rules_of(default_objects, "tessera-device-plugin"),
+    )
+    assert not allows(agent, ("", "nodes", "patch")) and not allows(agent, ("", "pods", "patch"))
+    assert not allows(plugin, ("scheduling.tessera.dev", "gpunodereports", "update"))
+    assert not allows(plugin, ("", "events", "create"))
 
 
 def test_agent_and_plugin_roles_are_separate(default_objects: list[Manifest]) -> None:

@@ -30,6 +30,10 @@ class MemCluster:
         self.calls.append(f"read_pod {namespace}/{name}")
         return self.pods.get((namespace, name))
 
+    def pods_on_node(self, node: str) -> list[PodView]:
+        self.calls.append(f"list {node}")
+        return [p for p in self.pods.values() if p.node_name == node]
+
     def mark_allocated(self, pod: PodView, when: str) -> None:
         self.calls.append(f"mark {pod.namespace}/{pod.name}")
         with self._mutex:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from device_plugin.allocator import AllocationError, Allocator
@@ -27,10 +29,21 @@ def inventory() -> Inventory:
 
 
 def bound_pod(
-    cluster: MemCluster, name: str, gpus: list[AssignedGPU], *, node: str = NODE, lock: bool = True
+    cluster: MemCluster,
+    name: str,
+    gpus: list[AssignedGPU],
+    *,
+    node: str = NODE,
+    lock: bool = True,
+    wants: str | None = None,
 ) -> PodView:
     assignment = GPUAssignment(node=node, gpus=gpus)
-    pod = PodView("team", name, f"uid-{name}", node, {GPU_ASSIGNMENT: assignment.to_annotation()})
+    # The resource its container asks for (the webhook gives a fraction its slice limit).
+    wants = wants or (WHOLE.name if assignment.whole_gpus else SLICES.name)
+    pod = PodView(
+        "team", name, f"uid-{name}", node, {GPU_ASSIGNMENT: assignment.to_annotation()},
+        resources=frozenset({wants}),
+    )  # fmt: skip
     cluster.add_pod(pod)
     if lock:
         cluster.locks[NODE] = BindLock.for_pod("team", name, pod.uid).to_annotation()
@@ -146,7 +159,7 @@ def test_mismatches_fail_with_a_readable_message_and_keep_the_lock(
     gpus: list[AssignedGPU], node: str, resource: Resource, ids: list[str], message: str
 ) -> None:
     cluster = MemCluster()
-    bound_pod(cluster, "p", gpus, node=node)
+    bound_pod(cluster, "p", gpus, node=node, wants=resource.name)
     with pytest.raises(AllocationError, match=message):
         allocator(cluster).allocate(resource, [ids])
     assert NODE in cluster.locks
@@ -164,7 +177,7 @@ def test_unhealthy_gpu_is_refused() -> None:
 def test_malformed_assignment_and_lock_are_reported() -> None:
     cluster = MemCluster()
     pod = bound_pod(cluster, "p", [AssignedGPU(index=0, uuid=GPU0, milli=500)])
-    cluster.add_pod(PodView("team", "p", pod.uid, NODE, {GPU_ASSIGNMENT: '{"node": ""}'}))
+    cluster.add_pod(replace(pod, annotations={GPU_ASSIGNMENT: '{"node": ""}'}))
     with pytest.raises(AllocationError, match="gpu-assignment is malformed"):
         allocator(cluster).allocate(SLICES, [[f"{GPU0}::0"]])
     cluster.locks[NODE] = "not json"

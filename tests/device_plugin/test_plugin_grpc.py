@@ -34,14 +34,29 @@ class Scheduler:
         scene.node(node, gpus=2)
 
     def bind(self, name: str, gpus: list[AssignedGPU], *, node: str | None = None, lock: bool = True) -> str:
+        """A user's pod with the scheduler's assignment; as the binder does, the node is locked for it and
+        then it is bound (with `lock=False` it waits unbound until `place`). It asks for what the webhook
+        leaves a pod: one slice per GPU of a fraction, or the whole GPUs."""
         assignment = GPUAssignment(node=node or self.node, gpus=gpus)
+        resource = "nvidia.com/gpu" if assignment.whole_gpus else "tessera.dev/gpu-slice"
         body = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "annotations": {GPU_ASSIGNMENT: assignment.to_annotation()}},
-                "spec": {"nodeName": self.node, "containers": [{"name": "main", "image": "cuda"}]}}  # fmt: skip
+                "spec": {"schedulerName": "tessera",
+                         "containers": [{"name": "main", "image": "cuda",
+                                         "resources": {"limits": {resource: str(len(gpus))}}}]}}  # fmt: skip
         uid = str(self.scene.create_pod(body)["metadata"]["uid"])
         if lock:
-            self.lock(name, uid)
+            self.place(name, uid)
         return uid
+
+    def place(self, name: str, uid: str) -> None:
+        """Lock the node for the pod, then bind it there (the scheduler's account)."""
+        self.lock(name, uid)
+        binding = k8s.V1Binding(
+            metadata=k8s.V1ObjectMeta(name=name, uid=uid),
+            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=self.node),
+        )
+        self.core.create_namespaced_pod_binding(name, self.scene.ns, binding, _preload_content=False)
 
     def lock(self, name: str, uid: str) -> None:
         value = BindLock.for_pod(self.scene.ns, name, uid).to_annotation()
@@ -56,7 +71,7 @@ class Scheduler:
 
     def plugin_cluster(self) -> KubePodCluster:
         """The device plugin's API access, as the node's ServiceAccount (the chart's device-plugin role)."""
-        return KubePodCluster.connect(kubeconfig=str(self.scene.tessera.node_kubeconfig))
+        return KubePodCluster.connect(kubeconfig=str(self.scene.tessera.device_plugin_kubeconfig))
 
 
 @pytest.fixture
@@ -243,7 +258,7 @@ def test_two_concurrent_allocations_are_kept_apart(
         # The scheduler locks the node for b only once a's allocation released it.
         while scheduler.lock_holder() is not None:
             threading.Event().wait(0.01)
-        scheduler.lock("b", uid_b)
+        scheduler.place("b", uid_b)
 
     stub = kubelet.plugin(SLICE_SOCK)
     start = threading.Barrier(3)

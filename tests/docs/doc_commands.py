@@ -101,8 +101,8 @@ def classify(text: str, marker: str | None) -> Kind:
         return "cluster"
     if first == "tessera" and len(words) > 1:
         sub = words[1]
-        if sub in ("doctor", "why") or (sub == "nodes" and "--from-file" not in words):
-            return "cluster"
+        if sub in ("doctor", "why", "sandbox") or (sub == "nodes" and "--from-file" not in words):
+            return "cluster"  # `sandbox` starts a control plane that outlives the command
     if first == "tessera" and len(words) > 1 and words[1] == "bench":
         return "slow"  # a benchmark: minutes on a busy 2-core machine
     if first == "tessera" and len(words) > 1 and words[1] == "replay" and "--list-policies" not in words:

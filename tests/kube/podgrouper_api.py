@@ -26,19 +26,9 @@ RUNNING = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"
 
 def install_crds(cp: ControlPlane) -> None:
     """The workload kinds' CRDs (ours, minimal: tests/kube/crds/), applied once and Established."""
-    for args in (
-        ("apply", "--server-side", "-f", str(CRDS)),
-        (
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "-l",
-            "tessera.dev/test-crd=podgrouper",
-        ),
-    ):
-        done = cp.kubectl(*args, check=False)
-        assert done.returncode == 0, f"kubectl {args[0]}: {done.stderr.strip()}"
+    done = cp.kubectl("apply", "--server-side", "-f", str(CRDS), check=False)
+    assert done.returncode == 0, f"kubectl apply: {done.stderr.strip()}"
+    cp.wait_established(CRDS)
 
 
 BUILTIN_VERSIONS = {"": "v1", "apps": "apps/v1", "batch": "batch/v1"}

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from scheduler.api.keys import GROUP, VERSION
+from scheduler.api.keys import GROUP, POD_GROUP, VERSION
+from scheduler.backend import get_namespace
+from scheduler.cache import Cache
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.queue_index import informer_queue_lookup
 from tests.controlplane.scene import Scene, wait_until
@@ -159,3 +161,22 @@ def test_a_node_report_seen_before_its_node_waits_for_it() -> None:
     assert [e.kind for e in cluster.drain_events()] == ["Node", "GPUNodeReport"]
     cluster.events.put(ResourceEvent("GPUNodeReport", "MODIFIED", report))  # the node is known now
     assert [e.kind for e in cluster.drain_events()] == ["GPUNodeReport"]
+
+
+@pytest.mark.apiserver
+def test_a_podgroup_priority_class_is_resolved_from_the_cluster(scene: Scene) -> None:
+    """A PodGroup naming a PriorityClass the cluster defines gets that class's value, not the built-in
+    fallback (`train`): the adapter hands the cycle the PriorityClasses it watches."""
+    api = client.SchedulingV1Api(scene.admin)
+    name = f"urgent-{scene.ns}"
+    api.create_priority_class({"metadata": {"name": name}, "value": 120})
+    scene.on_cleanup(lambda: api.delete_priority_class(name))
+    scene.podgroup("g", {"minMember": 1, "queue": "default", "priorityClassName": name})
+    scene.create_pod(pod_body("m", annotations={POD_GROUP: "g"}, namespace=scene.ns))
+    cluster = KubeCluster(scene.tessera.scheduler_client()).start()
+    scene.on_cleanup(cluster.stop)
+    assert cluster.wait_synced(10)
+    cache = Cache.create(get_namespace("numpy"))
+    cache.apply(cluster.drain_events())
+    job = next(j for j in cache.index.jobs() if j.key == f"{scene.ns}/g")
+    assert (job.priority, job.preemptible) == (120, False)

@@ -30,7 +30,8 @@ def test_a_failed_bind_is_forgotten_and_the_pod_placed_again(scene: Scene, fault
     fault_proxy.fail("POST", r"/pods/p/binding$", 500, "etcd timeout")
     scene.create_pod(pod_body("p", limits=WHOLE))
     wait_until(lambda: scene.bound().get("p"), timeout=15)
-    binds = fault_proxy.requests_matching("POST", r"/pods/p/binding$")
+    # The proxy logs a request once the server's answer is back to it: possibly after the watch showed it.
+    binds = wait_until(lambda: (b := fault_proxy.requests_matching("POST", r"/pods/p/binding$"))[1:] and b)
     assert [(r.status, r.injected) for r in binds] == [(500, True), (201, False)]
     a = GPUAssignment.from_annotation(scene.pod("p")["metadata"]["annotations"][GPU_ASSIGNMENT])
     assert (a.node, [g.milli for g in a.gpus]) == ("n1", [1000])

@@ -8,6 +8,7 @@ preconditions, Event aggregation.
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -139,6 +140,29 @@ def test_failed_binding_releases_the_lock(
     pod = scene.pod("p")
     assert "nodeName" not in pod["spec"] and GPU_ASSIGNMENT not in pod["metadata"]["annotations"]
     assert _lock_of(scene) is None
+
+
+def test_releasing_the_lock_survives_a_node_that_changes_meanwhile(
+    scene: Scene, proxied: client.CoreV1Api, fault_proxy: FaultProxy
+) -> None:
+    """A node changes all the time (kubelet status, the node controller's taints): the guarded removal of a
+    bind lock loses that race on the real server (its JSON-patch test fails, 422), and must try again rather
+    than leave the node locked until the lock times out."""
+    scene.node("n1", gpus=1)
+    uid = _new_pod(scene, "p")
+    assert Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment(), lock=True).ok
+    assert _lock_of(scene) is not None
+    fault_proxy.clear_requests()
+    fault_proxy.slow("PATCH", r"/nodes/n1$", 1.0)  # the removal reaches the server after the change below
+    released: list[bool] = []
+    worker = threading.Thread(target=lambda: released.append(Binder(proxied).release_lock("n1", uid)))
+    worker.start()
+    wait_until(lambda: fault_proxy.requests_matching("GET", r"/nodes/n1$"), timeout=5)
+    scene.core.patch_node("n1", {"metadata": {"labels": {"changed": "meanwhile"}}})
+    worker.join(timeout=20)
+    assert released == [True] and _lock_of(scene) is None
+    patches = fault_proxy.requests_matching("PATCH", r"/nodes/n1$")
+    assert [r.status for r in patches[-2:]] == [422, 200]
 
 
 def test_binding_a_bound_pod_is_a_conflict_and_releases_the_lock(

@@ -15,7 +15,9 @@ from device_plugin.allocator import AllocationError, Allocator
 from device_plugin.cluster import KubePodCluster
 from device_plugin.inventory import Inventory
 from device_plugin.resources import Resource
-from node_agent.nvml.facade import DeviceInfo
+from node_agent.agent import Agent
+from node_agent.nvml.fake import FakeNVML
+from node_agent.publisher import ReportPublisher
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT, GPU_SLICE_RESOURCE
 from scheduler.kube.queue_index import informer_queue_lookup
@@ -26,7 +28,8 @@ from tests.kube.helpers import pod_body
 
 pytestmark = pytest.mark.apiserver
 
-UUIDS = ["GPU-3f6c1d2e-aaaa", "GPU-3f6c1d2e-bbbb"]
+NVML = FakeNVML("2xH100-80GB", seed="gpu-1")  # the node's GPUs, as its agent and device plugin see them
+UUIDS = [d.uuid for d in NVML.devices()]
 SLICE = Resource(GPU_SLICE_RESOURCE, "slice", slices_per_gpu=10)
 
 
@@ -65,15 +68,20 @@ class Kubelet:
 
 
 def test_webhook_scheduler_and_device_plugin_hand_off(scene: Scene, tmp_path: Path) -> None:
-    # TODO(sandbox): GPU identity from the report
-    scene.node("gpu-1", gpus=2, annotations={"tessera.dev/gpu-uuids": ",".join(UUIDS)})
+    scene.node("gpu-1", gpus=2)
+    # The scheduler learns the GPUs' UUIDs from the GPUNodeReport the node agent publishes, as the node's
+    # ServiceAccount (no hand-set annotation).
+    publisher = ReportPublisher(client.CustomObjectsApi(scene.tessera.agent_client()))
+    scene.track("gpunodereports", "gpu-1")
+    Agent("gpu-1", NVML, publisher=publisher).tick()
+    assert publisher.writes == 1
     scene.queue("default")  # as the chart installs it
     runner = scene.scheduler()
     config = AdmissionConfig(privileged_users=frozenset({scene.tessera.scheduler_user}),
                              queue_lookup=informer_queue_lookup(runner.cluster.informers["Queue"]))  # fmt: skip
     webhooks.register(scene, webhooks.start_server(scene, tmp_path / "certs", config).port)
-    inventory = Inventory([DeviceInfo(i, u, "NVIDIA H100 80GB HBM3", 81920) for i, u in enumerate(UUIDS)])
-    plugin = KubePodCluster(client.CoreV1Api(scene.tessera.node_client()))
+    inventory = Inventory(NVML.devices())
+    plugin = KubePodCluster(client.CoreV1Api(scene.tessera.device_plugin_client()))
     allocator = Allocator("gpu-1", inventory, plugin, lock_wait_s=0.2)
     with Kubelet(scene, allocator) as kubelet:
         for name, fraction in (("infer-a", "0.5"), ("infer-b", "0.25"), ("infer-c", "0.5")):

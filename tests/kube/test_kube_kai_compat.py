@@ -87,7 +87,7 @@ def kai_kubectl(
         return control_plane.kubectl(f"--cache-dir={cache}", *args, **kw)
 
     kubectl("apply", "--server-side", "-f", str(KAI_CRDS))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(KAI_CRDS))
+    control_plane.wait_established(KAI_CRDS)
     try:
         yield kubectl
     finally:

@@ -23,7 +23,7 @@ G = "scheduling.tessera.dev"
 @pytest.fixture(scope="module")
 def crds(control_plane: ControlPlane) -> None:
     control_plane.kubectl("apply", "-f", str(CRDS))
-    control_plane.kubectl("wait", "--for", "condition=established", "--timeout=30s", "-f", str(CRDS))
+    control_plane.wait_established(CRDS)
 
 
 def events_about(api: client.ApiClient, namespace: str, kind: str, name: str) -> list[Any]:

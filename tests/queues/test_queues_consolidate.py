@@ -9,7 +9,7 @@ from scheduler.model import GPUShare, Placement, PodInfo
 from scheduler.reasons import Reason
 from scheduler.reservations import Reservation, match_reservations
 from scheduler.sim.cluster import SIM_RECREATE
-from tests.queues.util import Recorder, gpus_by_queue
+from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
 from tests.scheduler.helpers import A100, assignment, cluster, node, phase, pod, queue
 
 HALF = {GPU_FRACTION: "0.5"}
@@ -34,7 +34,10 @@ def test_consolidation_raises_allocation_and_moves_land_where_planned():
     sim = rec.sim
     assert gpus_by_queue(sim) == {"q": 4.0}
     assert all(len({g.index for g in assignment(sim, f"q/h-{i:02d}").gpus}) == 1 for i in range(1, 16, 2))
-    rec.run(4)  # the big pods arrive at t=60
+    rec.run(4)  # the big pods arrive at t=60: pods are moved out of their way
+    waiting = [b for b in big if sim.pods[f"q/{b}"].reason[0] == Reason.PIPELINED]
+    assert rec.evictions("consolidate") and len(waiting) == 2  # placed, bound once the moved pods are gone
+    rec.run(GRACE_S)  # the moved pods have terminated: they and the big pods are bound where planned
     assert gpus_by_queue(sim) == {"q": 8.0}  # from 4 of 8 GPUs to all 8
     assert [phase(sim, f"q/{b}") for b in big].count("Running") == 2
     moves = rec.evictions("consolidate")
@@ -99,9 +102,11 @@ def test_a_reservation_nobody_claims_lapses():
     rec.run(61)
     cache = rec.sched.cache
     kept = cache.ledger.reservations()
-    assert kept and all(res.expires_s == 120.0 for res in kept.values())
-    reserved = sum(g.milli for res in kept.values() for g in res.placement.gpus)
+    moved = {k: r for k, r in kept.items() if r.uid is None}
+    # Kept while the moved pods terminate (grace 30 s) and their controller would recreate them, and 60 s.
+    assert moved and all(res.expires_s == 60.0 + GRACE_S + 60.0 for res in moved.values())
+    reserved = sum(g.milli for res in moved.values() for g in res.placement.gpus)
     assert cache.state.allocated_milli() == 8000  # 2 big pods, the halves left, the places kept for the moved
-    rec.run(60)
+    rec.run(60 + GRACE_S)
     assert cache.ledger.reservations() == {}
     assert cache.state.allocated_milli() == 8000 - reserved  # given back

@@ -7,7 +7,7 @@ import pytest
 from scheduler.api.keys import GPU_FRACTION, POD_GROUP
 from scheduler.reasons import Reason
 from scheduler.sim.cluster import SimCluster
-from tests.queues.util import Recorder
+from tests.queues.util import GRACE_S, Recorder
 from tests.scheduler.helpers import A100, cluster, node, phase, pod, podgroup, queue
 
 
@@ -31,7 +31,7 @@ def test_reclaim_evicts_gangs_whole():
     objs += [pod(f"b-{i}", "b", arrival_s=10, duration_s=10_000, gpus=1) for i in range(3)]
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
-    rec.run(15)
+    rec.run(15 + GRACE_S)
     # b needs 3 GPUs: two whole gangs (4 GPUs) go, the youngest first; one GPU stays idle for b's quota.
     assert sorted(e["pod"] for e in rec.evictions("reclaim")) == ["a/g2-0", "a/g2-1", "a/g3-0", "a/g3-1"]
     assert rec.gang_evictions == 2
@@ -44,7 +44,7 @@ def test_preempt_evicts_a_lower_priority_gang_whole_for_a_higher_priority_gang()
     objs += gang("high", "q", 2, 1, arrival_s=5, priority="build-preemptible")
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
-    rec.run(10)
+    rec.run(10 + GRACE_S)
     assert sorted(e["pod"] for e in rec.evictions("preempt")) == [f"q/low-{i}" for i in range(4)]
     assert all(e["beneficiary"] == "q/high" for e in rec.evictions())
     assert phase(sim, "q/high-0") == "Running" and phase(sim, "q/high-1") == "Running"

@@ -1,7 +1,7 @@
 """Preemption inside a queue: higher priority evicts lower-priority preemptible pods, never across queues."""
 
 from scheduler.reasons import Reason
-from tests.queues.util import Recorder, gpus_by_queue
+from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
 from tests.scheduler.helpers import A100, cluster, node, phase, pod, queue
 
 
@@ -20,7 +20,7 @@ def test_higher_priority_preempts_the_youngest_lower_priority_pods_of_its_queue(
     ]
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
-    rec.run(12)
+    rec.run(12 + GRACE_S)  # the beneficiaries are bound once their victims have terminated
     ev = rec.evictions()
     assert sorted(e["pod"] for e in ev) == ["research/train-2", "research/train-3"]
     assert {e["action"] for e in ev} == {"preempt"} and all(
@@ -66,7 +66,7 @@ def test_preemption_respects_priority_and_keeps_non_preemptible_pods():
     objs += [pod("build-0", "q", arrival_s=8, duration_s=10_000, gpus=1, priority_class="build")]
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
-    rec.run(12)
+    rec.run(12 + GRACE_S)
     assert [e["pod"] for e in rec.evictions()] == [
         "q/bp-1"
     ]  # the youngest preemptible, never an inference pod
@@ -81,7 +81,7 @@ def test_a_queue_at_its_limit_preempts_its_own_lower_priority_pods():
     )
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
-    rec.run(8)
+    rec.run(8 + GRACE_S)
     assert [e["pod"] for e in rec.evictions("preempt")] == ["q/train-1"]  # 6 GPUs idle, but the limit is 2
     assert phase(sim, "q/urgent") == "Running" and gpus_by_queue(sim) == {"q": 2.0}
     assert sim.pods["q/train-1"].reason[0] == Reason.OVER_LIMIT

@@ -8,7 +8,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.queues.util import Recorder, gpus_by_queue
+from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
 from tests.scheduler.helpers import A100, cluster, node, pod, queue
 
 
@@ -48,7 +48,9 @@ def test_each_queue_gets_min_of_quota_and_demand(case):
     objs, expect = case
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
-    rec.run(16)  # late queues arrive at t=10 and find early ones holding everything they could borrow
+    # Late queues arrive at t=10 and find early ones holding everything they could borrow; what they
+    # reclaim is theirs once the victims have terminated.
+    rec.run(16 + GRACE_S)
     got = gpus_by_queue(sim)
     for name, (owed, _demand, limit) in expect.items():
         assert got.get(name, 0.0) >= owed, f"{name}: {got.get(name, 0.0)} < {owed}; all: {got}"

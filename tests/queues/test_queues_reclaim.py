@@ -5,7 +5,7 @@ import pytest
 
 from scheduler.api.keys import GPU_FRACTION
 from scheduler.reasons import Reason
-from tests.queues.util import Recorder, gpus_by_queue
+from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
 from tests.scheduler.helpers import A100, cluster, node, pod, queue
 
 
@@ -22,15 +22,19 @@ def test_queue_below_quota_gets_it_back_by_reclaim_within_a_few_cycles():
     rec.run(8)
     assert gpus_by_queue(sim) == {"a": 8.0}  # b idle: its quota is lent to a
     rec.run(2)  # b arrives at t=10
-    got = []
-    for _ in range(3):
-        rec.cycle()
-        got.append(gpus_by_queue(sim).get("b", 0.0))
-        assert gpus_by_queue(sim)["a"] >= 4.0  # never below its quota
-    assert got[-1] == 4.0 and got[0] == 4.0  # back in the first cycle after arrival
+    rec.cycle()  # the first cycle after its arrival decides the reclaim
     ev = rec.evictions("reclaim")
     assert len(ev) == 4 and all(e["pod"].startswith("a/") and e["beneficiary"].startswith("b/") for e in ev)
     assert sorted(e["pod"] for e in ev) == ["a/a-4", "a/a-5", "a/a-6", "a/a-7"]  # the youngest
+    # The victims terminate on their GPUs for their grace period; b's pods wait with their places kept.
+    assert all(sim.pods[f"b/b-{i}"].reason[0] == Reason.PIPELINED for i in range(4))
+    got = []
+    for _ in range(GRACE_S + 2):
+        rec.cycle()
+        got.append(gpus_by_queue(sim).get("b", 0.0))
+        assert gpus_by_queue(sim)["a"] >= 4.0  # never below its quota
+        assert sum(gpus_by_queue(sim).values()) <= 8.0  # victims and beneficiaries never share a GPU
+    assert got[0] == 0.0 and got[-1] == 4.0  # bound once the victims are gone
     rec.run(10)
     assert gpus_by_queue(sim) == {"a": 4.0, "b": 4.0}  # stable: no ping-pong
     assert len(rec.evictions()) == 4
@@ -44,7 +48,7 @@ def test_idle_quota_is_lent_out_and_returned():
     rec = Recorder(sim, sched)
     rec.run(3)
     assert gpus_by_queue(sim) == {"a": 8.0}  # lent: a's quota is 2
-    rec.run(4)
+    rec.run(4 + GRACE_S)  # b's pods are bound once a's victims have terminated
     assert gpus_by_queue(sim) == {"a": 2.0, "b": 6.0}  # returned: b takes its 6 back
     assert len(rec.evictions("reclaim")) == 6
     rec.run(25)  # b's work is done: a's recreated pods borrow the idle quota again
@@ -62,7 +66,7 @@ def test_over_quota_capacity_is_split_by_weight(weights, gpus, expected):
     objs += [pod(f"b-{i}", "b", arrival_s=5, duration_s=10_000, gpus=1, cpu="1") for i in range(gpus)]
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
-    rec.run(15)
+    rec.run(15 + GRACE_S)
     got = gpus_by_queue(sim)
     assert abs(got["a"] - expected[0]) <= 1.0 and abs(got["b"] - expected[1]) <= 1.0
     assert got["a"] + got["b"] == gpus
@@ -77,7 +81,7 @@ def test_fractional_over_quota_split_by_weight():
     objs += [pod(f"a-{i}", "a", arrival_s=0, duration_s=10_000, cpu="1", annotations=frac) for i in range(8)]
     objs += [pod(f"b-{i}", "b", arrival_s=5, duration_s=10_000, cpu="1", annotations=frac) for i in range(8)]
     sim, sched = cluster(objs)
-    Recorder(sim, sched).run(15)
+    Recorder(sim, sched).run(15 + GRACE_S)
     assert gpus_by_queue(sim) == {"a": 3.0, "b": 1.0}
 
 
@@ -113,7 +117,7 @@ def test_reclaim_in_a_tree_stops_at_the_victim_side_quota():
     objs += [pod(f"y1-{i}", "y1", arrival_s=5, duration_s=10_000, gpus=1) for i in range(8)]
     sim, sched = cluster(objs)
     rec = Recorder(sim, sched)
-    rec.run(12)
+    rec.run(12 + GRACE_S)
     got = gpus_by_queue(sim)
     assert got["y1"] == 4.0 and got["x1"] + got["x2"] == 4.0
     assert got["x1"] >= 2.0 and got["x2"] >= 2.0  # no victim queue pushed below its quota

@@ -11,7 +11,7 @@ from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.reasons import Reason
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import load_files
-from tests.queues.util import Recorder, gpus_by_queue
+from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
 from tests.scheduler.helpers import assignment, phase
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
@@ -45,6 +45,8 @@ def test_burst_and_reclaim():
     rec.run(59)
     assert gpus_by_queue(rec.sim) == {"team-a": 8.0}  # team-b's idle quota lent to team-a
     rec.run(3)
+    assert all(rec.sim.pods[f"team-b/b-{i}"].reason[0] == Reason.PIPELINED for i in range(4))
+    rec.run(GRACE_S)  # team-b's pods are bound once the victims have terminated
     assert gpus_by_queue(rec.sim) == {"team-a": 4.0, "team-b": 4.0}
     ev = rec.evictions()
     assert sorted(e["pod"] for e in ev) == [f"team-a/a-{i}" for i in range(4, 8)]  # the youngest four
@@ -56,7 +58,7 @@ def test_burst_and_reclaim():
 
 def test_priority_preemption():
     rec = scenario("priority-preemption")
-    rec.run(32)
+    rec.run(32 + GRACE_S)
     ev = rec.evictions()
     assert sorted(e["pod"] for e in ev) == ["research/train-2", "research/train-3"]
     assert {e["action"] for e in ev} == {"preempt"}
@@ -69,7 +71,7 @@ def test_fragmentation_consolidation():
     rec.run(105)
     s = rec.sched.cache.state
     assert gpus_by_queue(rec.sim) == {"team-a": 2.0} and s.allocated_milli() == 2000  # 4 halves, 4 GPUs
-    rec.run(7)
+    rec.run(7 + GRACE_S)
     assert phase(rec.sim, "team-a/big") == "Running"
     moves = rec.evictions("consolidate")
     assert len(moves) == 2 and all(phase(rec.sim, e["pod"]) == "Running" for e in moves)
@@ -98,3 +100,22 @@ def test_simulate_cli_runs_a_scenario_and_reports_actions():
     assert len(evicted) == 4 and {e["action"] for e in evicted} == {"reclaim"}
     queues = {q["name"]: q for q in summary["queues"]}
     assert queues["team-a"]["allocated"]["gpu"] == 4 and queues["team-b"]["allocated"]["gpu"] == 4
+
+
+def test_guaranteed_quota_against_one_big_job():
+    rec = scenario("guaranteed-quota-one-big-job")
+    rec.run(59)
+    assert gpus_by_queue(rec.sim) == {"team-a": 8.0}  # the gang and two singles borrow team-b's quota
+    rec.run(2)  # team-b arrives at t=60: its queue is owed 4 GPUs, team-a's excess sits in the gang
+    ev = rec.evictions("reclaim")
+    assert sorted(e["pod"] for e in ev) == ["team-a/a-0", "team-a/a-1"] + [
+        f"team-a/ddp-{i}" for i in range(6)
+    ]
+    assert rec.gang_evictions == 1 and all(e["time_s"] == 60.0 for e in ev)
+    rec.run(GRACE_S + 10)
+    assert gpus_by_queue(rec.sim) == {"team-a": 2.0, "team-b": 4.0}  # the quota is back; the singles rerun
+    reason, message = pending_reason(rec, "team-a/ddp-0")
+    assert reason == Reason.QUEUE_AT_FAIR_SHARE and "gang team-a/ddp needs 6 more pods" in message
+    assert "queue team-a would pass its fair share with it (2 GPUs of 4 GPUs allocated" in message
+    rec.run(20)
+    assert len(rec.evictions()) == 8  # settled: team-a, below its quota now, takes nothing back

@@ -10,6 +10,8 @@ from scheduler.cycle import CycleResult, Scheduler
 from scheduler.sim.cluster import SimCluster
 from tests.scheduler.helpers import assignment, phase
 
+GRACE_S = 30  # an evicted pod's terminationGracePeriodSeconds in the simulated cluster (Kubernetes' default)
+
 
 def gpus_by_queue(sim: SimCluster) -> dict[str, float]:
     """GPUs held by running pods, per queue, from the assignments written on the pods."""

@@ -46,7 +46,7 @@ def test_pod_deleted_before_its_node_arrives_is_never_accounted():
 def test_invalid_objects_are_reported_and_the_rest_applied():
     cache = Cache.create(get_namespace("numpy"))
     bad_node = node("bad", A100, 2, 16, 64)
-    del bad_node["metadata"]["labels"]["nvidia.com/gpu.memory"]
+    bad_node["metadata"]["labels"]["nvidia.com/gpu.memory"] = "40GB"
     bad_queue = {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "q"},
                  "spec": {"resources": {"gpu": {"quota": 4, "limit": 2}}}}  # fmt: skip
     cache.apply([
@@ -55,5 +55,14 @@ def test_invalid_objects_are_reported_and_the_rest_applied():
         WatchEvent("Node", "ADDED", node("good", A100, 2, 16, 64)),
     ])  # fmt: skip
     assert cache.state.row_of("good") is not None and cache.state.row_of("bad") is None
-    assert any("no nvidia.com/gpu.memory label" in e for e in cache.errors)
+    assert any("label nvidia.com/gpu.memory='40GB' is not MiB" in e for e in cache.errors)
     assert any("limit 2 is below quota 4" in e for e in cache.errors)
+
+
+def test_gpus_a_node_gains_later_are_free():
+    """The kubelet registers its Node before the device plugin's GPUs are in its capacity."""
+    cache = Cache.create(get_namespace("numpy"))
+    cache.apply([WatchEvent("Node", "ADDED", node("n1", A100, 0, 16, 64))])
+    cache.apply([WatchEvent("Node", "MODIFIED", node("n1", A100, 2, 16, 64))])
+    assert cache.state.node_gpu_row(0) == [1000, 1000]
+    assert cache.state.allocated_milli() == 0

@@ -79,11 +79,13 @@ class Scene:
 
 
 def scene() -> Scene:
-    """Two 2-GPU nodes; queue a runs v1, v2 (preemptible) and w1 (non-preemptible), one GPU each; queue b
-    has p1 and p2 pending (one GPU each). A session is open on the settled cache."""
+    """Three 2-GPU nodes; queue a runs v1, v2 (preemptible) and w1 (non-preemptible), one GPU each (w1 and
+    v1 on n0, v2 on n1); queue b has p1 and p2 pending (one GPU each). A session is open on the settled
+    cache."""
     objs = [
         node("n0", A100, 2, 32, 256),
         node("n1", A100, 2, 32, 256),
+        node("n2", A100, 2, 32, 256),
         queue("a", None, 4),
         queue("b", None, 4),
     ]
@@ -99,6 +101,10 @@ def scene() -> Scene:
     jobs = {p.name: job for job in session.jobs for p in (*job.running, *job.pending)}
     where = {n: pl for n, p in pods.items() if (pl := session.ledger.placement(p.uid)) is not None}
     assert set(where) == {"v1", "v2", "w1"}
+    free = session.state.host(session.state.free_milli)
+    spare = [(r, j) for r in range(3) for j in range(2) if int(free[r, j]) == MILLI_PER_GPU]
+    for i, (r, j) in enumerate(spare):  # the free GPUs, as places named free0, free1...
+        where[f"free{i}"] = Placement(r, (GPUShare(j, 1000, 40960),), 1000, where["v1"].memory_mib)
     return Scene(session, pods, jobs, where)
 
 
@@ -130,19 +136,22 @@ def held(s: Scene) -> set[str]:
     return {n for n, p in s.pods.items() if p.uid in s.session.ledger}
 
 
-# name: (refused evictions, failed binds, the plan: victims and who takes whose GPU, bound, evicted)
+# name: (refused evictions, failed binds, the plan: victims and who takes which place, bound, evicted,
+# pipelined: planned with evictions or where a victim still terminates: bound once the victims are gone)
 CASES = {
-    "evict then bind": (set(), set(), ["v1"], [("p1", "v1")], ["p1"], ["v1"]),
-    "eviction refused": ({"v1"}, set(), ["v1"], [("p1", "v1")], [], []),
-    "one of two evictions refused": ({"v2"}, set(), ["v1", "v2"], [("p1", "v1"), ("p2", "v2")], [], ["v1"]),
-    "first bind fails": (set(), {"p1"}, ["v1", "v2"], [("p1", "v1"), ("p2", "v2")], [], ["v1", "v2"]),
-    "second bind fails": (set(), {"p2"}, ["v1", "v2"], [("p1", "v1"), ("p2", "v2")], ["p1"], ["v1", "v2"]),
+    "evict, then wait on the victim's GPU": (set(), set(), ["v1"], [("p1", "v1")], [], ["v1"], ["p1"]),
+    "planned with an eviction, wait for it even on a free GPU": (set(), set(), ["v1"], [("p1", "free0")], [], ["v1"],
+                                                                ["p1"]),
+    "eviction refused": ({"v1"}, set(), ["v1"], [("p1", "v1")], [], [], []),
+    "one of two evictions refused": ({"v2"}, set(), ["v1", "v2"], [("p1", "v1"), ("p2", "v2")], [], ["v1"], []),
+    "first bind fails": (set(), {"p1"}, [], [("p1", "free0"), ("p2", "free1")], [], [], []),
+    "second bind fails": (set(), {"p2"}, [], [("p1", "free0"), ("p2", "free1")], ["p1"], [], []),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_commit(case: str) -> None:
-    refuse, fail, victims, places, bound, evicted = CASES[case]
+    refuse, fail, victims, places, bound, evicted, pipelined = CASES[case]
     s = scene()
     check_books(s.session)
     tx = Transaction(s.session, "test")
@@ -158,7 +167,13 @@ def test_commit(case: str) -> None:
     placed = [name for name, _ in places]
     expected = ({"v1", "v2", "w1"} - set(evicted)) | set(bound)
     assert held(s) == expected
-    for name in set(placed) - set(bound):
+    ledger = s.session.ledger
+    assert {h.owner.job for h in ledger.releasing.values() if h.owner} == {f"pod:a/{v}" for v in evicted}
+    waiting = {r.pod_key: r for r in ledger.reservations().values() if r.uid is not None}
+    assert sorted(waiting) == [f"b/{n}" for n in pipelined]  # their places kept, not bound yet
+    for name in pipelined:
+        assert waiting[f"b/{name}"].waits_for == {s.pods[v].uid for v in evicted}
+    for name in set(placed) - set(bound) - set(pipelined):
         assert s.session.reasons[s.pods[name].uid].reason is Reason.BIND_FAILED
     if refuse:
         assert stub.binds == []  # nothing is bound on resources a victim keeps
@@ -240,9 +255,10 @@ def test_a_busy_node_is_masked_for_gpu_pods_for_the_rest_of_the_cycle(how: str) 
     s = scene()
     session = s.session
     free = session.state.host(session.state.free_milli)
-    alone = next(v for v in ("v1", "v2") if int(free[s.where[v].node].sum()) == MILLI_PER_GPU)
-    tx = Transaction(session, "test")  # p1 takes the place of the victim alone on its node
-    tx.evict(s.pods[alone], "x")
+    alone = next(
+        f for f in ("free0", "free1", "free2") if int(free[s.where[f].node].sum()) == 2 * MILLI_PER_GPU
+    )
+    tx = Transaction(session, "test")  # p1 takes a GPU of the empty node
     tx.place(s.pods["p1"], s.jobs["p1"], s.where[alone])
     stub = (
         StubCluster(busy=frozenset({"p1"}))

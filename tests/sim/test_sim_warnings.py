@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.gpu_memory import memory_from_product
-from scheduler.objects import InvalidObject, parse_node
+from scheduler.objects import parse_node
 from tests.scheduler.helpers import A100, cluster, node, phase, pod, queue, run
 
 
@@ -68,10 +68,22 @@ def test_a_node_without_the_memory_label_takes_it_from_a_known_product() -> None
 
 
 def test_a_node_whose_gpu_memory_cannot_be_told_says_which_label_to_set() -> None:
+    """Kept, but its GPUs take no GPU pod until its node agent's GPUNodeReport or a label tells their memory."""
     n = node("odd", ("Mystery-Accelerator", 1), 2, 16, 64)
     del n["metadata"]["labels"]["nvidia.com/gpu.memory"]
-    with pytest.raises(InvalidObject, match=r"label it nvidia\.com/gpu\.memory=<MiB>"):
-        parse_node(n)
+    assert parse_node(n).gpu_memory_mib == 0
+    sim, sched = cluster(
+        [
+            n,
+            queue("team", None, 2),
+            pod("p", "team", arrival_s=0, duration_s=60, annotations={"gpu-memory": "100"}),
+        ]
+    )
+    run(sim, sched, cycles=2)
+    assert phase(sim, "team/p") == "Pending"
+    (error,) = [e for e in sched.cache.errors if "GPUs of unknown memory" in e]
+    assert "its product 'Mystery-Accelerator' names no known model" in error
+    assert error.endswith("label it nvidia.com/gpu.memory=<MiB>")
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ def test_server_serves_the_dashboard_locked_down() -> None:
         root = get(srv.url.removesuffix("/ui") + "/")
         assert root.status == 302 and root.headers["Location"] == "/ui"
         assert get(srv.url.removesuffix("/ui") + "/secrets").status == 404
-        assert get(srv.url, "POST").status == 501  # read-only: no other method is served
+        assert get(srv.url, "POST").status == 405  # read-only: no other method is served
     with pytest.raises(OSError):
         get(srv.url)
 

@@ -270,7 +270,8 @@ def test_https_server(tls_cert: tuple[str, str]) -> None:
             "uid": REVIEW["request"]["uid"],
             "allowed": True,
         }
-        assert post("/mutate", b"{not json")[0] == 400
+        status, raw = post("/mutate", b"{not json")  # still an AdmissionReview answer: refused, code 400
+        assert status == 200 and json.loads(raw)["response"]["status"]["code"] == 400
         assert post("/elsewhere", b"{}")[0] == 404
         with urllib.request.urlopen(base + "/healthz", context=context, timeout=5) as resp:
             assert resp.read() == b"ok"

@@ -35,8 +35,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-scheduler" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{- define "tessera.node.fullname" -}}
-{{- printf "%s-node" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- define "tessera.agent.fullname" -}}
+{{- printf "%s-agent" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tessera.devicePlugin.fullname" -}}
+{{- printf "%s-device-plugin" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The user name a service account of the release authenticates as. */}}
+{{- define "tessera.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .context.Release.Namespace .name -}}
+{{- end -}}
+
+{{/* CEL: the value of annotation `.key` on object `.obj` ("" when absent). */}}
+{{- define "tessera.cel.annotation" -}}
+(has({{ .obj }}.metadata.annotations) && '{{ .key }}' in {{ .obj }}.metadata.annotations ? {{ .obj }}.metadata.annotations['{{ .key }}'] : '')
+{{- end -}}
+
+{{/* CEL: whether the request changes annotation `.` (on CREATE: whether it sets it). */}}
+{{- define "tessera.cel.annotationChanged" -}}
+{{ include "tessera.cel.annotation" (dict "obj" "object" "key" .) }} != (request.operation == 'UPDATE' ? {{ include "tessera.cel.annotation" (dict "obj" "oldObject" "key" .) }} : '')
 {{- end -}}
 
 {{- define "tessera.webhook.secretName" -}}
@@ -54,4 +73,30 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "tessera.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Pod-spec fields the agent's and the device plugin's DaemonSets share (values: nodeDaemonSet). */}}
+{{- define "tessera.nodePodPlacement" -}}
+{{- $ds := .Values.nodeDaemonSet }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $ds.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $ds.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with $ds.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $ds.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  seccompProfile:
+    type: RuntimeDefault
 {{- end -}}

@@ -1,0 +1,144 @@
+"""`tessera sandbox up|down|status`: a real Kubernetes API on loopback with fake GPU nodes.
+
+tessera sandbox up --nodes 2 --gpus 2xA100-40GB     # returns when ready; last line: the kubeconfig
+kubectl --kubeconfig "$(tessera sandbox up | tail -n 1)" get nodes,gpunodereports
+tessera sandbox status
+tessera sandbox down
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.api.cli import FAILURE, check_choice, fail, new_app
+from scheduler.sandbox.processes import alive
+from scheduler.sandbox.sandbox import Sandbox, SandboxError, SandboxState, default_data_dir
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir", help="Where the sandbox keeps its state (default ~/.local/state/tessera/sandbox)."
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    sandbox_app = new_app(
+        "A real Kubernetes API on loopback with fake GPU nodes: etcd, kube-apiserver, "
+        "kube-controller-manager and kube-scheduler, the chart's manifests, the scheduler, and per node "
+        "a kubelet stand-in, the device plugin and the agent (docs/sandbox.md).",
+        no_args_is_help=True,
+    )
+
+    @sandbox_app.command()
+    def up(
+        nodes: Annotated[int, typer.Option(min=1, max=50, help="Fake GPU nodes.")] = 2,
+        gpus: Annotated[
+            str, typer.Option(help="GPUs of each node, as tessera-agent --fake-gpus takes them.")
+        ] = ("2xA100-40GB"),
+        cpu: Annotated[str, typer.Option(help="CPU capacity of each node.")] = "32",
+        memory: Annotated[str, typer.Option(help="Memory capacity of each node.")] = "256Gi",
+        timeout: Annotated[float, typer.Option(help="Seconds to wait for each part to be ready.")] = 180.0,
+        data_dir: DataDir = None,
+    ) -> None:
+        """Start the sandbox; return once it is ready and print the kubeconfig path as the last line."""
+        from node_agent.nvml.spec import GPUSpecError, parse_gpu_spec
+
+        try:
+            parse_gpu_spec(gpus)
+        except GPUSpecError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--gpus") from None
+        began = time.monotonic()
+        box = Sandbox(
+            data_dir,
+            say=lambda line: typer.echo(f"[sandbox {time.monotonic() - began:5.1f}s] {line}", err=True),
+        )
+        try:
+            state = box.up(nodes=nodes, gpus=gpus, cpu=cpu, memory=memory, timeout_s=timeout)
+        except SandboxError as exc:
+            raise fail(str(exc), FAILURE) from None
+        typer.echo(
+            f"[sandbox] ready in {time.monotonic() - began:.1f} s: API {state.api_url}, "
+            f"dashboard {state.scheduler_url}/ui, nodes {', '.join(n.name for n in state.nodes)}",
+            err=True,
+        )
+        typer.echo(state.kubeconfig)
+
+    @sandbox_app.command()
+    def down(data_dir: DataDir = None) -> None:
+        """Stop every process the sandbox started and remove its data folder."""
+        box = Sandbox(data_dir)
+        try:
+            stopped = box.down()
+        except SandboxError as exc:
+            raise fail(str(exc), FAILURE) from None
+        typer.echo(f"stopped {len(stopped)} process(es); removed {box.data_dir}")
+
+    @sandbox_app.command()
+    def status(
+        data_dir: DataDir = None,
+        output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    ) -> None:
+        """Say what runs: every process and the API server (exit 1 when something is down)."""
+        check_choice(output, ("table", "json"), "--output")
+        box = Sandbox(data_dir)
+        records = box.table.records()
+        if not records:
+            raise fail(f"no sandbox in {box.data_dir or default_data_dir()}", FAILURE)
+        procs = [{"name": r.name, "pid": r.pid, "running": alive(r), "log": r.log} for r in records]
+        state = box.state()
+        api = _api_ready(state) if state else "not recorded (up did not finish)"
+        report = {
+            "data_dir": str(box.data_dir),
+            "api": api,
+            "processes": procs,
+            "kubeconfig": state.kubeconfig if state else None,
+            "dashboard": f"{state.scheduler_url}/ui" if state else None,
+        }
+        healthy = api == "ready" and all(p["running"] for p in procs)
+        if output == "json":
+            typer.echo(json.dumps(report, indent=2))
+        else:
+            console = Console(file=sys.stdout)
+            table = Table("process", "pid", "state", "log", title=f"sandbox in {box.data_dir}")
+            for p in procs:
+                table.add_row(
+                    str(p["name"]),
+                    str(p["pid"]),
+                    "running" if p["running"] else "[red]stopped[/]",
+                    str(p["log"]),
+                )
+            console.print(table)
+            console.print(f"API server: {api}")
+            if state:
+                console.print(f"dashboard: {state.scheduler_url}/ui")
+                console.print(f"kubeconfig: {state.kubeconfig}")
+        if not healthy:
+            raise typer.Exit(FAILURE)
+
+    app.add_typer(sandbox_app, name="sandbox")
+
+
+def _api_ready(state: SandboxState) -> str:
+    """'ready', or why not, from the API server's /readyz (any authenticated user may read it)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(Path(state.kubeconfig).read_text())
+        user = config["users"][0]["user"]
+        context = ssl.create_default_context(cafile=config["clusters"][0]["cluster"]["certificate-authority"])
+        context.load_cert_chain(user["client-certificate"], user["client-key"])
+        with urllib.request.urlopen(f"{state.api_url}/readyz", timeout=3, context=context) as resp:
+            return "ready" if resp.status == 200 else f"HTTP {resp.status}"
+    except Exception as exc:
+        return f"not answering ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"

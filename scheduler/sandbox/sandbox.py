@@ -1,0 +1,295 @@
+"""`tessera sandbox`: a real Kubernetes API on loopback with fake GPU nodes, in one data folder.
+
+`up` starts, in order: etcd, kube-apiserver and kube-controller-manager (`controlplane.py`); the chart's
+manifests (`manifests.py`); `tessera-scheduler` with its webhook, as the ServiceAccount of the chart's
+Deployment; then per node a kubelet stand-in (`kubelet.py`, as `system:node:<name>`), and the chart's
+node DaemonSet containers, `tessera-device-plugin` and `tessera-agent` on fake GPUs, as the DaemonSet's
+ServiceAccount with a token bound to the Node (so it carries the node's name, as a pod's token does).
+It returns once every node is Ready with its GPUs in its allocatable and its GPUNodeReport published, and
+the scheduler leads and has synced. Every process is detached and recorded (`processes.py`), so `down`
+stops them all (even after a failed `up`) and removes the folder.
+
+Layout of the data folder: `sandbox.json` (what runs where), `processes.json`, `kubeconfigs/`
+(`admin.kubeconfig` is the one to use), `logs/`, `pki/`, `etcd/`, `webhook-tls/`, and per node
+`nodes/<name>/{device-plugins,containers}/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kubernetes import client
+from pydantic import BaseModel
+
+from scheduler.sandbox import assets, components, manifests
+from scheduler.sandbox.controlplane import ControlPlane, ControlPlaneError, free_port
+from scheduler.sandbox.processes import ProcessRecord, ProcessTable, alive
+from scheduler.sandbox.readiness import NotReady, Waiter
+
+STATE_FILE = "sandbox.json"
+# The components' tokens last as long as the sandbox's certificates (a pod's token would be renewed by
+# its kubelet; the sandbox's processes read theirs once).
+TOKEN_LIFETIME_S = 30 * 24 * 3600
+SOCKET_PATH_MAX = 100  # a Unix socket path must fit in 108 bytes; leave room for the plugin's names
+
+
+class SandboxError(RuntimeError):
+    """`up`, `down` or `status` cannot do what was asked; the message is one line (plus where to look)."""
+
+
+def default_data_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "tessera" / "sandbox"
+
+
+class NodeInfo(BaseModel):
+    name: str
+    gpus: str
+    agent_url: str
+    plugin_dir: str
+    containers_dir: str
+
+
+class SandboxState(BaseModel):
+    """`sandbox.json`: what `status`, the tests and users need to find the parts."""
+
+    data_dir: str
+    kubeconfig: str
+    api_url: str
+    scheduler_url: str
+    webhook_url: str
+    kubernetes_version: str
+    started_at: str
+    nodes: list[NodeInfo]
+
+
+class Sandbox:
+    def __init__(self, data_dir: Path | None = None, *, say: Callable[[str], None] = lambda _: None) -> None:
+        self.data_dir = (data_dir or default_data_dir()).resolve()
+        self.say = say
+        self.table = ProcessTable(self.data_dir)
+
+    # ---- queries -------------------------------------------------------------------------------------
+    def state(self) -> SandboxState | None:
+        try:
+            return SandboxState.model_validate_json((self.data_dir / STATE_FILE).read_bytes())
+        except (OSError, ValueError):
+            return None
+
+    def running(self) -> list[str]:
+        return [r.name for r in self.table.records() if alive(r)]
+
+    # ---- up ------------------------------------------------------------------------------------------
+    def up(
+        self,
+        *,
+        nodes: int = 2,
+        gpus: str = "2xA100-40GB",
+        cpu: str = "32",
+        memory: str = "256Gi",
+        timeout_s: float = 180.0,
+    ) -> SandboxState:
+        if nodes < 1:
+            raise SandboxError("--nodes must be at least 1")
+        if self.running():
+            raise SandboxError(
+                f"a sandbox is already running in {self.data_dir} (tessera sandbox down first)"
+            )
+        if self.data_dir.exists():
+            shutil.rmtree(self.data_dir)  # what a stopped or failed sandbox left behind
+        self.data_dir.mkdir(parents=True)
+        names = [f"gpu-node-{i + 1}" for i in range(nodes)]
+        too_long = self.data_dir / "nodes" / names[-1] / "device-plugins" / "tessera-gpu-slice.sock"
+        if len(str(too_long)) > SOCKET_PATH_MAX:
+            raise SandboxError(f"--data-dir {self.data_dir} is too long for the device plugins' Unix sockets")
+        try:
+            return self._up(names, gpus, cpu, memory, timeout_s)
+        except (NotReady, ControlPlaneError) as exc:
+            self.table.stop_all()
+            raise SandboxError(str(exc)) from None
+        except BaseException:
+            self.table.stop_all()
+            raise
+
+    def _up(self, names: list[str], gpus: str, cpu: str, memory: str, timeout_s: float) -> SandboxState:
+        folder = assets.find() or self._build()
+        self.say(
+            f"control plane: etcd {assets.ETCD_VERSION}, Kubernetes {assets.KUBERNETES_VERSION} ({folder})"
+        )
+        cp = ControlPlane(folder, self.data_dir, kube_scheduler=True)
+        try:
+            cp.start(timeout_s)
+        except ControlPlaneError as exc:
+            raise SandboxError(str(exc).splitlines()[0] + f" (logs in {cp.log_dir})") from None
+        for name, proc in cp.procs.items():
+            tier = {"etcd": 0, "kube-apiserver": 1}.get(name, 2)
+            self.table.add(name, proc.pid, [str(folder / name)], cp.log_file(name), tier=tier)
+        wait = Waiter(cp, timeout_s)
+        self.say("applying the chart's manifests (CRDs, RBAC, PriorityClasses, default Queue)")
+        crds = manifests.crds()
+        _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=crds)
+        cp.wait_established([crd["metadata"]["name"] for crd in crds], timeout_s)
+        now, webhooks = manifests.for_sandbox(manifests.chart_objects())
+        _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=now)
+
+        scheduler_url, webhook_url = self._start_scheduler(cp, wait)
+        self.say(f"scheduler and webhook up ({scheduler_url}); registering the webhooks")
+        hooks = manifests.local_webhooks(webhooks, webhook_url, cp.ca_file.read_bytes())
+        _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=hooks)
+
+        started = [self._start_node(cp, wait, name, gpus, cpu, memory) for name in names]
+        self.say(f"waiting for {len(names)} node(s) to be Ready with their GPUs and reports")
+        for info, recs in started:
+            wait.node_ready(info.name, gpus, recs)
+        infos = [info for info, _ in started]
+        kubeconfig = cp.admin_kubeconfig
+        state = SandboxState(
+            data_dir=str(self.data_dir),
+            kubeconfig=str(kubeconfig),
+            api_url=cp.url,
+            scheduler_url=scheduler_url,
+            webhook_url=webhook_url,
+            kubernetes_version=assets.KUBERNETES_VERSION,
+            started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            nodes=infos,
+        )
+        (self.data_dir / STATE_FILE).write_text(state.model_dump_json(indent=2))
+        return state
+
+    def _build(self) -> Path:
+        self.say("control-plane binaries not found: building them from Go modules (minutes, once)")
+        try:
+            return assets.build()
+        except assets.AssetsMissing as exc:
+            raise SandboxError(str(exc)) from None
+
+    def _start_scheduler(self, cp: ControlPlane, wait: Waiter) -> tuple[str, str]:
+        pod = components.pod_template(*components.SCHEDULER)
+        tls = self.data_dir / "webhook-tls"
+        tls.mkdir()
+        service = f"tessera-scheduler.{pod.namespace}.svc"
+        cert = cp.ca.issue(
+            "webhook", common_name=service, hosts=("127.0.0.1", "localhost", service), server=True
+        )
+        shutil.copy(cert.cert, tls / "tls.crt")
+        shutil.copy(cert.key, tls / "tls.key")
+        kubeconfig = cp.kubeconfig_for_service_account(
+            pod.namespace, pod.service_account, expiration_s=TOKEN_LIFETIME_S
+        )
+        http_port, webhook_port = free_port(), free_port()
+        identity = "sandbox-scheduler"
+        argv = components.command_line(
+            pod.containers["scheduler"],
+            env={"POD_NAME": identity, "POD_NAMESPACE": pod.namespace},
+            overrides={
+                "--listen": f"127.0.0.1:{http_port}",
+                "--webhook-listen": f"127.0.0.1:{webhook_port}",
+                "--webhook-cert-dir": str(tls),
+            },
+            extra=[
+                f"--kubeconfig={kubeconfig}",
+                # In a pod the scheduler reads its own ServiceAccount from the mounted token.
+                f"--webhook-allowed-users=system:serviceaccount:{pod.namespace}:{pod.service_account}",
+            ],
+        )
+        rec = self.table.spawn(
+            "tessera-scheduler", argv, self.data_dir / "logs" / "tessera-scheduler.log", cwd=self.data_dir
+        )
+        scheduler_url = f"http://127.0.0.1:{http_port}"
+        webhook_url = f"https://127.0.0.1:{webhook_port}"
+        wait.http_ok(f"{scheduler_url}/readyz", "tessera-scheduler", rec)
+        wait.http_ok(f"{webhook_url}/healthz", "the admission webhook", rec)
+        lease = next(a.split("=", 1)[1] for a in argv if a.startswith("--leader-elect-lease-name="))
+        wait.scheduler_leads(pod.namespace, lease, identity, rec)
+        return scheduler_url, webhook_url
+
+    def _start_node(
+        self, cp: ControlPlane, wait: Waiter, name: str, gpus: str, cpu: str, memory: str
+    ) -> tuple[NodeInfo, list[ProcessRecord]]:
+        node_dir = self.data_dir / "nodes" / name
+        plugin_dir = node_dir / "device-plugins"
+        plugin_dir.mkdir(parents=True)
+        logs = self.data_dir / "logs"
+        kubelet_config = cp.kubeconfig_for_user(f"system:node:{name}", ("system:nodes",))
+        self.say(f"node {name}: kubelet stand-in, device plugin and agent on {gpus}")
+        kubelet = self.table.spawn(
+            f"kubelet/{name}",
+            [
+                *components.executable_module("scheduler.sandbox.kubelet"),
+                f"--node-name={name}",
+                f"--kubeconfig={kubelet_config}",
+                f"--plugin-dir={plugin_dir}",
+                f"--state-dir={node_dir}",
+                f"--cpu={cpu}",
+                f"--memory={memory}",
+                f"--kubelet-version={assets.KUBERNETES_VERSION}",
+            ],
+            logs / f"kubelet-{name}.log",
+            cwd=node_dir,
+        )
+        uid = wait.node_registered(name, kubelet)
+        bound = client.V1BoundObjectReference(api_version="v1", kind="Node", name=name, uid=uid)
+        env = {"NODE_NAME": name}
+
+        def credentials(pod: components.PodTemplate) -> list[str]:
+            """The DaemonSet's ServiceAccount, with a token bound to this Node (its node-name claim is
+            what the chart's ValidatingAdmissionPolicy keys on)."""
+            config = cp.kubeconfig_for_service_account(
+                pod.namespace,
+                pod.service_account,
+                bound_object=bound,
+                file_name=f"{pod.service_account}-{name}",
+                expiration_s=TOKEN_LIFETIME_S,
+            )
+            return [f"--kubeconfig={config}", f"--fake-gpus={gpus}"]
+
+        plugin_pod = components.pod_template(*components.DEVICE_PLUGIN)
+        plugin_argv = components.command_line(
+            plugin_pod.containers["tessera-device-plugin"],
+            env=env,
+            overrides={"--plugin-dir": str(plugin_dir)},
+            extra=credentials(plugin_pod),
+        )
+        plugin = self.table.spawn(
+            f"device-plugin/{name}", plugin_argv, logs / f"device-plugin-{name}.log", cwd=node_dir
+        )
+        agent_pod = components.pod_template(*components.AGENT)
+        agent_port = free_port()
+        agent_argv = components.command_line(
+            agent_pod.containers["tessera-agent"],
+            env=env,
+            overrides={"--listen": f"127.0.0.1:{agent_port}", "--proc-root": "/proc"},
+            extra=credentials(agent_pod),
+        )
+        agent = self.table.spawn(f"agent/{name}", agent_argv, logs / f"agent-{name}.log", cwd=node_dir)
+        info = NodeInfo(
+            name=name,
+            gpus=gpus,
+            agent_url=f"http://127.0.0.1:{agent_port}",
+            plugin_dir=str(plugin_dir),
+            containers_dir=str(node_dir / "containers"),
+        )
+        return info, [kubelet, plugin, agent]
+
+    # ---- down ----------------------------------------------------------------------------------------
+    def down(self) -> list[str]:
+        """Stop every recorded process and remove the data folder; the names of what was running."""
+        if not self.data_dir.exists():
+            raise SandboxError(f"no sandbox in {self.data_dir}")
+        stopped = self.table.stop_all()
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.data_dir)
+        return stopped
+
+
+def _kubectl(cp: ControlPlane, *args: str, docs: list[manifests.Manifest]) -> None:
+    """Run kubectl on `docs` (as `-f -`); a refusal is a SandboxError with kubectl's first line."""
+    proc = cp.kubectl(*args, "-f", "-", input=manifests.dump(docs), check=False, timeout_s=300)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
+        raise SandboxError(f"kubectl {args[0]} of the chart's manifests failed: {why}")

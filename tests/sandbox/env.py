@@ -1,0 +1,200 @@
+"""A running `tessera sandbox`, as the tests (and a user with kubectl) see it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client, config
+
+from scheduler.api.assignment import GPUAssignment
+from scheduler.api.keys import GPU_ASSIGNMENT, GROUP, VERSION
+from scheduler.sandbox.sandbox import SandboxState
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0, interval_s: float = 0.2) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what` and the last value seen."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f} s (last: {last!r})")
+        time.sleep(interval_s)
+
+
+@dataclass
+class SandboxEnv:
+    state: SandboxState
+    kubectl_bin: Path
+
+    def __post_init__(self) -> None:
+        # kubectl's discovery cache, the sandbox's own (dropped by a test that removes an API group).
+        self.cache_dir = Path(self.state.data_dir) / "kubectl-cache"
+        self.api = config.new_client_from_config(config_file=self.state.kubeconfig)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    # ---- kubectl, as a user types it --------------------------------------------------------------------
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, kubeconfig: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        config = f"--kubeconfig={kubeconfig or self.state.kubeconfig}"
+        cmd = [str(self.kubectl_bin), config, f"--cache-dir={self.cache_dir}", *args]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}"
+            )
+        return proc
+
+    def apply(self, namespace: str, *docs: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(list(docs)))
+
+    @contextmanager
+    def namespace(self) -> Iterator[str]:
+        """A fresh namespace; its pods are force-deleted afterwards so the next test finds the GPUs free."""
+        name = f"t-{uuid.uuid4().hex[:8]}"
+        self.kubectl("create", "namespace", name)
+        wait_for(f"ServiceAccount default in {name}", lambda: self._has_default_sa(name))
+        try:
+            yield name
+        finally:
+            self.kubectl(
+                "delete", "jobs,pods", "--all", "-n", name, "--grace-period=0", "--force", check=False
+            )
+            wait_for(f"pods of {name} gone", lambda: not self.core.list_namespaced_pod(name).items, 60)
+            self.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+    def wait_established(self, crd_files: Path) -> None:
+        """Every CRD in the folder Established (polled: `kubectl wait` fails at once on a CRD created a
+        moment ago, while its status has no conditions yet)."""
+        names = [
+            d["metadata"]["name"]
+            for f in sorted(crd_files.glob("*.yaml"))
+            for d in yaml.safe_load_all(f.read_text())
+            if d
+        ]
+        api = client.ApiextensionsV1Api(self.api)
+
+        def established() -> bool:
+            return all(
+                any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+                for crd in (api.read_custom_resource_definition(n) for n in names)
+            )
+
+        wait_for(f"CRDs {names} Established", established)
+
+    def forget_discovery(self) -> None:
+        """Drop kubectl's cached discovery (after an API group went away, or `queues` still means it)."""
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def _has_default_sa(self, namespace: str) -> bool:
+        return bool(
+            self.core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items
+        )
+
+    # ---- what the parts wrote ---------------------------------------------------------------------------
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(
+            self.kubectl("get", "pod", name, "-n", namespace, "-o", "json").stdout
+        )
+        return data
+
+    def phase(self, namespace: str, name: str) -> str:
+        return str(self.pod(namespace, name).get("status", {}).get("phase"))
+
+    def running(self, namespace: str, name: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        return wait_for(
+            f"pod {namespace}/{name} Running", lambda: self._if_running(namespace, name), timeout_s
+        )
+
+    def _if_running(self, namespace: str, name: str) -> dict[str, Any] | None:
+        pod = self.pod(namespace, name)
+        return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+    def assignment(self, pod: dict[str, Any]) -> GPUAssignment:
+        return GPUAssignment.from_annotation(pod["metadata"]["annotations"][GPU_ASSIGNMENT])
+
+    def container_record(self, namespace: str, pod: str, container: str = "main") -> dict[str, Any]:
+        """What the kubelet stand-in got from the device plugin's Allocate for the container."""
+        for node in self.state.nodes:
+            path = Path(node.containers_dir) / f"{namespace}_{pod}_{container}.json"
+            if path.exists():
+                record: dict[str, Any] = json.loads(path.read_text())
+                return record
+        raise AssertionError(f"no container record for {namespace}/{pod}/{container}")
+
+    def report(self, node: str) -> dict[str, Any]:
+        data: dict[str, Any] = self.custom.get_cluster_custom_object(GROUP, VERSION, "gpunodereports", node)
+        return data
+
+    def reported_uuids(self, node: str) -> list[str]:
+        return [g["uuid"] for g in self.report(node)["spec"]["gpus"]]
+
+    def assigned_milli(self, node: str) -> dict[str, int]:
+        """Per GPU UUID, the share of it the node agent reports as assigned."""
+        return {g["uuid"]: int(g.get("assignedMilli", 0)) for g in self.report(node)["spec"]["gpus"]}
+
+    def queue_status(self, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = self.custom.get_cluster_custom_object(GROUP, VERSION, "queues", name)
+        return dict(data.get("status") or {})
+
+    def scheduler_metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.state.scheduler_url}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def gpu_allocated_fraction(self) -> dict[tuple[str, str], float]:
+        """The scheduler's `tessera_gpu_allocated_fraction` per (node, GPU index)."""
+        out: dict[tuple[str, str], float] = {}
+        for line in self.scheduler_metrics().splitlines():
+            if line.startswith("tessera_gpu_allocated_fraction{"):
+                labels, value = line[len("tessera_gpu_allocated_fraction{") :].split("} ")
+                parts = dict(p.split("=", 1) for p in labels.split(","))
+                out[(parts["node"].strip('"'), parts["gpu"].strip('"'))] = float(value)
+        return out
+
+
+def pod(
+    name: str,
+    *,
+    annotations: dict[str, str] | None = None,
+    gpus: int = 0,
+    grace_s: int = 1,
+    labels: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod for Tessera, as a user writes it (the webhook adds the device-plugin limit for fractions)."""
+    resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+    spec: dict[str, Any] = {
+        "schedulerName": "tessera",
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": grace_s,
+        "containers": [
+            {"name": "main", "image": "busybox", "command": ["sleep", "3600"], "resources": resources}
+        ],
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
+        "spec": spec,
+    }

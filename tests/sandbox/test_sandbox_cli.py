@@ -1,0 +1,43 @@
+"""`tessera sandbox status` and a second `up` on the running sandbox, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.conftest import tessera
+from tests.sandbox.env import SandboxEnv
+
+pytestmark = pytest.mark.apiserver
+
+
+def test_status_says_what_runs(sandbox: SandboxEnv, sandbox_env: tuple[Path, dict[str, str]]) -> None:
+    data_dir, env = sandbox_env
+    proc = tessera("sandbox", "status", f"--data-dir={data_dir}", "-o", "json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    status = json.loads(proc.stdout)
+    assert status["api"] == "ready" and status["kubeconfig"] == sandbox.state.kubeconfig
+    names = {p["name"] for p in status["processes"] if p["running"]}
+    assert {
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "tessera-scheduler",
+    } <= names
+    for node in ("gpu-node-1", "gpu-node-2"):
+        assert {f"kubelet/{node}", f"device-plugin/{node}", f"agent/{node}"} <= names
+
+
+def test_a_second_up_refuses_with_one_line(
+    sandbox: SandboxEnv, sandbox_env: tuple[Path, dict[str, str]]
+) -> None:
+    data_dir, env = sandbox_env
+    proc = tessera("sandbox", "up", f"--data-dir={data_dir}", env=env)
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip()
+        == f"error: a sandbox is already running in {data_dir} (tessera sandbox down first)"
+    )
