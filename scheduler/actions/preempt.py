@@ -16,9 +16,14 @@ from scheduler.actions.victims import Victim, VictimSearch, candidates
 from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
+from scheduler.memo import MemoKey
 from scheduler.reasons import PREEMPTING_HELPS, Reason
 from scheduler.session import Session
 from scheduler.transaction import Transaction
+
+# Per queue, the lowest priority of its preemptible jobs: a waiting job at or below it has no victim there,
+# and the victim list (every running unit of the cluster) is not made for it.
+FLOOR: MemoKey[dict[str, int]] = MemoKey("preemptible_floor")
 
 
 class Preempt:
@@ -38,6 +43,9 @@ class Preempt:
             request = session.request_of(pods[:count])
             if not job.preemptible and tree.quota_exceeded(job.queue, request) is not None:
                 continue  # victims are preemptible: evicting them frees no quota for it
+            floor = session.memo.get(FLOOR, lambda: _floor(session))
+            if job.priority <= floor.get(job.queue, job.priority):
+                continue
             pool = [v for v in candidates(session) if _victim_of(job, v)]
             if not pool:
                 continue
@@ -56,6 +64,14 @@ class Preempt:
             outcome = tx.commit(cluster)
             for p in outcome.bound:
                 session.reasons.pop(p.uid, None)
+
+
+def _floor(session: Session) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for j in session.jobs:
+        if j.preemptible and j.priority < out.get(j.queue, j.priority + 1):
+            out[j.queue] = j.priority
+    return out
 
 
 def _victim_of(job: Job, v: Victim) -> bool:
