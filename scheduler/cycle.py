@@ -48,6 +48,8 @@ class CycleResult:
     reasons: dict[str, PendingReason] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     phase_s: dict[str, float] = field(default_factory=dict)  # state_update, scoring, commit, other
+    # Unix time by which a cycle should run again though nothing happens (a victim's minimum runtime ends)
+    retry_at_epoch_s: float | None = None
 
 
 class Scheduler:
@@ -83,7 +85,9 @@ class Scheduler:
         # Binds that were in flight: confirmed, or forgotten (a gang undone whole) before the session opens.
         settled = Deferred()
         self.cache.inflight.settle(self.cluster.bind_outcomes(), self.cache, self.cluster, settled)
-        session = Session.open(self.cache, self.placer, now, self.budget, probe=self.probe)
+        session = Session.open(
+            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=self.cluster.epoch_s()
+        )
         settled.replay(session)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
@@ -106,6 +110,7 @@ class Scheduler:
         return CycleResult(
             started_s=now, duration_s=duration, action_s=timings, bound=bound, evicted=evicted,
             pending=len(session.reasons), reasons=dict(session.reasons), events=session.events, phase_s=phases,
+            retry_at_epoch_s=session.retry_at,
         )  # fmt: skip
 
     def _report(self, session: Session) -> None:

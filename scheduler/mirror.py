@@ -23,7 +23,7 @@ from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
 from scheduler.model import GPUShare, NodeInfo, Placement, PodInfo, PodPhase
-from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue
+from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue, started_s
 from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,7 @@ class ClusterMirror:
         if pod_queue({str(k): str(v) for k, v in (meta.get("labels") or {}).items()}) != old.queue:
             return False
         old.phase = PodPhase.RUNNING if phase == "Running" else PodPhase.BOUND
+        old.started_s = started_s(ev.obj)
         old.annotations = annotations
         self.index.touch(job_key(old))
         return True

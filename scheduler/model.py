@@ -82,6 +82,8 @@ class PodInfo:
     gpu_models: frozenset[str] | None = None
     group: str | None = None  # namespace/name of its PodGroup
     created_s: float = 0.0
+    # status.startTime as Unix time (the kubelet's, or the simulated clock's); None: not started yet
+    started_s: float | None = None
     phase: PodPhase = PodPhase.PENDING
     node: str | None = None
     ours: bool = True  # schedulerName is tessera

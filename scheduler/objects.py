@@ -238,15 +238,29 @@ def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
 
 
 def _created_s(meta: Obj) -> float:
-    raw = meta.get("creationTimestamp")
+    # An unreadable creation time (the API server sets it) sorts the pod as the oldest.
+    created = timestamp_s(meta.get("creationTimestamp"))
+    return 0.0 if created is None else created
+
+
+def timestamp_s(raw: object) -> float | None:
+    """An RFC 3339 time from an object (a string, or a datetime from the client) as Unix time; None when
+    absent or unreadable."""
     try:
         if isinstance(raw, datetime):
             return raw.timestamp()
         if isinstance(raw, str) and raw:
             return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     except (ValueError, OverflowError, OSError):
-        pass  # an unreadable creation time (the API server sets it) sorts the pod as the oldest
-    return 0.0
+        pass
+    return None
+
+
+def started_s(obj: Obj) -> float | None:
+    """When the pod started (status.startTime, set by the kubelet once it accepted the pod); None before.
+    Minimum runtimes are measured from it (docs/min-runtime.md)."""
+    status = obj.get("status")
+    return timestamp_s(status.get("startTime")) if isinstance(status, Mapping) else None
 
 
 def _phase(obj: Obj) -> PodPhase:
@@ -359,6 +373,7 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         gpu_models=models,
         group=f"{namespace}/{group_name}" if group_name else None,
         created_s=_created_s(meta),
+        started_s=started_s(obj),
         phase=_phase(obj),
         node=_text(spec.get("nodeName")),
         ours=spec.get("schedulerName") == SCHEDULER_NAME,

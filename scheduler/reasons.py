@@ -30,6 +30,7 @@ class Reason(StrEnum):
     QUEUE_AT_FAIR_SHARE = "QueueAtFairShare"
     WAITING_FOR_RECLAIM = "WaitingForReclaim"
     RECLAIM_BLOCKED = "ReclaimBlocked"
+    WAITING_FOR_MIN_RUNTIME = "WaitingForMinRuntime"
     WAITING_FOR_CAPACITY = "WaitingForCapacity"
     OVER_LIMIT = "OverLimit"
     OVER_QUOTA = "OverQuota"
@@ -59,6 +60,7 @@ _WAIT = {
     Reason.QUEUE_AT_FAIR_SHARE: Wait.ROOM,
     Reason.WAITING_FOR_RECLAIM: Wait.ROOM,
     Reason.RECLAIM_BLOCKED: Wait.ROOM,
+    Reason.WAITING_FOR_MIN_RUNTIME: Wait.ROOM,
     Reason.WAITING_FOR_CAPACITY: Wait.IDLE,
     Reason.OVER_LIMIT: Wait.QUEUE_RULE,
     Reason.OVER_QUOTA: Wait.QUEUE_RULE,
@@ -79,6 +81,10 @@ _MEANING = {
     Reason.QUEUE_AT_FAIR_SHARE: "its queue has its fair share; it runs when others finish or need less",
     Reason.WAITING_FOR_RECLAIM: "room is being reclaimed from queues over their fair share",
     Reason.RECLAIM_BLOCKED: "evicting the pods that would make room breaks a queue rule (named in the message)",
+    Reason.WAITING_FOR_MIN_RUNTIME: (
+        "the pods that could make room have not run their queue's minimum runtime yet; tried again when "
+        "the first may go"
+    ),
     Reason.WAITING_FOR_CAPACITY: "its queue is below its fair share, but no queue is over its own",
     Reason.OVER_LIMIT: "its queue (or a parent) would go over its limit",
     Reason.OVER_QUOTA: "non-preemptible work only runs inside its queue's quota",

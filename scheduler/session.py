@@ -83,6 +83,11 @@ class Session:
     unavailable: set[int] = field(
         default_factory=set
     )  # rows whose GPUs take no pod for the rest of the cycle
+    # Now as Unix time (the clock pods' start times are read against: simulated in a simulation).
+    epoch_s: float = 0.0
+    # The earliest Unix time something waiting now may be decided otherwise without any event (a victim's
+    # minimum runtime ends): a simulation advances its clock to it; None: nothing of the kind.
+    retry_at: float | None = None
     _exclude: Array | None = field(default=None, repr=False)
     _usage: TreeUsage | None = field(default=None, repr=False)
 
@@ -123,6 +128,7 @@ class Session:
         budget: Budget | None = None,
         *,
         probe: IncrementalPlacer | None = None,
+        epoch_s: float | None = None,
     ) -> Session:
         tree = QueueTree(cache.queues.values())
         charge = GPUCharge(cache.state)
@@ -160,11 +166,16 @@ class Session:
         session = cls(
             cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, budget=budget or Budget(), probe=probe,
             charge=charge,
-            pending_jobs=pending, reserved=reserved,
+            pending_jobs=pending, reserved=reserved, epoch_s=now if epoch_s is None else epoch_s,
         )  # fmt: skip
         session._usage = TreeUsage(tree)
         cache.ledger.add_listener(session._usage)
         return session
+
+    def retry_by(self, epoch_s: float) -> None:
+        """Ask for a cycle by `epoch_s` at the latest (see `retry_at`)."""
+        if self.retry_at is None or epoch_s < self.retry_at:
+            self.retry_at = epoch_s
 
     def close(self) -> None:
         """Stop following the ledger (the cycle is over; the session stays readable)."""

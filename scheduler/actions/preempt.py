@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from functools import partial
 
+from scheduler.actions import min_runtime
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victims import Victim, VictimSearch, candidates
 from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.memo import MemoKey
+from scheduler.model import PodInfo
 from scheduler.reasons import PREEMPTING_HELPS, Reason
 from scheduler.session import Session
 from scheduler.transaction import Transaction
@@ -32,6 +34,11 @@ class Preempt:
     def execute(self, session: Session, cluster: Cluster) -> None:
         meter = session.budget.action()
         tree = session.tree
+        runtimes = min_runtime.min_runtimes(session)
+
+        def preempt_s(v: Victim) -> float:
+            return runtimes.preempt_s(v.job.queue)
+
         # Over quota or limit may be cured too: by evicting lower-priority pods of the same queue.
         for job in jobs_in_order(session, waiting_jobs(session, PREEMPTING_HELPS)):
             if meter.exhausted:
@@ -46,8 +53,14 @@ class Preempt:
             floor = session.memo.get(FLOOR, lambda: _floor(session))
             if job.priority <= floor.get(job.queue, job.priority):
                 continue
-            pool = [v for v in candidates(session) if _victim_of(job, v)]
+            pool, protection = min_runtime.split(
+                session,
+                [v for v in candidates(session) if _victim_of(job, v)],
+                preempt_s,
+            )
             if not pool:
+                if protection is not None:
+                    _tell(session, pods, protection.describe("preempt", session.epoch_s))
                 continue
             tx = Transaction(session, "preempt")
             why = f"preempted by {label(job)} (priority {job.priority}) in queue {job.queue}"
@@ -60,6 +73,8 @@ class Preempt:
                 if search.blocked is not None:
                     for p in pods:
                         session.set_reason(p, Reason.OVER_LIMIT, search.blocked)
+                elif protection is not None:
+                    _tell(session, pods, protection.describe("preempt", session.epoch_s))
                 continue
             outcome = tx.commit(cluster)
             for p in outcome.bound:
@@ -72,6 +87,15 @@ def _floor(session: Session) -> dict[str, int]:
         if j.preemptible and j.priority < out.get(j.queue, j.priority + 1):
             out[j.queue] = j.priority
     return out
+
+
+def _tell(session: Session, pods: list[PodInfo], message: str) -> None:
+    """Only victims too young for the queue's preemptMinRuntime could make room: that leads; what the
+    earlier actions found stays as its context."""
+    for p in pods:
+        prev = session.reasons.get(p.uid)
+        context = f"; {prev.message}" if prev is not None and prev.message not in message else ""
+        session.set_reason(p, Reason.WAITING_FOR_MIN_RUNTIME, f"{message}{context}")
 
 
 def _victim_of(job: Job, v: Victim) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from scheduler.actions import min_runtime
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.queue_checks import (
@@ -81,9 +82,20 @@ class Reclaim:
             return
         others = [v for v in candidates(session) if v.job.queue != job.queue and v.job.queue in tree.nodes]
         takeable = {q: victim_candidate(tree, job.queue, request, q) for q in {v.job.queue for v in others}}
-        pool = [v for v in others if takeable[v.job.queue]]
+        runtimes = min_runtime.min_runtimes(session)
+        pool, protection = min_runtime.split(
+            session,
+            [v for v in others if takeable[v.job.queue]],
+            lambda v: runtimes.reclaim_s(job.queue, v.job.queue),
+        )
         if not pool:
-            failed[key] = _nobody(session, job, request, bool(others))
+            if protection is not None:
+                failed[key] = (
+                    Reason.WAITING_FOR_MIN_RUNTIME,
+                    protection.describe("reclaim", session.epoch_s),
+                )
+            else:
+                failed[key] = _nobody(session, job, request, bool(others))
             tell(*failed[key])
             return
         tx = Transaction(session, "reclaim")
@@ -99,6 +111,11 @@ class Reclaim:
         if search.run(victim_order(session, pool)) is None:
             tx.rollback()
             failed[key] = _unfit(session, job, request, search.blocked)
+            if protection is not None:  # the protected ones may make the room: say when they may go
+                failed[key] = (
+                    failed[key][0],
+                    f"{failed[key][1]}; {protection.describe('reclaim', session.epoch_s)}",
+                )
             tell(*failed[key])
             return
         outcome = tx.commit(cluster)

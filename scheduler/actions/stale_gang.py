@@ -35,6 +35,7 @@ class StaleGang:
             since = self.stale_since.setdefault(job.key, now)
             left = since + job.stale_grace_s - now
             if left > 0:
+                session.retry_by(session.epoch_s + left)  # a simulation advances its clock to it
                 msg = (f"gang {job.key} runs {present} of {job.min_member} members; evicted whole in {left:.0f}s "
                        "unless the missing members are placed")  # fmt: skip
                 for p in job.pending:

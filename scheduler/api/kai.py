@@ -19,7 +19,6 @@ the translation with a note each, never dropped silently.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -27,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
+from scheduler.api.duration import parse_go_duration
 from scheduler.api.keys import (
     API_VERSION,
     DEFAULT_QUEUE,
@@ -83,8 +83,8 @@ class KaiQueueSpec(BaseModel):
     parent_queue: str = Field(default="", alias="parentQueue")
     resources: KaiQueueResources | None = None
     priority: int | None = None
-    preempt_min_runtime: str | None = Field(default=None, alias="preemptMinRuntime")  # not used
-    reclaim_min_runtime: str | None = Field(default=None, alias="reclaimMinRuntime")  # not used
+    preempt_min_runtime: str | None = Field(default=None, alias="preemptMinRuntime")
+    reclaim_min_runtime: str | None = Field(default=None, alias="reclaimMinRuntime")
 
 
 class KaiQueue(BaseModel):
@@ -193,8 +193,8 @@ def queue_from_kai(obj: Mapping[str, Any]) -> Translation:
         ("preemptMinRuntime", kq.spec.preempt_min_runtime),
         ("reclaimMinRuntime", kq.spec.reclaim_min_runtime),
     ):
-        if value:
-            notes.append(f"spec.{field} is not used by Tessera yet: its jobs may be evicted at any age")
+        if value is not None:  # same name, same meaning (docs/min-runtime.md); validated with the Queue
+            spec[field] = value
     notes += _unknown("spec", kq.spec.model_extra)
     out = {
         "apiVersion": API_VERSION,
@@ -299,23 +299,6 @@ def podgroup_from_kai(obj: Mapping[str, Any]) -> Translation:
     }
     PodGroup.model_validate(out)
     return Translation("PodGroup", out, tuple(notes))
-
-
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_go_duration(text: str) -> float:
-    """Seconds of a Go duration as Kubernetes' metav1.Duration writes it ("30s", "1h30m", "-1s", "0")."""
-    raw = text.strip()
-    sign = -1.0 if raw.startswith("-") else 1.0
-    body = raw.lstrip("+-")
-    if body == "0":
-        return 0.0
-    parts = _GO_DURATION.findall(body)
-    if not body or "".join(n + u for n, u in parts) != body:
-        raise ValueError(f"{text!r} is not a duration like 30s, 5m or 1h30m")
-    return sign * sum(float(n) * _GO_UNITS[u] for n, u in parts)
 
 
 # ---- shared --------------------------------------------------------------------------------------------

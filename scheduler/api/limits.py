@@ -34,5 +34,8 @@ MAX_PRIORITY: Final = (1 << 31) - 1
 MAX_MIN_MEMBER: Final = 100_000
 MAX_STALE_GRACE_S: Final = 100 * 365 * 24 * 3600.0  # "never" (KAI compatibility uses 10 years) fits
 
+# Queues' preemptMinRuntime / reclaimMinRuntime (a job younger than that is not a victim).
+MAX_MIN_RUNTIME_S: Final = 365 * 24 * 3600.0
+
 # Text: a number longer than this is refused before it is converted (no million-digit integers).
 MAX_NUMBER_CHARS: Final = 64

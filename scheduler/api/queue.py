@@ -35,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 
+from scheduler.api.duration import MinRuntime, seconds
 from scheduler.api.keys import API_VERSION
 from scheduler.api.limits import (
     MAX_OVER_QUOTA_WEIGHT,
@@ -222,6 +223,27 @@ class QueueSpec(BaseModel):
     priority: int = Field(default=100, ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)
     display_name: str | None = Field(default=None, alias="displayName")
     resources: QueueResources = Field(default_factory=QueueResources)
+    # KAI's minimum runtimes (docs/min-runtime.md): unset is inherited from the parent queue, 0 at the root.
+    preempt_min_runtime: MinRuntime | None = Field(
+        default=None,
+        alias="preemptMinRuntime",
+        description="How long a job of this queue runs before a job of the same queue may preempt it "
+        "(a duration: 30s, 10m, 1h30m; unset: the parent's, 0 at the top)",
+    )
+    reclaim_min_runtime: MinRuntime | None = Field(
+        default=None,
+        alias="reclaimMinRuntime",
+        description="How long a job of this queue runs before another queue may reclaim it (resolved "
+        "below the lowest common ancestor of the two queues, as KAI does; unset: the parent's, 0 at the top)",
+    )
+
+    @property
+    def preempt_min_runtime_s(self) -> float | None:
+        return seconds(self.preempt_min_runtime)
+
+    @property
+    def reclaim_min_runtime_s(self) -> float | None:
+        return seconds(self.reclaim_min_runtime)
 
 
 ResourceAmounts = dict[Literal["gpu", "cpu", "memory"], float]

@@ -16,9 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from scheduler.api.cli import FAILURE, check_choice, fail, warning_line
+from scheduler.api.duration import show_duration
 from scheduler.api.queue import Queue, QueueStatus
 from scheduler.cli.cluster_reader import KubeReader, ReadError
 from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
+from scheduler.queues.min_runtime import MinRuntimes
 from scheduler.queues.tree import QueueTree
 
 OUTPUTS = ("table", "json")
@@ -35,6 +37,7 @@ class QueueRow:
     spec: dict[str, dict[str, float]]  # resource -> quota/limit/overQuotaWeight, internal units
     status: dict[str, dict[str, float]]  # allocated/fairShare/requested -> resource -> internal units
     implicit: bool = False  # the scheduler's own `default`, when no Queue object has that name
+    min_runtime_s: tuple[float, float] = (0.0, 0.0)  # (preempt, reclaim) as its jobs get them, inherited
 
     def to_json(self) -> Obj:
         return {
@@ -53,6 +56,7 @@ class QueueRow:
                 "quota": _gib(self.spec["memory"]["quota"]),
                 "limit": _gib(self.spec["memory"]["limit"]),
             },
+            "minRuntimeSeconds": {"preempt": self.min_runtime_s[0], "reclaim": self.min_runtime_s[1]},
         }
 
 
@@ -77,6 +81,7 @@ def queue_rows(objects: Iterable[Obj]) -> tuple[list[QueueRow], list[str]]:
             where = ".".join(str(p) for p in err["loc"])
             problems.append(f"queue {name} is invalid and ignored by the scheduler: {where}: {err['msg']}")
     tree = QueueTree(queues)
+    runtimes = MinRuntimes(tree)
     problems += [f"{e} (treated as a top-level queue)" if "does not exist" in e else e for e in tree.errors]
     statuses = {q.name: q.status or QueueStatus() for q in queues}
     rows: list[QueueRow] = []
@@ -99,7 +104,17 @@ def queue_rows(objects: Iterable[Obj]) -> tuple[list[QueueRow], list[str]]:
         }
         implicit = name not in statuses
         rows.append(
-            QueueRow(name, node.parent, depth, node.is_leaf, node.spec.priority, spec, figures, implicit)
+            QueueRow(
+                name,
+                node.parent,
+                depth,
+                node.is_leaf,
+                node.spec.priority,
+                spec,
+                figures,
+                implicit,
+                runtimes.configured(name),
+            )
         )
         for child in node.children:
             visit(child, depth + 1)
@@ -119,7 +134,9 @@ def _amount(v: float | None, unit: str = "") -> str:
 
 def queue_table(rows: list[QueueRow]) -> Table:
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("QUEUE", "PRIO", "GPU ALLOC", "FAIR SHARE", "QUOTA", "LIMIT", "CPU QUOTA", "MEM QUOTA"):
+    columns = ("QUEUE", "PRIO", "GPU ALLOC", "FAIR SHARE", "QUOTA", "LIMIT", "CPU QUOTA", "MEM QUOTA")
+    runtimes = any(any(r.min_runtime_s) for r in rows)  # a column only where some queue sets one
+    for col in (*columns, "MIN RUNTIME P/R") if runtimes else columns:
         t.add_column(col, justify="left" if col == "QUEUE" else "right", no_wrap=True)
     for r in rows:
         label = "  " * r.depth + r.name + ("" if r.leaf else "/") + (" (implicit)" if r.implicit else "")
@@ -132,6 +149,11 @@ def queue_table(rows: list[QueueRow]) -> Table:
             _amount(r.spec["gpu"]["limit"]),
             _amount(_cores(r.spec["cpu"]["quota"])),
             _amount(_gib(r.spec["memory"]["quota"]), " GiB"),
+            *(
+                [f"{show_duration(r.min_runtime_s[0])}/{show_duration(r.min_runtime_s[1])}"]
+                if runtimes
+                else []
+            ),
         )
     return t
 

@@ -100,7 +100,9 @@ class SimCluster:
             raise BindError(f"node {assignment.node} does not exist")
         spec["nodeName"] = assignment.node
         rec.obj["metadata"].setdefault("annotations", {})[GPU_ASSIGNMENT] = assignment.to_annotation()
-        rec.obj["status"] = {"phase": "Running"}
+        # The kubelet's startTime: minimum runtimes are measured from it.
+        started = (SIM_EPOCH + timedelta(seconds=self.now_s)).isoformat()
+        rec.obj["status"] = {"phase": "Running", "startTime": started}
         rec.started_s = self.now_s
         rec.reason = None
         if rec.duration_s is not None:
@@ -228,7 +230,7 @@ class SimCluster:
         if rec.duration_s is None or rec.started_s + rec.duration_s > at_s + 1e-9:
             return  # a stale completion of an earlier incarnation
         rec.finished_s = at_s
-        rec.obj["status"] = {"phase": "Succeeded"}
+        rec.obj["status"] = {**rec.obj.get("status", {}), "phase": "Succeeded"}
         self.log.append({"time_s": at_s, "type": "Completed", "action": "", "pod": key, "message": ""})
         self._emit("Pod", "MODIFIED", rec.obj)
 

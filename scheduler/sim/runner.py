@@ -51,6 +51,9 @@ def run_simulation(
         pct = 100.0 * state.allocated_milli() / (capacity * MILLI_PER_GPU) if capacity else 0.0
         result.timeline.append((t, pct))
         nxt = sim.next_event_s()
+        if cycle.retry_at_epoch_s is not None:  # e.g. a victim's minimum runtime ends: decide again then
+            retry = cycle.retry_at_epoch_s - (sim.epoch_s() - sim.now_s)
+            nxt = retry if nxt is None else min(nxt, retry)
         if progress is not None:
             progress(t, nxt if nxt is not None else t)
         changed = cycle.bound > 0 or cycle.evicted > 0

@@ -19,6 +19,7 @@ from scheduler.queues import QueueTree
 from scheduler.reasons import PendingReason, Reason
 from scheduler.resources import RESOURCE_NAMES
 from scheduler.ui.colors import OTHER_QUEUE, queue_colors
+from scheduler.ui.min_runtime import elastic_notes, protection_notes, queue_min_runtime
 from scheduler.ui.view import (
     DashboardView,
     GPUCell,
@@ -108,12 +109,13 @@ def _build(
 
     queues = _queues(tree)
     colors = queue_colors([q.name for q in queues])
-    nodes = _nodes(scheduler, pods, placements, {r.spec.node: r for r in reports}, queue_of)
+    notes = protection_notes(tree, session.jobs, now) if session is not None else {}
+    nodes = _nodes(scheduler, pods, placements, {r.spec.node: r for r in reports}, queue_of, notes)
     reasons = dict(session.reasons) if session is not None else dict(scheduler.last_reasons)
     pending_pods = [
         p for p in pods.values() if p.ours and p.phase == PodPhase.PENDING and not p.holds_resources
     ]
-    pending = _pending(pending_pods, reasons, queue_of, now)
+    pending = _pending(pending_pods, reasons, queue_of, now, elastic_notes(session.jobs) if session else {})
     cells = [g for n in nodes for g in n.gpus]
     totals = Totals(
         nodes=len(nodes),
@@ -166,6 +168,7 @@ def _nodes(
     placements: dict[str, Placement],
     reports: dict[str, GPUNodeReport],
     queue_of: QueueOf,
+    notes: dict[str, str],
 ) -> list[NodeRow]:
     state = scheduler.cache.state
     slices: dict[tuple[int, int], list[Slice]] = {}
@@ -175,7 +178,14 @@ def _nodes(
         gang = pod.group if pod is not None else None
         for share in pl.gpus:
             slices.setdefault((pl.node, share.slot), []).append(
-                Slice(pod=key, queue=queue_of(pod), milli=share.milli, mib=share.mib, gang=gang)
+                Slice(
+                    pod=key,
+                    queue=queue_of(pod),
+                    milli=share.milli,
+                    mib=share.mib,
+                    gang=gang,
+                    protected=notes.get(uid, ""),
+                )
             )
     for key, held in list(scheduler.cache.ledger.reserved.items()):  # places kept for pods being moved
         queue = held.owner.queue if held.owner is not None else OTHER_QUEUE
@@ -241,7 +251,17 @@ def _queues(tree: QueueTree) -> list[QueueView]:
             )
             for r in RESOURCE_NAMES
         }
-        out.append(QueueView(name, node.parent, depth, node.is_leaf, node.spec.priority, figures))
+        out.append(
+            QueueView(
+                name,
+                node.parent,
+                depth,
+                node.is_leaf,
+                node.spec.priority,
+                figures,
+                queue_min_runtime(tree, name),
+            )
+        )
         for child in node.children:
             visit(child, depth + 1)
 
@@ -255,6 +275,7 @@ def _pending(
     reasons: dict[str, PendingReason],
     queue_of: QueueOf,
     now: float,
+    notes: dict[str, str],
 ) -> list[PendingGroup]:
     # reason -> message -> subject key -> (subject fields, pods)
     grouped: dict[str, dict[str, dict[str, list[PodInfo]]]] = {}
@@ -279,6 +300,7 @@ def _pending(
                         pods=len(members),
                         request=f"{req} × {len(members)} pods" if gang else req,
                         waiting_s=now - first.created_s if 0 < first.created_s <= now else None,
+                        note=notes.get(key.split(":", 1)[1], "") if gang else "",
                     )
                 )
             entries.append(PendingEntry(message=message, subjects=tuple(subjects)))

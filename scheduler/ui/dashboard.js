@@ -113,7 +113,7 @@
       cell[6].forEach(function (s) {
         var meas = measuredBy[s[0]];
         var usedCell = meas ? el("span", fmtMiB(meas[1]) + (meas[3] ? " over limit" : ""), meas[3] ? "over" : "") : "";
-        row(t, [s[0] + (s[4] ? " (gang " + s[4] + ")" : ""), swatch(s[1]), fmtGPU(s[2]), s[3], usedCell]);
+        row(t, [s[0] + (s[4] ? " (gang " + s[4] + ")" : "") + (s[5] ? " · " + s[5] : ""), swatch(s[1]), fmtGPU(s[2]), s[3], usedCell]);
       });
       if (!cell[6].length) { row(t, ["(free)", "", "", "", ""]); }
       panel.appendChild(t);

@@ -27,7 +27,7 @@ def _measured_json(m: Measured | None) -> dict[str, Any] | None:
 def _cell_json(g: GPUCell) -> list[Any]:
     return [
         g.index, g.uuid, g.total_mib, g.free_milli, g.healthy, g.health_reason,
-        [[s.pod, s.queue, s.milli, s.mib, s.gang] for s in g.slices], _measured_json(g.measured),
+        [[s.pod, s.queue, s.milli, s.mib, s.gang, s.protected] for s in g.slices], _measured_json(g.measured),
     ]  # fmt: skip
 
 
@@ -45,6 +45,8 @@ def _cell(g: GPUCell, group: int, count: int, colors: dict[str, str]) -> str:
     for s in g.slices:
         who = s.pod if count == 1 else s.queue
         tip = f"{who} · queue {s.queue} · {gpus(s.milli)} GPU · {mib(s.mib)}{times}"
+        if s.protected and count == 1:
+            tip += f" · {s.protected}"
         parts.append(
             f'<span class="slice" style="width:{s.milli / 10:g}%;background:{attr(colors.get(s.queue, "#999"))}" '
             f'data-pod="{attr(s.pod if count == 1 else "")}" data-queue="{attr(s.queue)}" '

@@ -21,6 +21,7 @@ def reason_help(reason: str) -> str:
 
 def _subject(s: PendingSubject) -> str:
     wait = f" · waiting {duration(s.waiting_s)}" if s.waiting_s is not None else ""
+    wait += f" · {escape(s.note)}" if s.note else ""
     label = f"gang {escape(s.key)}" if s.kind == "gang" else escape(s.key)
     return (
         f'<li class="subject {s.kind}" data-key="{attr(s.key)}"><b>{label}</b> '

@@ -52,7 +52,8 @@ def _name(q: QueueView) -> str:
     indent = "".join('<span class="tree-pad"></span>' for _ in range(q.depth))
     glyph = "└ " if q.depth else ""
     kind = "" if q.is_leaf else ' <span class="muted">(parent)</span>'
-    return f'{indent}<span class="tree-glyph">{glyph}</span>{escape(q.name)}{kind}'
+    runtime = f' <span class="muted minrt">{escape(q.min_runtime)}</span>' if q.min_runtime else ""
+    return f'{indent}<span class="tree-glyph">{glyph}</span>{escape(q.name)}{kind}{runtime}'
 
 
 def _table(queues: tuple[QueueView, ...], resource: str, colors: dict[str, str]) -> str:

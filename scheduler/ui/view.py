@@ -18,6 +18,7 @@ class Slice:
     milli: int
     mib: int
     gang: str | None = None
+    protected: str = ""  # how long its job's minimum runtimes still protect it ("" when they do not)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class QueueView:
     is_leaf: bool
     priority: int
     resources: dict[str, QueueFigures]  # gpu, cpu, memory
+    min_runtime: str = ""  # its preempt/reclaim minimum runtimes, inherited ones named ("" when none)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class PendingSubject:
     pods: int
     request: str  # human-readable: "0.5 GPU", "4 whole GPUs x 4 pods"
     waiting_s: float | None = None
+    note: str = ""  # e.g. an elastic gang's "elastic: 5 running, minMember 2"
 
 
 @dataclass(frozen=True)

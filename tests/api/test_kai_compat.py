@@ -115,12 +115,12 @@ QUEUE_CASES: list[tuple[str, Obj, dict[str, tuple[float, float, float]], str | N
         None, 100, [],
     ),
     (
-        "fields Tessera does not use yet are named",
+        "fields Tessera does not use are named; minimum runtimes carry over",
         kai_queue("slow", {"preemptMinRuntime": "10m", "reclaimMinRuntime": "1h", "futureField": 3,
                            "resources": {r: {**res(1, -1), "lendingLimit": 0} for r in ("cpu", "gpu", "memory")}}),
         {"gpu": (1, -1, 1), "cpu": (1, -1, 1), "memory": (MB_IN_MIB, -1, 1)},
         None, 100,
-        ["spec.preemptMinRuntime", "spec.reclaimMinRuntime", "spec.futureField is not known",
+        ["spec.futureField is not known",
          "gpu.lendingLimit", "cpu.lendingLimit", "memory.lendingLimit"],
     ),
 ]  # fmt: skip
@@ -432,3 +432,14 @@ def test_a_bad_kai_object_is_skipped_with_its_reason_and_the_rest_loads() -> Non
     assert "q.yaml: document 1: Queue bad: spec.resources.gpu.quota" in warning and warning.endswith(
         "skipped"
     )
+
+
+def test_kai_min_runtimes_carry_over_and_bad_ones_are_refused() -> None:
+    out = translate(kai_queue("slow", {"preemptMinRuntime": "10m", "reclaimMinRuntime": "1h30m"}))
+    spec = Queue.model_validate(out.obj).spec
+    assert (spec.preempt_min_runtime_s, spec.reclaim_min_runtime_s) == (600, 5400)
+    assert not any("MinRuntime" in n for n in out.notes)  # used as KAI means them: nothing to warn about
+    with pytest.raises(ValueError, match="cannot be negative"):
+        translate(
+            kai_queue("neg", {"reclaimMinRuntime": "-5s"})
+        )  # KAI's server takes it; it protects nothing

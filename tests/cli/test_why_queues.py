@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from rich.console import Console
 from typer.testing import CliRunner
 
 from scheduler.cli.cluster_reader import KubeReader
 from scheduler.cli.kubectl import app as kubectl_app
-from scheduler.cli.queues import queue_rows
+from scheduler.cli.queues import queue_rows, queue_table
 from scheduler.cli.why import explain
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.kube.cluster import KubeCluster
@@ -130,3 +131,24 @@ def test_queue_rows_report_what_the_scheduler_ignores() -> None:
     assert next(r for r in rows if r.name == "ok").to_json()["memoryGiB"]["quota"] == 64
     assert any("queue bad is invalid" in p and 'fractions as a string, e.g. "0.5"' in p for p in problems)
     assert any("queue lost: parent queue nowhere does not exist" in p for p in problems)
+
+
+def test_queues_show_the_minimum_runtimes_each_queue_gets() -> None:
+    rows, problems = queue_rows(
+        [
+            {"kind": "Queue", "metadata": {"name": "lab"}, "spec": {"preemptMinRuntime": "5m"}},
+            {
+                "kind": "Queue",
+                "metadata": {"name": "research"},
+                "spec": {"parentQueue": "lab", "reclaimMinRuntime": "10m"},
+            },
+            {"kind": "Queue", "metadata": {"name": "bad"}, "spec": {"reclaimMinRuntime": "-5s"}},
+        ]
+    )
+    research = next(r for r in rows if r.name == "research")
+    assert research.to_json()["minRuntimeSeconds"] == {"preempt": 300, "reclaim": 600}  # preempt inherited
+    assert any("queue bad is invalid" in p and "cannot be negative" in p for p in problems)
+    table = Console(width=200, record=True)
+    table.print(queue_table(rows))
+    text = table.export_text()
+    assert "MIN RUNTIME P/R" in text and "5m/10m" in text

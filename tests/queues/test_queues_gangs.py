@@ -7,6 +7,7 @@ import pytest
 from scheduler.api.keys import GPU_FRACTION, POD_GROUP
 from scheduler.reasons import Reason
 from scheduler.sim.cluster import SimCluster
+from scheduler.sim.runner import run_simulation
 from tests.queues.util import GRACE_S, Recorder
 from tests.scheduler.helpers import A100, cluster, node, phase, pod, podgroup, queue
 
@@ -94,6 +95,17 @@ def test_stale_gang_is_evicted_whole_after_its_grace_period():
     ev = rec.evictions("stale_gang")
     assert sorted(e["pod"] for e in ev) == ["q/ddp-0", "q/ddp-2"]
     assert 13 <= ev[0]["time_s"] <= 14 and "ran 2 of 3 members" in ev[0]["message"]
+
+
+def test_simulate_advances_to_the_end_of_a_stale_gangs_grace_period():
+    """Nothing else happens after the member fails: the simulation still runs a cycle when the grace ends."""
+    objs = [node("n0", A100, 4, 64, 512), queue("q", None, 4), *gang("ddp", "q", 3, 1, arrival_s=0, grace=10)]
+    sim, sched = cluster(objs)
+    Recorder(sim, sched).run(3)
+    fail(sim, "q/ddp-1")
+    result = run_simulation(sim, sched, until_s=3600)
+    evicted = [e for e in result.events if e["type"] == "Evicted"]
+    assert len(evicted) == 2 and all(e["action"] == "stale_gang" and 13 <= e["time_s"] <= 14 for e in evicted)
 
 
 def test_finished_members_keep_a_gang_whole():

@@ -3,6 +3,7 @@ measured outcomes asserted."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -119,3 +120,71 @@ def test_guaranteed_quota_against_one_big_job():
     assert "queue team-a would pass its fair share with it (2 GPUs of 4 GPUs allocated" in message
     rec.run(20)
     assert len(rec.evictions()) == 8  # settled: team-a, below its quota now, takes nothing back
+
+
+def simulate_json(name: str, until: str) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["simulate", "-f", str(SCENARIOS / f"{name}.yaml"), "--until", until,
+                                      "-o", "json", "--backend", "numpy"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+def test_reclaim_waits_for_the_victims_minimum_runtime():
+    rec = scenario("reclaim-min-runtime")
+    rec.run(61)  # team-b's pods arrived at t=60: every pod team-a could give up started less than 10m ago
+    assert rec.evictions() == [] and gpus_by_queue(rec.sim) == {"team-a": 8.0}
+    reason, message = pending_reason(rec, "team-b/b-0")
+    assert reason == Reason.WAITING_FOR_MIN_RUNTIME
+    # (the Recorder's first cycle is at t=1s: team-a's first pods started then)
+    assert "reclaim waits for minimum runtime: first victim eligible in 9m (" in message
+    assert "of queue team-a started 1m ago, reclaimMinRuntime 10m; 7 more protected)" in message
+    # `tessera simulate` jumps to the moment the first victim may go (no event would wake it before 1h).
+    summary = simulate_json("reclaim-min-runtime", "11m")
+    evicted = [(e["time_s"], e["pod"], e["action"]) for e in summary["events"] if e["type"] == "Evicted"]
+    assert evicted == [(600.0 + i, f"team-a/a-{i}", "reclaim") for i in range(4)]  # the oldest, as they age
+    scheduled = {e["pod"]: e["time_s"] for e in summary["events"] if e["type"] == "Scheduled"}
+    assert [scheduled[f"team-b/b-{i}"] for i in range(4)] == [630.0, 631.0, 632.0, 633.0]
+    queues = {q["name"]: q["allocated"]["gpu"] for q in summary["queues"]}
+    assert queues["team-a"] == 4 and queues["team-b"] == 4
+
+
+def test_preempt_waits_for_the_inherited_minimum_runtime():
+    rec = scenario("preempt-min-runtime")
+    rec.run(31)
+    reason, message = pending_reason(rec, "research/build-0")
+    assert reason == Reason.WAITING_FOR_MIN_RUNTIME
+    assert message.startswith("preempt waits for minimum runtime: first victim eligible in 4m30s")
+    assert "preemptMinRuntime 5m" in message  # set on queue lab, inherited by research
+    summary = simulate_json("preempt-min-runtime", "6m")
+    evicted = [(e["time_s"], e["pod"], e["action"]) for e in summary["events"] if e["type"] == "Evicted"]
+    assert len(evicted) == 1 and evicted[0][0] == 300.0 and evicted[0][2] == "preempt"
+    pods = {p["name"]: p["phase"] for p in summary["pods"]}
+    assert pods["build-0"] == "Running"
+
+
+def test_an_elastic_gang_starts_with_what_fits_grows_and_gives_back_members_one_by_one():
+    def running(summary: dict[str, Any], prefix: str) -> list[str]:
+        return sorted(
+            p["name"] for p in summary["pods"] if p["phase"] == "Running" and p["name"].startswith(prefix)
+        )
+
+    start = simulate_json("elastic-gang", "1m")
+    assert running(start, "ddp-") == [f"ddp-{i}" for i in range(4)]  # minMember 2; the 4 free GPUs
+    waiting = next(p for p in start["pods"] if p["name"] == "ddp-4")
+    assert "gang team-a/ddp runs its minMember (2); its extra members wait for room" in waiting["reason"]
+    grown = simulate_json("elastic-gang", "3m")
+    assert len(running(grown, "ddp-")) == 8  # team-b's pods finished at 2m: the gang grew into them
+    end = simulate_json("elastic-gang", "6m")
+    evicted = [e for e in end["events"] if e["type"] == "Evicted"]
+    assert [(e["time_s"], e["action"]) for e in evicted] == [(300.0, "reclaim")] * 3
+    assert sorted(e["pod"] for e in evicted) == ["team-a/ddp-5", "team-a/ddp-6", "team-a/ddp-7"]
+    assert running(end, "ddp-") == [f"ddp-{i}" for i in range(5)] and len(running(end, "late-")) == 3
+    rec = scenario("elastic-gang")
+    for _ in range(360):  # cycle by cycle: the gang never runs fewer than its minMember once started
+        rec.sim.advance(rec.sim.now_s + 1)
+        rec.sched.run_cycle()
+        held = sum(1 for i in range(8) if phase(rec.sim, f"team-a/ddp-{i}") == "Running")
+        assert held == 0 or held >= 2
+    status = rec.sim.group_status["team-a/ddp"]
+    assert status.phase == "Running" and status.running == 5

@@ -13,6 +13,8 @@ KAI's test harness in Tessera's terms:
   parent queue whose over-quota weight is its quota; queues listed first are the oldest;
 - a node has 20000 CPUs, 20G of memory and GPUs of 100 MiB unless it says so; a pod asks 1 CPU and 1G
   (memory figures are scaled, see `_Memory`);
+- a job's `started_s_ago` is when its running pods started (status.startTime) before the action runs: KAI's
+  job LastStartTimestamp, which minimum runtimes are measured from (none: a running pod without a start);
 - statuses: `Running` (left as it was), `Releasing` (evicted, still terminating), `Pipelined` (a pending
   job placed where victims still terminate, or a running pod moved by consolidation: reserved elsewhere),
   `Allocated`/`Binding`/`Bound` (bound now), `Pending` (nothing happened).
@@ -121,6 +123,12 @@ def _queue(
     }
     if parent:
         spec["parentQueue"] = parent
+    for key, field_name in (
+        ("preempt_min_runtime", "preemptMinRuntime"),
+        ("reclaim_min_runtime", "reclaimMinRuntime"),
+    ):
+        if key in q:
+            spec[field_name] = q[key]
     created = (SIM_EPOCH + timedelta(minutes=index)).isoformat()
     return {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "Queue",
             "metadata": {"name": name, "creationTimestamp": created}, "spec": spec}  # fmt: skip
@@ -190,6 +198,9 @@ def build(case: dict[str, Any]) -> tuple[SimCluster, Scheduler, dict[str, list[s
         members[job["name"]] = []
         for i, task in enumerate(job["tasks"]):
             pod = _pod(job, i, task, arrival, gpus, mem)
+            if "started_s_ago" in job and task["state"] == "Running":  # KAI's LastStartTimestamp
+                started = SIM_EPOCH + timedelta(seconds=oldest + 1.0 - job["started_s_ago"])
+                pod["status"]["startTime"] = started.isoformat()
             members[job["name"]].append(f"{NS}/{pod['metadata']['name']}")
             m.objects["Pod"].append(pod)
     sim = SimCluster.from_manifests(m)
