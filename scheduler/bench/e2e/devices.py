@@ -10,6 +10,7 @@ its two requests go without the generated client's model layer (`raw.py`), as th
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -61,6 +62,19 @@ class DevicePluginStandIn:
         self._thread.join(timeout=5)
         self._pool.shutdown(wait=True)
         self.informer.stop()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Until no lock the watch showed is left to serve (seen so twice, 50 ms apart); whether it was."""
+        deadline = time.monotonic() + timeout_s
+        quiet = 0
+        while time.monotonic() < deadline:
+            with self._lock:
+                idle = not self._locked and not self._serving
+            quiet = quiet + 1 if idle else 0
+            if quiet >= 2:
+                return True
+            time.sleep(0.05)
+        return False
 
     def _node_changed(self, ev: ResourceEvent) -> None:
         name = str(ev.obj["metadata"]["name"])

@@ -139,6 +139,8 @@ def measure(world: BenchWorld, cfg: E2EConfig, say: Say, *, setup_s: float = 0.0
             say(f"creating {cfg.pods} pods ({cfg.kind_of_pods}) {how}")
             creator.run()
         done_s = _wait_bound(watch, cfg, creator.first_s if not cfg.preload else started)
+        if devices is not None:  # the last pods' locks are freed after their binds: count those requests too
+            devices.wait_idle(timeout_s=10.0)
         cpu_after = {k: cpu_seconds(pid) for k, pid in pids.items()}
         bench_cpu = _self_cpu() - bench_before
         requests = difference(api_requests(world.api), requests_before)  # type: ignore[arg-type]
