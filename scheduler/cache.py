@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
+from scheduler.api.topology import Topology
 from scheduler.backend import ArrayNamespace
 from scheduler.cluster import WatchEvent
 from scheduler.error_log import ErrorLog
@@ -67,6 +68,10 @@ class Cache:
     @property
     def podgroups(self) -> dict[str, PodGroup]:
         return self.mirror.podgroups
+
+    @property
+    def topologies(self) -> dict[str, Topology]:
+        return self.mirror.topologies
 
     @property
     def errors(self) -> list[str]:

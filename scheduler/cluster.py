@@ -16,7 +16,7 @@ from scheduler.api.queue import QueueStatus
 from scheduler.model import PodInfo
 from scheduler.reasons import Reason
 
-Kind = Literal["Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "PriorityClass"]
+Kind = Literal["Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "PriorityClass", "Topology"]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 

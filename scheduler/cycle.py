@@ -18,8 +18,10 @@ from scheduler.cluster import Cluster
 from scheduler.inflight import Deferred
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.registry import make_policy
+from scheduler.queues.usage_history import TimeBasedFairShare, UsageParams
+from scheduler.queues.usage_store import MemoryUsageStore, UsageStore
 from scheduler.reasons import PendingReason
-from scheduler.session import Session
+from scheduler.session import Session, cluster_capacity
 
 log = logging.getLogger(__name__)
 WarningKey = tuple[str, str | None, str, str]
@@ -35,6 +37,7 @@ class SchedulerConfig:
     # Search budgets count work, so a simulation decides the same on any machine; the live scheduler
     # passes `BudgetLimits.live()` (a wall-clock cap on top).
     budget: BudgetLimits = field(default_factory=BudgetLimits)
+    usage: UsageParams | None = None  # time-based fair share (docs/fairshare.md); None: off
 
 
 @dataclass
@@ -53,7 +56,9 @@ class CycleResult:
 
 
 class Scheduler:
-    def __init__(self, cluster: Cluster, config: SchedulerConfig | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, config: SchedulerConfig | None = None, usage_store: UsageStore | None = None
+    ) -> None:
         self.cluster = cluster
         self.config = config or SchedulerConfig()
         problem = self.config.expected_nodes * self.config.max_gpus_per_node
@@ -77,6 +82,9 @@ class Scheduler:
         self.last_session: Session | None = None
         # (kind, namespace, name, reason) -> message of every warning that holds now (see `Cluster.warn`)
         self.warnings: dict[WarningKey, str] = {}
+        # Queues' recent usage, kept in `usage_store` (a ConfigMap in Kubernetes) across restarts.
+        params = self.config.usage
+        self.fairshare = TimeBasedFairShare(params, usage_store or MemoryUsageStore()) if params else None
 
     def run_cycle(self) -> CycleResult:
         t0 = time.perf_counter()
@@ -85,9 +93,13 @@ class Scheduler:
         # Binds that were in flight: confirmed, or forgotten (a gang undone whole) before the session opens.
         settled = Deferred()
         self.cache.inflight.settle(self.cluster.bind_outcomes(), self.cache, self.cluster, settled)
+        epoch = self.cluster.epoch_s()
+        usage = self.fairshare.shares(epoch) if self.fairshare is not None else None
+        k_value = self.fairshare.params.k_value if self.fairshare is not None else 1.0
         session = Session.open(
-            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=self.cluster.epoch_s()
-        )
+            self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=epoch, recent_usage=usage,
+            k_value=k_value,
+        )  # fmt: skip
         settled.replay(session)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
@@ -100,6 +112,9 @@ class Scheduler:
             if self.cache.ledger.abort():  # an action failed inside a transaction: leave no half of it
                 log.error("a transaction was left open by a failing action; rolled back")
             session.close()
+        if self.fairshare is not None:  # what the queues hold from now on, until the next cycle
+            allocated = {name: node.allocated for name, node in session.tree.nodes.items()}
+            self.fairshare.observe(epoch, allocated, cluster_capacity(self.cache.state))
         self._report(session)
         self.last_session = session
         bound = sum(1 for e in session.events if e["type"] == "Scheduled")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.priority import resolve_priority
+from scheduler.api.topology import TopologyConstraint, constraint_from_annotations
 from scheduler.model import PodInfo, PodPhase
 from scheduler.resources import Resources, pod_request
 
@@ -28,6 +29,8 @@ class Job:
     stale_grace_s: float = 60.0
     succeeded: int = 0  # members that finished successfully: they count toward minMember
     reserved: list[PodInfo] = field(default_factory=list)  # pipelined this cycle: placed, bound later
+    # Where its pods must or should sit together (PodGroup spec, else the first pod's annotations).
+    topology: TopologyConstraint | None = None
 
     @property
     def need(self) -> int:
@@ -114,10 +117,12 @@ def build_job(
         # A pod-group annotation without its PodGroup: all annotated pods seen so far form the gang.
         min_member = len(group_pods) if first.group else 1
         explicit, grace = first.group is None, 60.0
+    topology = pg.spec.topology_constraint if pg is not None else None
     job = Job(
         key=key, queue=queue, priority=priority, preemptible=preemptible, min_member=min_member,
         created_s=first.created_s, is_gang=first.group is not None, explicit_group=explicit,
         stale_grace_s=grace, succeeded=succeeded if first.group is not None else 0,
+        topology=topology or constraint_from_annotations(first.annotations),
     )  # fmt: skip
     for p in group_pods:
         (job.running if p.holds_resources else job.pending).append(p)

@@ -16,6 +16,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
+from scheduler.api.topology import Topology
 from scheduler.cluster import WatchEvent
 from scheduler.error_log import ErrorLog
 from scheduler.gpu_identity import GPUIdentities
@@ -48,6 +49,7 @@ class ClusterMirror:
         self.pods: dict[str, PodInfo] = {}  # by uid
         self.queues: dict[str, Queue] = {}
         self.podgroups: dict[str, PodGroup] = {}  # namespace/name
+        self.topologies: dict[str, Topology] = {}  # their levels are columns of the state's `domain`
         self.priority_classes: dict[str, int] = {}  # the cluster's PriorityClasses: name -> value
         self.index = JobIndex(ledger, self.podgroups, self.priority_classes)
         # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
@@ -76,6 +78,8 @@ class ClusterMirror:
                     self._on_gpunodereport(ev)
                 elif ev.kind == "PriorityClass":
                     self._on_priority_class(ev)
+                elif ev.kind == "Topology":
+                    self._on_topology(ev)
             except (InvalidObject, ValidationError, ValueError) as exc:
                 name = (ev.obj.get("metadata") or {}).get("name", "?")
                 msg = f"{ev.kind} {name}: {one_line(exc)}"
@@ -202,6 +206,15 @@ class ClusterMirror:
             self.queues.pop(q.name, None)
         else:
             self.queues[q.name] = q
+
+    def _on_topology(self, ev: WatchEvent) -> None:
+        if ev.type == "DELETED":
+            name = str((ev.obj.get("metadata") or {}).get("name", ""))
+            self.topologies.pop(name, None)
+        else:
+            t = Topology.model_validate(ev.obj)
+            self.topologies[t.name] = t
+        self.state.set_topologies({name: t.label_keys for name, t in self.topologies.items()})
 
     def _on_podgroup(self, ev: WatchEvent) -> None:
         g = PodGroup.model_validate(ev.obj)

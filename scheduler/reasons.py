@@ -26,6 +26,7 @@ class Wait(StrEnum):
 class Reason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     GANG_UNSCHEDULABLE = "GangUnschedulable"
+    TOPOLOGY_UNSATISFIED = "TopologyUnsatisfied"
     FRAGMENTED = "Fragmented"
     QUEUE_AT_FAIR_SHARE = "QueueAtFairShare"
     WAITING_FOR_RECLAIM = "WaitingForReclaim"
@@ -38,6 +39,7 @@ class Reason(StrEnum):
     GANG_BELOW_MIN_MEMBER = "GangBelowMinMember"
     INVALID_REQUEST = "InvalidRequest"
     INVALID_QUEUE = "InvalidQueue"
+    INVALID_TOPOLOGY = "InvalidTopology"
     BIND_FAILED = "BindFailed"
     PIPELINED = "Pipelined"
     RESERVATION_DROPPED = "ReservationDropped"
@@ -56,6 +58,7 @@ class Reason(StrEnum):
 _WAIT = {
     Reason.UNSCHEDULABLE: Wait.ROOM,
     Reason.GANG_UNSCHEDULABLE: Wait.ROOM,
+    Reason.TOPOLOGY_UNSATISFIED: Wait.ROOM,
     Reason.FRAGMENTED: Wait.ROOM,
     Reason.QUEUE_AT_FAIR_SHARE: Wait.ROOM,
     Reason.WAITING_FOR_RECLAIM: Wait.ROOM,
@@ -68,6 +71,7 @@ _WAIT = {
     Reason.GANG_BELOW_MIN_MEMBER: Wait.GANG,
     Reason.INVALID_REQUEST: Wait.INVALID,
     Reason.INVALID_QUEUE: Wait.INVALID,
+    Reason.INVALID_TOPOLOGY: Wait.INVALID,
     Reason.BIND_FAILED: Wait.BIND,
     Reason.PIPELINED: Wait.RELEASING,
     Reason.RESERVATION_DROPPED: Wait.ROOM,
@@ -77,6 +81,7 @@ _WAIT = {
 _MEANING = {
     Reason.UNSCHEDULABLE: "no node has room for it now",
     Reason.GANG_UNSCHEDULABLE: "the gang cannot be placed whole",
+    Reason.TOPOLOGY_UNSATISFIED: "no domain of its required topology level can hold it whole now",
     Reason.FRAGMENTED: "enough GPU is free in total, but in pieces; consolidation may make room",
     Reason.QUEUE_AT_FAIR_SHARE: "its queue has its fair share; it runs when others finish or need less",
     Reason.WAITING_FOR_RECLAIM: "room is being reclaimed from queues over their fair share",
@@ -92,6 +97,7 @@ _MEANING = {
     Reason.GANG_BELOW_MIN_MEMBER: "a running gang lost members below minMember",
     Reason.INVALID_REQUEST: "the pod's GPU request is invalid: fix the pod",
     Reason.INVALID_QUEUE: "the pod's queue does not exist or is not a leaf",
+    Reason.INVALID_TOPOLOGY: "its topology constraint names a Topology or level that does not exist",
     Reason.BIND_FAILED: "the API server refused the bind; retried next cycle",
     Reason.PIPELINED: "its place is reserved; it is bound once the pods evicted for it have terminated",
     Reason.RESERVATION_DROPPED: "the place reserved for it could not be kept (why is in the message)",

@@ -11,6 +11,7 @@ out. The cluster state is not touched; later cycles see the lock in the node's o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,7 +130,11 @@ class Session:
         *,
         probe: IncrementalPlacer | None = None,
         epoch_s: float | None = None,
+        recent_usage: Mapping[str, Resources] | None = None,
+        k_value: float = 1.0,
     ) -> Session:
+        """`recent_usage`: queues' recent usage, for time-based fair share (None: off; see
+        queues/fairshare.py)."""
         tree = QueueTree(cache.queues.values())
         charge = GPUCharge(cache.state)
         jobs = cache.index.jobs()  # kept across cycles; only changed jobs and those with pending pods rebuilt
@@ -162,7 +167,7 @@ class Session:
         for q, a in allocated.items():
             requested[q] = requested.get(q, Resources()) + a
         tree.roll_up(allocated, requested, allocated_np)
-        compute_fair_shares(tree, cluster_capacity(cache.state))
+        compute_fair_shares(tree, cluster_capacity(cache.state), recent_usage, k_value)
         session = cls(
             cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, budget=budget or Budget(), probe=probe,
             charge=charge,
@@ -202,17 +207,24 @@ class Session:
             self._exclude = mask
         return self._exclude
 
-    def place(self, d: PodDemand) -> Placement | None:
-        """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`)."""
-        return self.placer.place(d, exclude=self.excluded(d))
+    def place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
+        """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`).
+        `within`: bool[C] the rows it may use (a topology domain), None: any."""
+        return self.placer.place(d, exclude=self._outside(d, within))
 
-    def probe_place(self, d: PodDemand) -> Placement | None:
+    def probe_place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` could go now, by the cheap row-local placer victim searches try their plans with."""
-        return (self.probe or self.placer).place(d, exclude=self.excluded(d))
+        return (self.probe or self.placer).place(d, exclude=self._outside(d, within))
 
-    def place_one(self, d: PodDemand) -> Placement | None:
+    def place_one(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` goes now, scored afresh (for plans tried and rolled back by the thousand)."""
-        return place_one(self.state, self.policy, d, exclude=self.excluded(d))
+        return place_one(self.state, self.policy, d, exclude=self._outside(d, within))
+
+    def _outside(self, d: PodDemand, within: Array | None) -> Array | None:
+        exclude = self.excluded(d)
+        if within is None:
+            return exclude
+        return ~within if exclude is None else exclude | ~within
 
     def place_on(self, d: PodDemand, row: int) -> Placement | None:
         """Where on node `row` `d` goes now (the policy picks its GPUs there); None if it does not fit.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from scheduler.actions.ordering import JobOrder
+from scheduler.actions.topology_placement import place_in_topology
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
 from scheduler.model import PodInfo
@@ -85,6 +86,19 @@ def _schedulable(session: Session) -> list[Job]:
     return out
 
 
+def _tell_unplaced(session: Session, job: Job) -> None:
+    """A gang whose members did not all fit is told why, with the last pod's reason."""
+    failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
+    detail = failed[-1] if failed else "capacity taken by earlier placements"
+    if job.is_gang and job.need > 0:
+        msg = f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}"
+        _tell_all(session, job, Reason.GANG_UNSCHEDULABLE, msg)
+    elif job.is_gang:  # elastic: minMember runs already, these members are extra
+        msg = (f"gang {job.key} runs its minMember ({job.min_member}); its extra members wait for "
+               f"room: {detail}")  # fmt: skip
+        _tell_all(session, job, Reason.UNSCHEDULABLE, msg)
+
+
 def _tell_all(session: Session, job: Job, reason: Reason, message: str) -> None:
     for p in job.pending:
         session.set_reason(p, reason, message)
@@ -107,19 +121,16 @@ class Allocate:
                 _tell_all(session, job, *verdict)
                 continue
             tx = Transaction(session, "allocate")
-            placed = try_place_job(session, job, tx, unplaceable, to_place(job))
-            if placed == 0 or placed < job.need:
-                tx.rollback()
-                failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
-                detail = failed[-1] if failed else "capacity taken by earlier placements"
-                if job.is_gang and job.need > 0:
-                    msg = f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}"
-                    _tell_all(session, job, Reason.GANG_UNSCHEDULABLE, msg)
-                elif job.is_gang:  # elastic: minMember runs already, these members are extra
-                    msg = (f"gang {job.key} runs its minMember ({job.min_member}); its extra members wait for "
-                           f"room: {detail}")  # fmt: skip
-                    _tell_all(session, job, Reason.UNSCHEDULABLE, msg)
-                continue
+            if job.topology is not None:  # inside one domain of its topology, or told why not
+                if not place_in_topology(session, tx, job, job.pending, to_place(job), fill=False):
+                    tx.rollback()
+                    continue
+            else:
+                placed = try_place_job(session, job, tx, unplaceable, to_place(job))
+                if placed == 0 or placed < job.need:
+                    tx.rollback()
+                    _tell_unplaced(session, job)
+                    continue
             t0 = time.perf_counter()
             outcome = tx.commit(cluster)
             session.add_time("commit", time.perf_counter() - t0)

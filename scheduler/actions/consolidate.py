@@ -20,6 +20,7 @@ from itertools import combinations
 from typing import Any
 
 from scheduler.actions.allocate import admissible
+from scheduler.actions.domain_consolidation import DomainConsolidation
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victims import RowFit, Victim, candidates, evict
 from scheduler.actions.views import capacity_blocked, label, place_now, static_rows, waiting_jobs
@@ -59,6 +60,7 @@ class Consolidate:
         # Pod shapes no plan was found for, with the fingerprint of the layout tried: a plan that failed
         # on a layout fails on it again, so it is not searched for until something moved.
         self.futile: dict[PodDemand, int] = {}
+        self.domains = DomainConsolidation()
 
     def execute(self, session: Session, cluster: Cluster) -> None:
         meter = session.budget.action()
@@ -68,6 +70,10 @@ class Consolidate:
             if not pods or admissible(session, job) is not None:
                 continue
             count = place_now(session, job)
+            if job.topology is not None:  # room is made inside one topology domain (domain_consolidation.py)
+                if not meter.exhausted:
+                    self.domains.run(session, cluster, job, pods, count, session.budget.job(meter))
+                continue
             d = demand_for(pods[0])
             free = fragmented_free(session, d, count)
             if free is None:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.actions.topology_victims import domain_pools, topology_rows
 from scheduler.actions.views import label, place_members, running_now, static_rows
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.budget import Meter
@@ -256,16 +257,29 @@ class VictimSearch:
         if self._trial([], keep=True):  # room freed earlier in this action may already do
             return []
         d = demand_for(self.pods[0])
-        rows = static_rows(self.session.state, d)
-        pool = [v for v in pool if any(bool(rows[r]) for r in v.nodes)][:MAX_VICTIM_UNITS]
+        rows = self._rows(d)
+        pool = [v for v in pool if any(bool(rows[r]) for r in v.nodes)]
         if not pool:
             return None
         self._ranks = {v.key: i for i, v in enumerate(pool)}
         if self.count == 1 and len(self.pods) >= 1:
-            return self._single(pool, d)
-        return self._gang(pool)
+            return self._single(pool[:MAX_VICTIM_UNITS], d)
+        # A gang that must sit in one domain: victims searched domain by domain (topology_victims.py).
+        for part in domain_pools(self.session, self.job, pool) or [pool]:
+            if (plan := self._gang(part[:MAX_VICTIM_UNITS])) is not None:
+                return plan
+        return None
 
     # ------------------------------------------------------------------------------------- helpers
+    def _rows(self, d: PodDemand) -> Any:
+        """bool[N]: nodes that could host the job's pods if they were empty, inside the domain its
+        topology constraint allows (topology_placement.py)."""
+        if self._static is None:
+            rows = static_rows(self.session.state, d)
+            within = topology_rows(self.session, self.job)
+            self._static = rows if within is None else rows & within
+        return self._static
+
     def _cost(self, victims: list[Victim]) -> Cost:
         return (pod_count(victims), tuple(sorted((self._ranks[v.key] for v in victims), reverse=True)))
 
@@ -305,7 +319,7 @@ class VictimSearch:
     # ------------------------------------------------------------------------------ one pod: by node
     def _single(self, pool: list[Victim], d: PodDemand) -> list[Victim] | None:
         held = self.session.ledger.pods
-        static = static_rows(self.session.state, d)
+        static = self._rows(d)
         by_row: dict[int, list[Victim]] = {}
         for v in pool:
             for r in sorted(v.nodes):
@@ -389,9 +403,8 @@ class VictimSearch:
             return False
         if self._free_milli is None:
             s, xp = self.session.state, self.session.xp
-            rows = static_rows(s, d)
+            rows = self._rows(d)
             usable = s.present & s.healthy & rows[:, None]
-            self._static = rows
             self._free_milli = int(xp.sum(xp.where(usable, xp.astype(s.free_milli, xp.int64), 0)))
         held = self.session.ledger.pods
         freed = sum(

@@ -130,6 +130,10 @@ def place_members(
 ) -> bool:
     """Place `count` of `pods` in the transaction; False (and nothing placed) if they do not all fit.
     `probe`: by the session's cheap placer (a victim search trying a plan), else by its policy."""
+    if job.topology is not None:  # inside one domain of its topology (topology_placement.py)
+        from scheduler.actions.topology_placement import place_in_topology  # it imports this module
+
+        return place_in_topology(session, tx, job, pods, count, probe=probe, fill=False, explain=False) > 0
     cp = tx.checkpoint()
     placed = 0
     for i, pod in enumerate(pods):

@@ -12,6 +12,7 @@ from scheduler.api.podgroup import PodGroup, PodGroupSpec, PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES, PriorityClassInfo, resolve_priority
 from scheduler.api.queue import Queue, QueueResource, QueueResources, QueueSpec, QueueStatus
 from scheduler.api.report import GPUNodeReport, GPUNodeReportSpec, GPUProcess, GPUReport
+from scheduler.api.topology import Topology, TopologyConstraint, TopologyLevel, TopologySpec
 
 __all__ = [
     "GROUP",
@@ -35,6 +36,10 @@ __all__ = [
     "QueueResources",
     "QueueSpec",
     "QueueStatus",
+    "Topology",
+    "TopologyConstraint",
+    "TopologyLevel",
+    "TopologySpec",
     "parse_gpu_request",
     "resolve_priority",
 ]

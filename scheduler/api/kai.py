@@ -278,10 +278,13 @@ def podgroup_from_kai(obj: Mapping[str, Any]) -> Translation:
     if s.staleness_grace_period is not None:
         grace = parse_go_duration(s.staleness_grace_period)
         spec["staleGraceSeconds"] = NEVER_S if grace < 0 else grace
-    if (s.topology_constraint and s.topology_constraint.is_set) or any(
-        g.topology_constraint and g.topology_constraint.is_set for g in s.sub_groups
-    ):
-        notes.append("topologyConstraint is not used by Tessera yet: the gang may span any nodes")
+    tc = s.topology_constraint
+    if tc and tc.topology:  # the gang's own: Tessera's field, same names (docs/topology.md)
+        spec["topologyConstraint"] = tc.model_dump(by_alias=True, exclude_defaults=True)
+    elif tc and tc.is_set:
+        notes.append("topologyConstraint names no topology: not used (KAI ignores it too)")
+    if any(g.topology_constraint and g.topology_constraint.is_set for g in s.sub_groups):
+        notes.append("subGroups' topologyConstraint is not used by Tessera yet: only the gang's own is")
     if s.mark_unschedulable is False:
         notes.append("spec.markUnschedulable: false is not honoured: Tessera tells every pending pod why")
     for field, value in (

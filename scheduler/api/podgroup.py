@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scheduler.api.keys import API_VERSION, DEFAULT_QUEUE
 from scheduler.api.limits import MAX_MIN_MEMBER, MAX_STALE_GRACE_S
 from scheduler.api.meta import Condition, ObjectMeta
+from scheduler.api.topology import TopologyConstraint
 
 PodGroupPhase = Literal["Pending", "Running", "Unschedulable", "Finished"]
 
@@ -23,6 +24,8 @@ class PodGroupSpec(BaseModel):
     preemptibility: Literal["preemptible", "non-preemptible"] | None = None
     # Seconds a running gang may stay below minMember before it is evicted whole.
     stale_grace_seconds: float = Field(default=60, ge=0, le=MAX_STALE_GRACE_S, alias="staleGraceSeconds")
+    # Where the gang's pods must or should sit together (KAI's field; see scheduler/api/topology.py).
+    topology_constraint: TopologyConstraint | None = Field(default=None, alias="topologyConstraint")
 
 
 class PodGroupStatus(BaseModel):

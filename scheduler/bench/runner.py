@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.bench.cluster import BenchCluster
+from scheduler.bench.topology import TopologySpec, constrain, label_nodes
 from scheduler.bench.workload import make_nodes, make_pods
 from scheduler.cycle import Scheduler, SchedulerConfig
 
@@ -36,6 +37,9 @@ class BenchConfig:
     batch: int = 1000  # pods created between two cycles
     backend: str | None = None
     seed: int = 1
+    gang_size: int = 0  # 0: the default mix of gang sizes
+    topology: TopologySpec | None = None  # nodes labelled into domains, gangs constrained (bench/topology.py)
+    constrained: bool = True  # False: the same labelled nodes and gangs, no constraint (the peer)
 
 
 @dataclass
@@ -160,7 +164,11 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     t_setup = time.perf_counter()
     rng = random.Random(cfg.seed)
     cluster = BenchCluster()
-    for obj in make_nodes(cfg.nodes, cfg.gpus_per_node):
+    nodes = make_nodes(cfg.nodes, cfg.gpus_per_node)
+    if cfg.topology is not None:
+        label_nodes(nodes, cfg.topology)
+        cluster.create("Topology", cfg.topology.topology())
+    for obj in nodes:
         cluster.create("Node", obj)
     sched = Scheduler(
         cluster,
@@ -171,7 +179,9 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     )  # fmt: skip
     # Init pods: scheduled by the same loop, not measured (scheduler_perf's "initPods").
     init = make_pods("init", cfg.init_pods, gang_fraction=0.0, rng=rng)
-    measured = make_pods("pod", cfg.pods, gang_fraction=cfg.gangs, rng=rng)
+    measured = make_pods("pod", cfg.pods, gang_fraction=cfg.gangs, rng=rng, gang_size=cfg.gang_size)
+    if cfg.topology is not None and cfg.constrained:
+        constrain(measured.podgroups, cfg.topology)
     give_typical_workload(sched, init.pods + measured.pods)
     for obj in init.pods:
         cluster.create("Pod", obj)

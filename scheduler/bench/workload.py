@@ -136,11 +136,14 @@ class Batch:
     podgroups: list[Obj]
 
 
-def make_pods(prefix: str, count: int, *, gang_fraction: float, rng: random.Random) -> Batch:
-    """`count` pods; about `gang_fraction` of them in gangs (2 x 8 GPUs, 4 x 1 GPU or 8 x 1 GPU)."""
+def make_pods(
+    prefix: str, count: int, *, gang_fraction: float, rng: random.Random, gang_size: int = 0
+) -> Batch:
+    """`count` pods; about `gang_fraction` of them in gangs (2 x 8 GPUs, 4 x 1 GPU or 8 x 1 GPU; with
+    `gang_size`, every gang is that many pods of 1 GPU)."""
     pods: list[Obj] = []
     groups: list[Obj] = []
-    sizes = ((2, 8), (4, 1), (8, 1))
+    sizes = ((gang_size, 1),) if gang_size else ((2, 8), (4, 1), (8, 1))
     mean = sum(s for s, _ in sizes) / len(sizes)
     f = min(max(gang_fraction, 0.0), 1.0)
     # Chance that a draw starts a gang, so that gang members are `f` of the pods on average.

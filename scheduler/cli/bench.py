@@ -13,6 +13,7 @@ from scheduler.api.cli import check_choice, fail, new_app, warning_line
 from scheduler.backend import BACKENDS, BackendError
 from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
+from scheduler.bench.topology import TopologySpec, run_with_peer
 from scheduler.bench.workload import CORES_PER_GPU, mean_demand
 from scheduler.cli import bench_e2e
 from scheduler.placement.registry import policy_names
@@ -80,9 +81,36 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
         f"{r['load_avg_1m'][0]:.1f} -> {r['load_avg_1m'][1]:.1f}; peak RSS {r['peak_rss_mib']:.0f} MiB; "
         f"setup (cluster + init pods) {r['setup_s']:.1f} s"
     )
-    if "repeat" in r and r["repeat"]["runs"] > 1:
+    if "topology" in r:
+        t = r["topology"]
+        console.print(
+            f"topology {','.join(t['levels'])} (required {t['required']}, preferred {t['preferred']}): "
+            f"[bold]{t['cost_ratio_cpu']:.2f}x[/] the CPU time per pod of the same gangs unconstrained "
+            f"({t['peer']['pods_per_cpu_s']:.0f} pods per CPU second; wall {t['cost_ratio_wall']:.2f}x)"
+        )
+    if "repeat" in r and r["repeat"]["runs"] > 1 and "pods_per_s_all" in r["repeat"]:
         rates = ", ".join(f"{x:.0f}" for x in r["repeat"]["pods_per_s_all"])
         console.print(f"best of {r['repeat']['runs']} runs shown; all averages (pods/s): {rates}")
+
+
+def topology_report(
+    spec: TopologySpec, gang_size: int, run: dict[str, Any], peer: dict[str, Any]
+) -> dict[str, Any]:
+    """The constrained run against its peer (same nodes and pods, no constraint), measured in one run."""
+
+    def ratio(key: str) -> float:
+        return round(peer[key] / run[key], 3) if run[key] else float("inf")
+
+    return {
+        "levels": [f"{n}:{c}" for n, c in spec.levels],
+        "required": spec.required,
+        "preferred": spec.preferred,
+        "gang_size": gang_size,
+        "peer": {k: peer[k] for k in ("scheduled", "unschedulable", "pods_per_s", "pods_per_cpu_s", "cpu_s")},
+        # How many times the CPU (or wall) time per scheduled pod topology awareness costs.
+        "cost_ratio_cpu": ratio("pods_per_cpu_s"),
+        "cost_ratio_wall": ratio("pods_per_s"),
+    }
 
 
 def register(app: typer.Typer) -> None:
@@ -118,6 +146,23 @@ def register(app: typer.Typer) -> None:
         backend: Annotated[
             str | None, typer.Option(metavar="NAME", help=f"Array backend: {', '.join(BACKENDS)}.")
         ] = None,
+        gang_size: Annotated[
+            int, typer.Option(min=0, help="Pods per gang, 1 GPU each (0: a mix of 2x8, 4x1 and 8x1 GPUs).")
+        ] = 0,
+        topology: Annotated[
+            str | None,
+            typer.Option(
+                metavar="SPEC",
+                help="Label the nodes into topology domains, e.g. zone:2,block:4,rack:8,nvlink:4 (fan-out "
+                "per level), constrain the gangs, and also measure them unconstrained (the ratio is reported).",
+            ),
+        ] = None,
+        topology_required: Annotated[
+            str | None, typer.Option(metavar="LEVEL", help="Required level (default: the second-lowest).")
+        ] = None,
+        topology_preferred: Annotated[
+            str | None, typer.Option(metavar="LEVEL", help="Preferred level (default: the lowest).")
+        ] = None,
     ) -> None:
         """Schedule --pods pods on a synthetic cluster with the real cycle and report the throughput.
 
@@ -129,14 +174,25 @@ def register(app: typer.Typer) -> None:
         _check_backend(backend)
         check_choice(policy, policy_names(), "--policy")
         init, measured = sized_load(nodes, gpus_per_node, init_pods, pods)
+        spec = None
+        if topology is not None:
+            try:
+                spec = TopologySpec.parse(topology, topology_required, topology_preferred)
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--topology") from None
         cfg = BenchConfig(
             nodes=nodes, gpus_per_node=gpus_per_node, init_pods=init, pods=measured, policy=policy,
-            gangs=gangs, batch=batch, backend=backend, seed=seed,
+            gangs=gangs, batch=batch, backend=backend, seed=seed, gang_size=gang_size, topology=spec,
         )  # fmt: skip
         try:
-            result = run_repeated(cfg, repeat)
+            if spec is not None:  # and the same gangs unconstrained, in the same run (bench/topology.py)
+                result, peer = run_with_peer(cfg, repeat)
+            else:
+                result, peer = run_repeated(cfg, repeat), None
         except BackendError as exc:
             raise fail(str(exc)) from None
+        if spec is not None and peer is not None:
+            result["topology"] = topology_report(spec, gang_size, result, peer)
         if output == "json":
             typer.echo(json.dumps(result, indent=2))
         else:

@@ -20,7 +20,7 @@ from scheduler.cli.doctor_findings import DoctorOptions, Finding, capped, timest
 from scheduler.objects import pod_queue
 from scheduler.queues.tree import QueueTree
 
-CRDS = ("queues", "podgroups", "gpunodereports")
+CRDS = ("queues", "podgroups", "gpunodereports", "topologies")
 CRD_FIX = "kubectl apply -f deploy/helm/tessera/crds/  (Helm installs CRDs but never upgrades them)"
 __all__ = ["CHECKS", "DoctorOptions", "Finding", "check_nodes", "check_webhook", "diagnose"]
 

@@ -15,12 +15,14 @@ from scheduler.api.cli import check_choice, check_writable, fail
 from scheduler.backend import BACKENDS, BackendError
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.placement.registry import policy_names
+from scheduler.queues.usage_history import UsageParams
 from scheduler.sim.builtin import BUILTIN_UNTIL_S, builtin_manifests
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.duration import parse_duration
 from scheduler.sim.loader import ManifestError, load_files
 from scheduler.sim.runner import SimResult, run_simulation
 from scheduler.sim.summary import summarize, to_json
+from scheduler.sim.usage_report import DAY_S, QueueTimeline
 from scheduler.ui.fmt import gpus
 
 OUTPUTS = ("table", "json")
@@ -58,6 +60,7 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
                   _fmt(row["quota"]), _fmt(row["requested"]))  # fmt: skip
     console.print(q)
     print_evictions(console, s["events"])
+    print_usage(console, s)
     for w in s["warnings"][:10]:
         console.print(f"[yellow]warning:[/] {escape(w)}")
 
@@ -78,6 +81,47 @@ def print_evictions(console: Console, events: list[dict[str, Any]], last: int = 
     for e in evicted[-last:]:
         t.add_row(f"{e['time_s']:g}s", e["action"], escape(e["pod"]), escape(e.get("beneficiary", "")))
     console.print(t)
+
+
+def print_usage(console: Console, s: dict[str, Any]) -> None:
+    """With time-based fair share: GPU-hours per queue and day, and each queue's recent usage now."""
+    days = s.get("usage_by_day")
+    if not days:
+        return
+    queues = sorted({q for d in days for q, h in d["gpu_hours"].items() if h > 0})
+    t = Table(title="GPU-hours by day (time-based fair share)", title_justify="left")
+    t.add_column("day", justify="right")
+    for q in queues:
+        t.add_column(q, justify="right")
+    for i, d in enumerate(days):
+        t.add_row(str(i), *(f"{d['gpu_hours'].get(q, 0.0):.1f}" for q in queues))
+    console.print(t)
+    recent = ", ".join(f"{q} {u:.0%}" for q, u in s.get("recent_usage", {}).items() if q in queues)
+    console.print(f"Recent GPU usage (share of the cluster over the window, decayed): {recent}")
+
+
+def usage_params(
+    window: str | None, half_life: str | None, k_value: float, resolution: str | None
+) -> UsageParams | None:
+    """The time-based fair share options, checked (typer.BadParameter names the option)."""
+    if window is None:
+        for given, name in ((half_life, "--usage-half-life"), (resolution, "--usage-resolution")):
+            if given is not None:
+                raise typer.BadParameter("needs --usage-window (time-based fair share is off without it)",
+                                         param_hint=name)  # fmt: skip
+        return None
+    values: dict[str, float | None] = {}
+    for raw, name, key in ((window, "--usage-window", "window_s"), (half_life, "--usage-half-life", "half_life_s"),
+                           (resolution, "--usage-resolution", "resolution_s")):  # fmt: skip
+        try:
+            values[key] = parse_duration(raw) if raw is not None else None
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint=name) from None
+    try:
+        return UsageParams(window_s=values["window_s"] or 0.0, half_life_s=values["half_life_s"],
+                           k_value=k_value, resolution_s=values["resolution_s"])  # fmt: skip
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--usage-window") from None
 
 
 def write_report(
@@ -134,6 +178,22 @@ def register(app: typer.Typer) -> None:
                 "as one self-contained HTML file.",
             ),
         ] = None,
+        usage_window: Annotated[
+            str | None,
+            typer.Option(
+                metavar="TIME",
+                help="Time-based fair share: the window of queues' recent usage (e.g. 7d); off without it.",
+            ),
+        ] = None,
+        usage_half_life: Annotated[
+            str | None, typer.Option(metavar="TIME", help="Half-life of past usage (default: no decay).")
+        ] = None,
+        usage_k_value: Annotated[
+            float, typer.Option(metavar="K", help="Weight of recent usage in fair share (KAI's kValue).")
+        ] = 1.0,
+        usage_resolution: Annotated[
+            str | None, typer.Option(metavar="TIME", help="Bucket length of the usage history (window/168).")
+        ] = None,
     ) -> None:
         """Run the scheduler on a simulated cluster: the built-in demo, or the manifests given with -f."""
         # Every option is checked before the (possibly long) run starts.
@@ -146,6 +206,7 @@ def register(app: typer.Typer) -> None:
                 f"must be a number of seconds > 0, not {period:g}", param_hint="--period"
             )
         check_writable(report, "--report")
+        usage = usage_params(usage_window, usage_half_life, usage_k_value, usage_resolution)
         try:
             # The built-in demo stops when its last pod has arrived: the busiest moment, worth a summary.
             until_s = parse_duration(until) if until is not None else (None if files else BUILTIN_UNTIL_S)
@@ -157,7 +218,9 @@ def register(app: typer.Typer) -> None:
                 raise ManifestError("no Node objects in the given manifests: the cluster would be empty")
             sim = SimCluster.from_manifests(manifests)
             n_nodes = len(manifests.objects["Node"])
-            config = SchedulerConfig(policy=policy, backend=backend, expected_nodes=max(n_nodes, 16))
+            config = SchedulerConfig(
+                policy=policy, backend=backend, expected_nodes=max(n_nodes, 16), usage=usage
+            )
             scheduler = Scheduler(sim, config)
         except (ManifestError, ValueError, BackendError) as exc:
             raise fail(str(exc)) from None
@@ -171,11 +234,21 @@ def register(app: typer.Typer) -> None:
             )
             task = bar.add_task("simulating", total=max(horizon, 1.0), now="t=0s")
 
+            timeline = QueueTimeline() if usage is not None else None
+
             def progress(t: float, _next: float) -> None:
                 bar.update(task, completed=min(t, horizon), now=f"t={t:.0f}s")
+                if timeline is not None:
+                    timeline.sample(t, scheduler)
 
             result = run_simulation(sim, scheduler, until_s=until_s, period_s=period, progress=progress)
         summary = summarize(sim, scheduler, result)
+        if timeline is not None and scheduler.fairshare is not None:
+            summary["usage_by_day"] = timeline.gpu_hours(DAY_S, result.end_s)
+            shares = scheduler.fairshare.history.shares(sim.epoch_s())
+            tree = scheduler.last_session.tree if scheduler.last_session is not None else None
+            leaves = sorted(n for n, node in tree.nodes.items() if node.is_leaf) if tree is not None else []
+            summary["recent_usage"] = {q: round(shares[q].gpu, 4) for q in leaves if q in shares}
         if report is not None:
             write_report(report, scheduler, result, policy=policy, console=console)
         if output == "json":

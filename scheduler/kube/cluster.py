@@ -1,7 +1,8 @@
 """The Kubernetes adapter: the `Cluster` interface of the scheduling loop over a real API server.
 
-Informers keep watch caches of Pods, Nodes, Queues, PodGroups, GPUNodeReports and PriorityClasses and feed
-a queue that `drain_events` hands to the cycle. Before a pod event reaches the cycle the adapter:
+Informers keep watch caches of Pods, Nodes, Queues, PodGroups, GPUNodeReports, Topologies and
+PriorityClasses and feed a queue that `drain_events` hands to the cycle. Before a pod event reaches the
+cycle the adapter:
 - drops unbound pods of other schedulers (only pods of ours and pods holding node resources matter);
 - puts the pod in its PodGroup: the podgrouper derives the group from the pod's owners and keeps the
   PodGroup in step with its workload (`podgrouper/reconciler.py`); a PodGroup it writes is sent ahead of
@@ -69,7 +70,7 @@ from scheduler.reasons import Reason
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-_FORWARDED: tuple[Kind, ...] = ("Node", "Pod", "Queue", "PodGroup", "GPUNodeReport")
+_FORWARDED: tuple[Kind, ...] = ("Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "Topology")
 
 
 class KubeCluster:
@@ -114,6 +115,12 @@ class KubeCluster:
             WatchTarget("PodGroup", self.custom.list_cluster_custom_object, (GROUP, VERSION, "podgroups")),
             WatchTarget(
                 "GPUNodeReport", self.custom.list_cluster_custom_object, (GROUP, VERSION, "gpunodereports")
+            ),
+            WatchTarget(
+                "Topology",
+                self.custom.list_cluster_custom_object,
+                (GROUP, VERSION, "topologies"),
+                optional=True,
             ),
             WatchTarget("PriorityClass", sched.list_priority_class),
         ]
@@ -181,7 +188,16 @@ class KubeCluster:
         self._parked_at.clear()
         self.locks.reset_shown()
         kai_kinds = self.kai.kinds if self.kai is not None else ()
-        for kind in ("Node", "PriorityClass", "Queue", "PodGroup", *kai_kinds, "GPUNodeReport", "Pod"):
+        for kind in (
+            "Node",
+            "PriorityClass",
+            "Queue",
+            "PodGroup",
+            *kai_kinds,
+            "GPUNodeReport",
+            "Topology",
+            "Pod",
+        ):
             for obj in self.informers[kind].snapshot():
                 self.events.put(ResourceEvent(kind, "ADDED", obj))
 

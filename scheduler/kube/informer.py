@@ -38,6 +38,9 @@ class WatchTarget:
     args: tuple[Any, ...] = ()
     field_selector: str | None = None
     label_selector: str | None = None
+    # A kind the cluster may not serve (a CRD added by an upgrade: Helm never installs CRDs on upgrade):
+    # while the API answers 404 the cache is empty and counts as synced; the list is retried.
+    optional: bool = False
 
     def call(self, **kwargs: Any) -> Any:
         if self.field_selector:
@@ -124,6 +127,11 @@ class Informer:
                 self.errors += 1
                 if isinstance(exc, ApiException) and exc.status == 410:
                     need_list = True
+                if self.target.optional and isinstance(exc, ApiException) and exc.status == 404:
+                    if not self.synced.is_set():
+                        log.warning("%s is not served by this cluster (its CRD is not installed): none seen "
+                                    "until it is", self.target.kind)  # fmt: skip
+                    self.synced.set()
                 delay = self.backoff.next_delay()
                 log.warning(
                     "%s watch failed (%s); retrying in %.1fs", self.target.kind, _one_line(exc), delay

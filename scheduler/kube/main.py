@@ -29,6 +29,7 @@ from scheduler.kube.queue_index import informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.metrics import SchedulerMetrics
 from scheduler.placement.registry import policy_names
+from scheduler.queues.usage_history import UsageParams
 from scheduler.sim.duration import parse_duration
 from scheduler.webhook.admission import AdmissionConfig
 from scheduler.webhook.server import WebhookServer
@@ -88,6 +89,24 @@ def seconds(raw: str, what: str, *, positive: bool = True) -> float:
     if positive and value <= 0:
         raise typer.BadParameter(f"must be longer than 0, got {raw!r}", param_hint=what)
     return value
+
+
+def usage_params(window: str, half_life: str, k_value: float, resolution: str) -> UsageParams | None:
+    """Time-based fair share's flags, checked; None when it is off (no --usage-window)."""
+    if not window:
+        if half_life or resolution:
+            raise typer.BadParameter("needs --usage-window (time-based fair share is off without it)",
+                                     param_hint="--usage-half-life" if half_life else "--usage-resolution")  # fmt: skip
+        return None
+    try:
+        return UsageParams(
+            window_s=seconds(window, "--usage-window"),
+            half_life_s=seconds(half_life, "--usage-half-life") if half_life else None,
+            k_value=k_value,
+            resolution_s=seconds(resolution, "--usage-resolution") if resolution else None,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--usage-k-value") from None
 
 
 @app.command(cls=HouseCommand)
@@ -152,6 +171,22 @@ def run(
         help="Whole-GPU resource Tessera's device plugin serves, as in the chart ('' = NVIDIA's plugin does: "
         "whole-GPU pods take no bind lock).",
     ),
+    usage_window: str = typer.Option(
+        "", metavar="TIME", help="Time-based fair share: window of queues' recent usage, e.g. 7d ('' = off)."
+    ),
+    usage_half_life: str = typer.Option("", metavar="TIME", help="Half-life of past usage ('' = no decay)."),
+    usage_k_value: float = typer.Option(
+        1.0, metavar="K", help="Weight of recent usage (KAI's kValue, >= 0)."
+    ),
+    usage_resolution: str = typer.Option(
+        "", metavar="TIME", help="Bucket length of the usage history ('' = window / 168)."
+    ),
+    usage_configmap: str = typer.Option(
+        "tessera-usage-history", metavar="NAME", help="ConfigMap that keeps the usage history."
+    ),
+    usage_namespace: str = typer.Option(
+        "", metavar="NAMESPACE", help="Its namespace ('' = $POD_NAMESPACE, else --leader-elect-namespace)."
+    ),
     kai_compat: bool = typer.Option(
         False, help="Also read KAI Scheduler's Queue and PodGroup objects (scheduling.run.ai)."
     ),
@@ -163,6 +198,7 @@ def run(
     if placement:
         check_choice(placement, policy_names(), "--placement")
     period_s = seconds(cycle_period, "--cycle-period")
+    usage = usage_params(usage_window, usage_half_life, usage_k_value, usage_resolution)
     lock_timeout_s = seconds(bind_lock_timeout, "--bind-lock-timeout")
     gap_s = seconds(min_cycle_gap, "--min-cycle-gap", positive=False) if min_cycle_gap else None
     listen_at = host_port(listen, "--listen") if listen else None
@@ -198,10 +234,12 @@ def run(
             whole_gpu_lock=bool(whole_gpu_resource),
             kai_compat=kai_compat,
             scheduler=(
-                SchedulerConfig(policy=placement, budget=BudgetLimits.live())
+                SchedulerConfig(policy=placement, budget=BudgetLimits.live(), usage=usage)
                 if placement
-                else SchedulerConfig(budget=BudgetLimits.live())
+                else SchedulerConfig(budget=BudgetLimits.live(), usage=usage)
             ),
+            usage_configmap=usage_configmap,
+            usage_namespace=usage_namespace or os.environ.get("POD_NAMESPACE") or leader_elect_namespace,
         ),
         SchedulerMetrics(),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -17,7 +18,9 @@ from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.leader import LeaseElector
+from scheduler.kube.usage_store import ConfigMapUsageStore
 from scheduler.metrics import SchedulerMetrics
+from scheduler.queues.usage_history import TimeBasedFairShare
 from scheduler.ui.build import build_view
 from scheduler.ui.view import DashboardView
 
@@ -47,6 +50,9 @@ class RunnerConfig:
     whole_gpu_lock: bool = True  # Tessera's device plugin serves whole GPUs too (the chart's default)
     kai_compat: bool = False  # also read KAI Scheduler's Queue and PodGroup kinds (docs/kai-compat.md)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Where time-based fair share keeps the queues' usage history (when `scheduler.usage` is set).
+    usage_configmap: str = "tessera-usage-history"
+    usage_namespace: str = "tessera-system"
 
 
 class SchedulerRunner:
@@ -70,7 +76,13 @@ class SchedulerRunner:
             whole_gpu_lock=cfg.whole_gpu_lock,
             kai_compat=cfg.kai_compat,
         )
-        self.scheduler = Scheduler(self.cluster, cfg.scheduler)
+        self.usage_store = (
+            ConfigMapUsageStore(client.CoreV1Api(api_client), cfg.usage_namespace, cfg.usage_configmap)
+            if cfg.scheduler.usage is not None
+            else None
+        )
+        self.scheduler = Scheduler(self.cluster, cfg.scheduler, self.usage_store)
+        self._leading = False  # whether the last step led (a new term reads the usage history again)
         self.elector = (
             LeaseElector(
                 client.CoordinationV1Api(api_client),
@@ -116,6 +128,9 @@ class SchedulerRunner:
         self.cluster.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        fairshare = self.scheduler.fairshare
+        if fairshare is not None and self._leading and self.is_leader:  # what was used since the last save
+            fairshare.save(time.time())
         if self.elector is not None:
             self.elector.stop(release=True)
         self.cluster.stop()
@@ -144,7 +159,10 @@ class SchedulerRunner:
         """A fresh scheduler fed with everything the watch caches hold (a cycle that failed half-way may
         have left its state inconsistent; the caches are the truth)."""
         with self.cycle_lock:
-            self.scheduler = Scheduler(self.cluster, self.config.scheduler)
+            kept = self.scheduler.fairshare  # the usage history is not the cluster's picture: it stays
+            self.scheduler = Scheduler(self.cluster, self.config.scheduler, self.usage_store)
+            if kept is not None:
+                self.scheduler.fairshare = kept
             self.cluster.replay()
             self.rebuilds += 1
 
@@ -158,6 +176,11 @@ class SchedulerRunner:
         leading = self.is_leader
         with self.cycle_lock:
             self.cluster.writable = leading
+            fairshare = self.scheduler.fairshare
+            if leading and not self._leading and fairshare is not None and fairshare.loaded:
+                # A new term: another leader may have written the usage history meanwhile; read it again.
+                self.scheduler.fairshare = TimeBasedFairShare(fairshare.params, fairshare.store)
+            self._leading = leading
             if not leading:
                 self.scheduler.cache.apply(self.cluster.drain_events())
                 return None

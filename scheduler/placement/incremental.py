@@ -138,6 +138,12 @@ class IncrementalPlacer:
         row = int(xp.argmax(score))
         return row if bool(score[row] > -float("inf")) else None
 
+    def feasible(self, d: PodDemand) -> tuple[Array, Array]:
+        """(bool[C] nodes `d` fits now, bool[C, G] GPUs it fits): `filters.feasible`'s answer, from the
+        per-demand cache (read only: it is the placer's own)."""
+        entry = self._refresh(d)
+        return entry.mask, entry.fit
+
     def place(
         self,
         d: PodDemand,

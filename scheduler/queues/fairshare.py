@@ -7,13 +7,24 @@ Per resource and per level of the tree, starting with the cluster's capacity at 
    cluster, so reclaim divides an over-promised cluster in proportion to quota instead of leaving it to
    whoever came first. With enough capacity for all quotas the two agree.);
 2. what is left goes to priority buckets in descending order, inside a bucket in proportion to
-   overQuotaWeight (water-filling), each queue capped by its request and its limit;
+   overQuotaWeight (water-filling), each queue capped by its request and its limit; with time-based fair
+   share, in proportion to KAI's portion instead (below);
 3. a queue's fair share becomes the amount divided among its children, and so on down the tree.
+
+Time-based fair share (KAI Scheduler's; `usage_history.py`, docs/fairshare.md): given each queue's recent
+usage U' (0..1 of the cluster, per resource) and kValue k, each round of step 2 divides by
+
+    P_i = max(0, W'_i + k * (W'_i - U'_i)),   share_i = P_i / sum_j P_j
+
+where W'_i is the queue's overQuotaWeight over the sum of the weights of the queues still taking in its
+bucket. No usage (or k = 0) gives back the weights; when every P is 0, the weights are used. Deserved
+quota (step 1) and priority are never affected.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from itertools import groupby
 
 from scheduler.queues.tree import QueueNode, QueueTree
@@ -22,10 +33,13 @@ from scheduler.resources import RESOURCE_NAMES, Resources
 EPS = 1e-9
 
 
-def compute_fair_shares(tree: QueueTree, capacity: Resources) -> None:
+def compute_fair_shares(
+    tree: QueueTree, capacity: Resources, usage: Mapping[str, Resources] | None = None, k_value: float = 1.0
+) -> None:
+    """`usage`: each queue's recent usage (time-based fair share), None: off."""
     shares: dict[str, dict[str, float]] = {name: {} for name in tree.nodes}
     for r in RESOURCE_NAMES:
-        _divide(tree, tree.roots, capacity.get(r), r, shares)
+        _divide(tree, tree.roots, capacity.get(r), r, shares, usage, k_value)
     for name, per_resource in shares.items():
         tree.nodes[name].fair_share = Resources.of(per_resource)
 
@@ -35,8 +49,29 @@ def _by_priority(nodes: list[QueueNode]) -> list[list[QueueNode]]:
     return [list(group) for _, group in groupby(ordered, key=lambda n: n.spec.priority)]
 
 
+def portions(
+    active: list[QueueNode], r: str, usage: Mapping[str, Resources] | None, k: float
+) -> dict[str, float]:
+    """What share of an over-quota round each queue gets: its weight, or KAI's time-based portion."""
+    weights = {n.name: n.resource(r).over_quota_weight for n in active}
+    total = sum(weights.values())
+    plain = {name: w / total for name, w in weights.items()}
+    if usage is None or k <= 0:
+        return plain
+    used = {name: usage[name].get(r) if name in usage else 0.0 for name in plain}
+    p = {name: max(0.0, w + k * (w - used[name])) for name, w in plain.items()}
+    total_p = sum(p.values())
+    return {name: v / total_p for name, v in p.items()} if total_p > EPS else plain
+
+
 def _divide(
-    tree: QueueTree, names: list[str], amount: float, r: str, out: dict[str, dict[str, float]]
+    tree: QueueTree,
+    names: list[str],
+    amount: float,
+    r: str,
+    out: dict[str, dict[str, float]],
+    usage: Mapping[str, Resources] | None = None,
+    k_value: float = 1.0,
 ) -> None:
     nodes = [tree.nodes[n] for n in names]
     cap: dict[str, float] = {}
@@ -57,15 +92,15 @@ def _divide(
             share[name] = d * scale
         remaining -= min(want, remaining)
 
-    for bucket in _by_priority(nodes):  # 2. over quota, by weight
+    for bucket in _by_priority(nodes):  # 2. over quota, by weight (and recent usage, time-based)
         active = [
             n for n in bucket if n.resource(r).over_quota_weight > 0 and share[n.name] < cap[n.name] - EPS
         ]
         while remaining > EPS and active:
-            weights = sum(n.resource(r).over_quota_weight for n in active)
+            portion = portions(active, r, usage, k_value)
             pool = remaining
             for n in active:
-                give = min(pool * n.resource(r).over_quota_weight / weights, cap[n.name] - share[n.name])
+                give = min(pool * portion[n.name], cap[n.name] - share[n.name])
                 share[n.name] += give
                 remaining -= give
             active = [n for n in active if share[n.name] < cap[n.name] - EPS]
@@ -73,4 +108,4 @@ def _divide(
     for n in nodes:
         out[n.name][r] = share[n.name]
         if n.children:
-            _divide(tree, n.children, share[n.name], r, out)
+            _divide(tree, n.children, share[n.name], r, out, usage, k_value)

@@ -71,8 +71,8 @@ class SimCluster:
             if isinstance(value, int) and not isinstance(value, bool):
                 sim.priority_classes[obj["metadata"]["name"]] = value
             sim._emit("PriorityClass", "ADDED", obj)
-        for kind in ("Queue", "PodGroup"):
-            for obj in manifests.objects[kind]:
+        for kind in ("Queue", "PodGroup", "Topology"):
+            for obj in manifests.objects.get(kind, []):
                 sim._emit(kind, "ADDED", obj)
         for obj in manifests.objects["Pod"]:
             sim.submit_pod(obj)

@@ -18,6 +18,7 @@ from scheduler.backend import ArrayNamespace
 from scheduler.model import GPUShare, NodeInfo, Placement
 from scheduler.state.bulk import segment_totals
 from scheduler.state.codebook import Codebook
+from scheduler.state.domains import DomainColumns
 from scheduler.state.node_arrays import ROW_ARRAYS
 from scheduler.state.row_view import RowView
 
@@ -50,6 +51,7 @@ class ClusterState:
         self.models = Codebook()
         self.labels = Codebook()
         self.taints = Codebook()
+        self.domains = DomainColumns()  # topology levels: the columns of `domain`
         self._journal: list[_JournalEntry] = []
         self.version = 0  # bumped on every change of a row; lets callers cache derived values
         self._changes: list[int] = []  # the row changed at version _changes_base + 1 + i
@@ -75,6 +77,8 @@ class ClusterState:
         self.valid = xp.zeros((rows,), dtype=xp.bool)
         self.label_matrix = xp.zeros((rows, label_cols), dtype=xp.bool)
         self.taint_matrix = xp.zeros((rows, taint_cols), dtype=xp.bool)
+        # per topology level, the node's domain code (-1: outside that topology); see state/domains.py
+        self.domain = xp.full((rows, self.domains.width), -1, dtype=i32)
         # version at which each row last changed: a cache compares it with the version it saw last and
         # re-scores only the rows that moved since (an array op, no per-consumer bookkeeping here)
         self.row_version = xp.zeros((rows,), dtype=xp.int64)
@@ -85,7 +89,7 @@ class ClusterState:
         for name in ROW_ARRAYS:
             old = getattr(self, name)
             pad_shape = (rows - old.shape[0], *old.shape[1:])
-            fill = -1 if name == "model" else 0
+            fill = -1 if name in ("model", "domain") else 0
             pad = xp.full(pad_shape, fill, dtype=old.dtype)
             setattr(self, name, xp.concat([old, pad], axis=0))
         self.capacity = rows
@@ -200,6 +204,8 @@ class ClusterState:
             if taint.effect in _BLOCKING_EFFECTS:
                 col = self._column(self.taints, "taint_matrix", taint.code)
                 self.taint_matrix[row, col] = True
+        for col, code in enumerate(self.domains.codes(node.labels)):
+            self.domain[row, col] = code
         self.node_epoch += 1
         self._touch(row)
 
@@ -217,9 +223,24 @@ class ClusterState:
             arr[row] = 0
         self.valid[row] = False
         self.model[row] = -1
+        self.domain[row, :] = -1
         self._free_rows.append(row)
         self.node_epoch += 1
         self._touch(row)
+
+    def set_topologies(self, topologies: dict[str, tuple[str, ...]]) -> None:
+        """Use these topologies (name -> node label keys, outermost first): every node's domain codes
+        are recomputed from its labels (rare: a Topology object was created, changed or deleted)."""
+        if not self.domains.configure(topologies):
+            return
+        self.domain = self.xp.full((self.capacity, self.domains.width), -1, dtype=self.xp.int32)
+        self.node_epoch += 1  # the nodes' domains changed
+        for row, node in enumerate(self.nodes):
+            if node is None:
+                continue
+            for col, code in enumerate(self.domains.codes(node.labels)):
+                self.domain[row, col] = code
+            self._touch(row)
 
     def set_gpu_health(self, row: int, slot: int, healthy: bool) -> None:
         self.healthy[row, slot] = healthy and bool(self.present[row, slot])

@@ -18,6 +18,7 @@ Array = Any
 ROW_ARRAYS = (
     "free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy", "free_cpu",
     "free_mem", "total_cpu", "total_mem", "model", "valid", "label_matrix", "taint_matrix", "row_version",
+    "domain",
 )  # fmt: skip
 
 
@@ -73,6 +74,11 @@ class NodeArrays(Protocol):
     def label_matrix(self) -> Array: ...
     @property
     def taint_matrix(self) -> Array: ...
+    @property
+    def domain(self) -> Array:
+        """int32[R, levels]: each node's topology domain code per level (-1: outside that topology)."""
+        ...
+
     @property
     def row_version(self) -> Array:
         """int64[R]: the `version` at which each row last changed."""

@@ -48,6 +48,7 @@ class RowView:
     label_matrix = _Rows()
     taint_matrix = _Rows()
     row_version = _Rows()
+    domain = _Rows()
 
     def __init__(self, state: ClusterState, rows: list[int]) -> None:
         self._state = state

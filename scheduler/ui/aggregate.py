@@ -1,8 +1,8 @@
 """Fold nodes whose GPU map would look identical into one row, so 1,000+ nodes stay readable.
 
-Two nodes look identical when they share pool, model, schedulability and, GPU by GPU, health, memory
-and the queue and size of every slice (which pods hold the slices does not change the picture; the row
-keeps every member's name so the detail panel can still list them).
+Two nodes look identical when they share pool, model, schedulability, topology domain and, GPU by GPU,
+health, memory and the queue and size of every slice (which pods hold the slices does not change the
+picture; the row keeps every member's name so the detail panel can still list them).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def signature(node: NodeRow) -> tuple[object, ...]:
         node.pool,
         node.model,
         node.schedulable,
+        node.domains,
         tuple(
             (g.healthy, g.total_mib, g.free_milli, tuple((s.queue, s.milli) for s in g.slices))
             for g in node.gpus

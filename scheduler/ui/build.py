@@ -20,6 +20,7 @@ from scheduler.reasons import PendingReason, Reason
 from scheduler.resources import RESOURCE_NAMES
 from scheduler.ui.colors import OTHER_QUEUE, queue_colors
 from scheduler.ui.min_runtime import elastic_notes, protection_notes, queue_min_runtime
+from scheduler.ui.usage_spark import usage_note, with_usage
 from scheduler.ui.view import (
     DashboardView,
     GPUCell,
@@ -107,7 +108,7 @@ def _build(
             return OTHER_QUEUE
         return job_queue.get(pod.uid, pod.queue)
 
-    queues = _queues(tree)
+    queues = with_usage(_queues(tree), scheduler)
     colors = queue_colors([q.name for q in queues])
     notes = protection_notes(tree, session.jobs, now) if session is not None else {}
     nodes = _nodes(scheduler, pods, placements, {r.spec.node: r for r in reports}, queue_of, notes)
@@ -137,6 +138,7 @@ def _build(
         timeline=timeline,
         warnings=_warnings(scheduler, tree),
         queue_colors=colors,
+        usage_note=usage_note(scheduler),
     )
 
 
@@ -198,6 +200,8 @@ def _nodes(
     total = state.host(state.total_mib)
     present = state.host(state.present)
     healthy = state.host(state.healthy)
+    domain = state.host(state.domain)
+    innermost = [(t, state.domains.column[(t, len(keys) - 1)]) for t, keys in state.domains.levels.items()]
     rows: list[NodeRow] = []
     for row, node in enumerate(list(state.nodes)):
         if node is None:
@@ -229,9 +233,14 @@ def _nodes(
                 model=node.gpu_model or ("no GPU" if not node.gpu_count else "-"),
                 schedulable=not node.unschedulable,
                 gpus=tuple(cells),
+                domains=tuple(
+                    (t, state.domains.name(col, int(domain[row, col])))
+                    for t, col in innermost
+                    if row < domain.shape[0] and int(domain[row, col]) >= 0
+                ),
             )
         )
-    rows.sort(key=lambda r: r.name)
+    rows.sort(key=lambda r: (r.domain, r.name))  # a topology's domains together (nodes outside it first)
     return rows
 
 

@@ -5,7 +5,7 @@
   var $ = function (id) { return document.getElementById(id); };
   var REFRESH_MS = 10000;
   // What the user chose, kept across refreshes: the page is re-rendered by the server, the view is theirs.
-  var state = { pool: "", model: "", queue: "", text: "", size: null, page: 0, res: "gpu", detail: null,
+  var state = { pool: "", model: "", domain: "", queue: "", text: "", size: null, page: 0, res: "gpu", detail: null,
                 warningsOpen: false };
   var data = null, map = null, rows = [], haystack = [];
 
@@ -50,6 +50,8 @@
   function matches(r, i) {
     if (state.pool && r.getAttribute("data-pool") !== state.pool) { return false; }
     if (state.model && r.getAttribute("data-model") !== state.model) { return false; }
+    // A domain is a path prefix: zone-1 holds zone-1/rack-a, which holds zone-1/rack-a/a-2.
+    if (state.domain && (r.getAttribute("data-domain") + "/").indexOf(state.domain + "/") !== 0) { return false; }
     if (state.queue && (" " + r.getAttribute("data-queues") + " ").indexOf(" " + state.queue + " ") < 0) { return false; }
     if (state.text && haystack[i].indexOf(state.text) < 0) { return false; }
     return true;
@@ -91,6 +93,7 @@
     var head = g.members.length > 1 ? g.members.length + " nodes alike" : g.members[0];
     panel.appendChild(el("h3", head + " · GPU " + index));
     panel.appendChild(el("p", g.model + " · pool " + g.pool, "muted"));
+    (g.domains || []).forEach(function (d) { panel.appendChild(el("p", "topology " + d, "muted")); });
     g.members.slice(0, 25).forEach(function (name) {
       var cell = (data.nodes[name] || []).filter(function (c) { return c[0] === index; })[0];
       if (!cell) { return; }
@@ -163,6 +166,7 @@
     });
     setSelect("f-pool", state.pool);
     setSelect("f-model", state.model);
+    setSelect("f-domain", state.domain);
     setSelect("f-queue", state.queue);
     $("f-text").value = state.text;
     if (state.size === null) { state.size = $("f-page-size").value; } else { setSelect("f-page-size", state.size); }
@@ -176,7 +180,9 @@
         showDetail(ev.target);
       }
     });
-    [["f-pool", "pool"], ["f-model", "model"], ["f-queue", "queue"], ["f-page-size", "size"]].forEach(function (p) {
+    [["f-pool", "pool"], ["f-model", "model"], ["f-domain", "domain"], ["f-queue", "queue"],
+     ["f-page-size", "size"]].forEach(function (p) {
+      if (!$(p[0])) { return; }  // no domain filter without a topology
       $(p[0]).addEventListener("change", function () { state[p[1]] = $(p[0]).value; state.page = 0; apply(); });
     });
     $("f-text").addEventListener("input", function () {

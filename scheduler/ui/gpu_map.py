@@ -9,7 +9,7 @@ from typing import Any
 
 from scheduler.ui.aggregate import AGGREGATE_ABOVE, NodeGroup, group_nodes
 from scheduler.ui.fmt import attr, gpus, mib, script_json
-from scheduler.ui.view import DashboardView, GPUCell, Measured
+from scheduler.ui.view import DashboardView, GPUCell, Measured, NodeRow
 
 FREE_COLOR = "#e4e7eb"
 
@@ -33,7 +33,15 @@ def _cell_json(g: GPUCell) -> list[Any]:
 
 def map_data(view: DashboardView, groups: list[NodeGroup]) -> dict[str, Any]:
     return {
-        "groups": [{"members": list(g.members), "pool": g.rep.pool, "model": g.rep.model} for g in groups],
+        "groups": [
+            {
+                "members": list(g.members),
+                "pool": g.rep.pool,
+                "model": g.rep.model,
+                "domains": [f"{t}: {path}" for t, path in g.rep.domains],
+            }
+            for g in groups
+        ],
         "nodes": {n.name: [_cell_json(c) for c in n.gpus] for n in view.nodes},
         "colors": view.queue_colors,
     }
@@ -67,7 +75,7 @@ def _cell(g: GPUCell, group: int, count: int, colors: dict[str, str]) -> str:
     )
 
 
-def _row(i: int, grp: NodeGroup, colors: dict[str, str]) -> str:
+def _row(i: int, grp: NodeGroup, colors: dict[str, str], after: NodeRow | None) -> str:
     n = grp.rep
     queues = sorted({s.queue for c in n.gpus for s in c.slices})
     used = sum(c.used_milli for c in n.gpus)
@@ -79,11 +87,17 @@ def _row(i: int, grp: NodeGroup, colors: dict[str, str]) -> str:
         else ' <span class="cordon" title="unschedulable: no new pods land here">cordoned</span>'
     )
     cells = "".join(_cell(c, i, grp.count, colors) for c in n.gpus) or '<span class="nogpu">no GPUs</span>'
+    # The node's topology domain under its model; a row starting a new outermost domain draws a rule.
+    top = n.domain.split("/", 1)[0]
+    starts = bool(n.domain) and (after is None or after.domain.split("/", 1)[0] != top)
+    where = "; ".join(f"topology {t}: {path}" for t, path in n.domains)
+    domain = f'<span class="ndomain" title="{attr(where)}">{escape(n.domain)}</span>' if n.domain else ""
     return (
-        f'<div class="node" data-g="{i}" data-pool="{attr(n.pool)}" data-model="{attr(n.model)}" '
+        f'<div class="node{" dstart" if starts else ""}" data-g="{i}" data-pool="{attr(n.pool)}" '
+        f'data-model="{attr(n.model)}" data-domain="{attr(n.domain)}" '
         f'data-queues="{attr(" ".join(queues))}" data-count="{grp.count}">'
         f'<div class="nname" title="{attr(names_tip)}">{name}{cordon}</div>'
-        f'<div class="nmodel" title="pool {attr(n.pool)}">{escape(n.model)}</div>'
+        f'<div class="nmodel" title="pool {attr(n.pool)}">{escape(n.model)}{domain}</div>'
         f'<div class="gpus">{cells}</div>'
         f'<div class="nsum">{gpus(used, 2)}/{len(n.gpus)}</div></div>'
     )
@@ -115,8 +129,12 @@ def render_gpu_map(view: DashboardView, *, aggregate: bool | None = None) -> str
     fold = len(view.nodes) > AGGREGATE_ABOVE if aggregate is None else aggregate
     groups = group_nodes(view.nodes, aggregate=fold)
     colors = view.queue_colors
-    rows = "".join(_row(i, g, colors) for i, g in enumerate(groups))
+    rows = "".join(_row(i, g, colors, groups[i - 1].rep if i else None) for i, g in enumerate(groups))
     pools = sorted({n.pool for n in view.nodes})
+    # Every domain at every level (each prefix of a path): choosing one shows the nodes inside it.
+    domains = sorted({"/".join(parts[: k + 1]) for n in view.nodes if n.domain
+                      for parts in [n.domain.split("/")] for k in range(len(parts))})  # fmt: skip
+    domain_filter = _options(domains, "domain", "f-domain") if domains else ""
     models = sorted({n.model for n in view.nodes})
     queues = [q for q in colors if any(s.queue == q for n in view.nodes for c in n.gpus for s in c.slices)]
     folded = (
@@ -129,7 +147,7 @@ def render_gpu_map(view: DashboardView, *, aggregate: bool | None = None) -> str
     return f"""
 <section id="map"><h2>GPU map</h2>
 <div class="filters">{_options(pools, "pool", "f-pool")}{_options(models, "model", "f-model")}
-{_options(queues, "queue", "f-queue")}
+{domain_filter}{_options(queues, "queue", "f-queue")}
 <label>find <input id="f-text" type="search" placeholder="node or pod name"></label>
 <label>rows per page <select id="f-page-size"><option>50</option><option selected>100</option>
 <option>250</option><option value="0">all</option></select></label>

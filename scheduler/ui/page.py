@@ -97,7 +97,7 @@ def dashboard_body(view: DashboardView, *, aggregate: bool | None = None) -> str
             summary_cards(view),
             timeline_section(view.timeline),
             render_gpu_map(view, aggregate=aggregate),
-            render_queues(view.queues, view.queue_colors),
+            render_queues(view.queues, view.queue_colors, view.usage_note),
             render_pending(view.pending),
             warnings_section(view.warnings),
         ]

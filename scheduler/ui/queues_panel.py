@@ -6,6 +6,7 @@ from html import escape
 
 from scheduler.resources import RESOURCE_NAMES
 from scheduler.ui.fmt import UNITS, amount, attr
+from scheduler.ui.usage_spark import sparkline
 from scheduler.ui.view import QueueFigures, QueueView
 
 
@@ -56,8 +57,17 @@ def _name(q: QueueView) -> str:
     return f'{indent}<span class="tree-glyph">{glyph}</span>{escape(q.name)}{kind}{runtime}'
 
 
+def _recent(q: QueueView, resource: str, color: str) -> str:
+    """Time-based fair share's column: the queue's recent usage, and (GPUs) its use over the window."""
+    used = q.recent_usage.get(resource)
+    text = f"{used:.0%}" if used is not None else "-"
+    spark = sparkline(q.usage_series, color) if resource == "gpu" else ""
+    return f'<td class="num recent">{spark} {text}</td>'
+
+
 def _table(queues: tuple[QueueView, ...], resource: str, colors: dict[str, str]) -> str:
     top = scale(queues, resource)
+    timed = any(q.recent_usage for q in queues)  # time-based fair share is on
     rows = []
     for q in queues:
         f = q.resources[resource]
@@ -70,18 +80,19 @@ def _table(queues: tuple[QueueView, ...], resource: str, colors: dict[str, str])
             f'<tr data-queue="{attr(q.name)}"><td class="qname"><span class="swatch" '
             f'style="background:{attr(color)}"></span>{_name(q)}</td><td class="num">{q.priority}</td>'
             f'<td class="barcell">{bar(f, top, color, resource)}</td>{cells}'
-            f'<td class="num">{f.over_quota_weight:g}</td></tr>'
+            f'<td class="num">{f.over_quota_weight:g}</td>{_recent(q, resource, color) if timed else ""}</tr>'
         )
     hidden = "" if resource == "gpu" else " hidden"
     return (
         f'<table class="queues" data-res="{resource}"{hidden}><thead><tr><th>queue</th><th>priority</th>'
         f"<th>0 … {amount(top, resource)} {UNITS[resource]}</th><th>allocated</th><th>fair share</th>"
-        f"<th>quota</th><th>requested</th><th>limit</th><th>weight</th></tr></thead>"
+        f"<th>quota</th><th>requested</th><th>limit</th><th>weight</th>"
+        f"{'<th>recent use</th>' if timed else ''}</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
 
-def render_queues(queues: tuple[QueueView, ...], colors: dict[str, str]) -> str:
+def render_queues(queues: tuple[QueueView, ...], colors: dict[str, str], usage_note: str = "") -> str:
     tabs = "".join(
         f'<label><input type="radio" name="q-res" value="{r}"{" checked" if r == "gpu" else ""}> '
         f"{r} ({UNITS[r]})</label>"
@@ -96,4 +107,7 @@ def render_queues(queues: tuple[QueueView, ...], colors: dict[str, str]) -> str:
         "</span></div>"
     )
     tables = "".join(_table(queues, r, colors) for r in RESOURCE_NAMES)
-    return f'<section id="queues"><h2>Queues</h2><div class="filters">{tabs}</div>{key}{tables}</section>'
+    note = f'<p class="note">{escape(usage_note)}</p>' if usage_note else ""
+    return (
+        f'<section id="queues"><h2>Queues</h2><div class="filters">{tabs}</div>{key}{note}{tables}</section>'
+    )

@@ -67,6 +67,13 @@ class NodeRow:
     model: str
     schedulable: bool
     gpus: tuple[GPUCell, ...]
+    # (topology, domain path down to its innermost level, e.g. "zone-1/rack-a/a-2"), per topology the node is in
+    domains: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def domain(self) -> str:
+        """Its innermost domain in the first topology (by name), "" outside every topology."""
+        return self.domains[0][1] if self.domains else ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,10 @@ class QueueView:
     priority: int
     resources: dict[str, QueueFigures]  # gpu, cpu, memory
     min_runtime: str = ""  # its preempt/reclaim minimum runtimes, inherited ones named ("" when none)
+    # Time-based fair share: recent usage per resource (share of the cluster over the window, decayed) and
+    # the GPU share it held in each bucket of the window, oldest first (empty when the feature is off).
+    recent_usage: dict[str, float] = field(default_factory=dict)
+    usage_series: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,3 +163,4 @@ class DashboardView:
     timeline: tuple[tuple[float, float], ...] = ()  # (time_s, GPU allocated %)
     warnings: tuple[str, ...] = ()
     queue_colors: dict[str, str] = field(default_factory=dict)
+    usage_note: str = ""  # how recent usage is measured ("" when time-based fair share is off)

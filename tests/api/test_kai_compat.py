@@ -201,7 +201,14 @@ GROUP_CASES: list[tuple[str, Obj, Obj, list[str]]] = [
              "topologyConstraint": {"topology": "rack-topology", "requiredTopologyLevel": "rack"}},
             {"name": "zone-workers", "parent": "stage", "minMember": 2}]}),
         {"minMember": 5, "queue": "q"},
-        ["leaf subgroups' minMember add up", "spec.minSubGroup", "topologyConstraint is not used"],
+        ["leaf subgroups' minMember add up", "spec.minSubGroup", "subGroups' topologyConstraint is not used"],
+    ),
+    (
+        "the gang's topology constraint is carried over (KAI's field names are Tessera's)",
+        kai_group("ddp", {"queue": "q", "minMember": 4, "topologyConstraint": {
+            "topology": "cluster-topology", "requiredTopologyLevel": "rack", "preferredTopologyLevel": ""}}),
+        {"minMember": 4, "queue": "q",
+         "topologyConstraint": {"topology": "cluster-topology", "requiredTopologyLevel": "rack"}}, [],
     ),
     (
         "no queue: the label, as KAI's podgrouper would have written it",

@@ -126,7 +126,12 @@ CUSTOM_VALUES: dict[str, dict[str, Any]] = {
     # whole GPUs, a different scheduler name.
     "cert-manager": {
         "certManager": {"enabled": True},
-        "scheduler": {"replicas": 3, "placement": "fgd", "extraArgs": ["--verbose"]},
+        "scheduler": {
+            "replicas": 3,
+            "placement": "fgd",
+            "extraArgs": ["--verbose"],
+            "timeBasedFairShare": {"enabled": True, "halfLifePeriod": "12h", "kValue": 2},
+        },
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
         "grafana": {"dashboard": {"enabled": True}},
         "devicePlugin": {"wholeGPUResource": ""},

@@ -167,3 +167,30 @@ def test_queue_rule_agrees_with_the_model(quota: float, limit: float) -> None:
     except ValidationError:
         model_ok = False
     assert (single_field_ok and cel_ok) == model_ok
+
+
+# (levels, accepted): the Topology CRD's CEL rules on its level list agree with the model's validator.
+_LEVELS = [
+    ([{"nodeLabel": "zone"}, {"nodeLabel": "rack"}], True),
+    ([{"nodeLabel": "zone"}, {"nodeLabel": "zone"}], False),
+    ([{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": "rack"}], False),
+    ([{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}], True),
+    ([{"nodeLabel": "a/zone", "alias": "zone"}, {"nodeLabel": "a/rack", "alias": "rack"}], True),
+    ([{"nodeLabel": "a/zone", "alias": "x"}, {"nodeLabel": "a/rack", "alias": "x"}], False),
+    ([{"nodeLabel": "a/zone", "alias": "a/rack"}, {"nodeLabel": "a/rack"}], False),
+]
+
+
+@pytest.mark.parametrize(("levels", "accepted"), _LEVELS)
+def test_topology_rules_agree_with_the_model(levels: list[dict[str, str]], accepted: bool) -> None:
+    from scheduler.api.topology import TopologySpec
+
+    schema = crd_by_kind()["Topology"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    rules = schema["properties"]["spec"]["properties"]["levels"]["x-kubernetes-validations"]
+    cel_ok = all(evaluate(r["rule"], {"self": levels}) for r in rules)
+    try:
+        TopologySpec.model_validate({"levels": levels})
+        model_ok = True
+    except ValidationError:
+        model_ok = False
+    assert cel_ok == model_ok == accepted

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from scheduler.api import GPUNodeReport, PodGroup, Queue
 from scheduler.api.report import GPUReport, summarize_gpus
+from scheduler.api.topology import Topology
 from tests.deploy.deploy_support import (
     CHART,
     crd_by_kind,
@@ -18,7 +19,9 @@ from tests.deploy.deploy_support import (
     validate_object,
 )
 
-MODELS: dict[str, Any] = {"Queue": Queue, "PodGroup": PodGroup, "GPUNodeReport": GPUNodeReport}
+MODELS: dict[str, Any] = {
+    "Queue": Queue, "PodGroup": PodGroup, "GPUNodeReport": GPUNodeReport, "Topology": Topology,
+}  # fmt: skip
 
 
 def queue_sample() -> dict[str, Any]:
@@ -54,6 +57,11 @@ def podgroup_sample() -> dict[str, Any]:
                 "priorityClassName": "train",
                 "preemptibility": "non-preemptible",
                 "staleGraceSeconds": 30,
+                "topologyConstraint": {
+                    "topology": "dc",
+                    "requiredTopologyLevel": "topology.kubernetes.io/zone",
+                    "preferredTopologyLevel": "rack",
+                },
             },
             "status": {
                 "phase": "Unschedulable",
@@ -127,7 +135,26 @@ def report_sample() -> dict[str, Any]:
     ).model_dump(by_alias=True, mode="json")
 
 
-SAMPLES = {"Queue": queue_sample, "PodGroup": podgroup_sample, "GPUNodeReport": report_sample}
+def topology_sample() -> dict[str, Any]:
+    return Topology.model_validate(
+        {
+            "metadata": {"name": "dc"},
+            "spec": {
+                "levels": [
+                    {"nodeLabel": "topology.kubernetes.io/zone", "alias": "zone"},
+                    {"nodeLabel": "example.com/block"},
+                    {"nodeLabel": "example.com/rack", "alias": "rack"},
+                    {"nodeLabel": "nvidia.com/gpu.clique", "alias": "nvlink"},
+                ]
+            },
+        }
+    ).model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+SAMPLES = {
+    "Queue": queue_sample, "PodGroup": podgroup_sample, "GPUNodeReport": report_sample,
+    "Topology": topology_sample,
+}  # fmt: skip
 
 
 def test_crd_files_are_generated_from_the_models() -> None:
@@ -147,12 +174,13 @@ def test_check_mode_reports_a_stale_crd(tmp_path: Any, capsys: pytest.CaptureFix
 
 def test_crds_are_valid_kubernetes_objects() -> None:
     crds = crd_by_kind()
-    assert set(crds) == {"Queue", "PodGroup", "GPUNodeReport"}
+    assert set(crds) == {"Queue", "PodGroup", "GPUNodeReport", "Topology"}
     for crd in crds.values():
         assert validate_object(crd) == "kubernetes"
     assert crds["Queue"]["spec"]["scope"] == "Cluster"
     assert crds["GPUNodeReport"]["spec"]["scope"] == "Cluster"
     assert crds["PodGroup"]["spec"]["scope"] == "Namespaced"
+    assert crds["Topology"]["spec"]["scope"] == "Cluster"
     assert "subresources" in crds["Queue"]["spec"]["versions"][0]
     assert "subresources" in crds["PodGroup"]["spec"]["versions"][0]
 
@@ -224,6 +252,8 @@ def test_model_samples_validate_against_the_crd(kind: str) -> None:
 def _minimal_spec(kind: str) -> dict[str, Any]:
     if kind == "GPUNodeReport":
         return {"spec": {"node": "x", "observedAt": "2026-01-01T00:00:00Z"}}
+    if kind == "Topology":
+        return {"spec": {"levels": [{"nodeLabel": "rack"}]}}
     return {}
 
 
@@ -265,6 +295,12 @@ INVALID = [
     ("GPUNodeReport", "spec.gpus.0.memoryTotalMiB", "80GB"),
     ("GPUNodeReport", "spec.gpus.0.processes.0.pid", _DELETE),
     ("GPUNodeReport", "spec.gpus.0.shares.0.milli", 0.5),
+    ("PodGroup", "spec.topologyConstraint.topology", ""),
+    ("PodGroup", "spec.topologyConstraint.requiredTopologyLevel", "r" * 317),
+    ("Topology", "spec.levels", []),
+    ("Topology", "spec.levels.0.nodeLabel", "not a label key!"),
+    ("Topology", "spec.levels.1.nodeLabel", _DELETE),
+    ("Topology", "spec", _DELETE),
 ]
 
 
@@ -291,6 +327,10 @@ def _resolve(obj: Any, json_path: str) -> Any:
     for part in json_path.strip(".").replace("]", "").split("."):
         name, _, index = part.partition("[")
         node = node.get(name) if isinstance(node, dict) else None
+        if index == "*" and isinstance(node, list):  # every item (kubectl joins them with commas)
+            rest = json_path.split("[*]", 1)[1]
+            found = [_resolve(item, rest) for item in node]
+            return [f for f in found if f is not None] or None
         if index and isinstance(node, list):
             node = node[int(index)] if len(node) > int(index) else None
         if node is None:

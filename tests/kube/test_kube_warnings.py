@@ -44,6 +44,9 @@ def test_warnings_are_events_on_their_objects(
         "lonely", namespace=namespace, labels={"tessera.dev/queue": orphan},
         annotations={"tessera.dev/pod-group": "ghost"}, limits={"nvidia.com/gpu": "1"},
     )  # fmt: skip
+    # It must stay pending (the warning is about waiting pods): GPU nodes earlier tests left in the shared
+    # API server would take it.
+    pod["spec"]["nodeSelector"] = {"tessera.dev/test": "no-such-node"}
     client.CoreV1Api(kube_admin).create_namespaced_pod(namespace, pod)
     node = f"warn-l4-{uuid.uuid4().hex[:6]}"  # GPUs, a known product, no nvidia.com/gpu.memory label
     core = client.CoreV1Api(kube_admin)

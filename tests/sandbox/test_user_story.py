@@ -37,9 +37,18 @@ def test_crds_are_established_and_kubectl_shows_their_printer_columns(sandbox: S
         group = {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "PodGroup",
                  "metadata": {"name": "pg"}, "spec": {"minMember": 2}}  # fmt: skip
         sandbox.apply(ns, group)
-        table = sandbox.kubectl("get", "queues,podgroups,gpunodereports", "-A", "-o", "wide").stdout
+        topology = {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "Topology",
+                    "metadata": {"name": "dc"}, "spec": {"levels": [{"nodeLabel": "example.com/rack",
+                                                                     "alias": "rack"}]}}  # fmt: skip
+        sandbox.kubectl("apply", "-f", "-", input=yaml.safe_dump(topology))
+        try:
+            table = sandbox.kubectl(
+                "get", "queues,podgroups,gpunodereports,topologies", "-A", "-o", "wide"
+            ).stdout
+        finally:
+            sandbox.kubectl("delete", "topology", "dc", check=False)
     header_lines = [line for line in table.splitlines() if line.startswith(("NAME", "NAMESPACE"))]
-    assert len(header_lines) == 3, table
+    assert len(header_lines) == 4, table
     for crd in crds:
         (version,) = [v for v in crd["spec"]["versions"] if v.get("served")]
         for column in version.get("additionalPrinterColumns") or []:

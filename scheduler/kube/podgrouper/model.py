@@ -125,6 +125,7 @@ class GroupSpec:
     explicit: bool = False  # named by the pod: the user manages it, the podgrouper never writes it
     rule: str = ""  # which rule decided (a kind, or "explicit"), for logs and events
     warnings: tuple[str, ...] = ()  # invalid settings that were ignored, reported on the pod
+    topology: dict[str, str] | None = None  # topologyConstraint from the workload's annotations
 
     @property
     def key(self) -> str:
@@ -138,6 +139,7 @@ class GroupSpec:
             "priorityClassName": self.priority_class,
             "preemptibility": self.preemptibility,
             "staleGraceSeconds": self.stale_grace_s,
+            "topologyConstraint": self.topology,
         }
 
     def to_podgroup(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from scheduler.api.keys import DEFAULT_QUEUE, KAI_QUEUE_LABEL, QUEUE_LABEL
+from scheduler.api.topology import constraint_from_annotations
 from scheduler.kube.podgrouper.model import (
     GroupSpec,
     Obj,
@@ -99,6 +100,16 @@ def stale_grace_of(w: Workload, owners: Iterable[Obj], warnings: list[str]) -> f
     return None
 
 
+def topology_of(w: Workload, owners: Iterable[Obj]) -> dict[str, str] | None:
+    """The topology constraint the workload's annotations state (`tessera.dev/topology...` or KAI's
+    `kai.scheduler/topology...`), from the top owner down to the pod, as KAI's podgrouper reads it."""
+    for obj in (*reversed(tuple(owners)), w.pod):
+        c = constraint_from_annotations(annotations_of(obj))
+        if c is not None:
+            return c.model_dump(by_alias=True, exclude_none=True)
+    return None
+
+
 def min_member_override(obj: Obj, warnings: list[str], key: str = BATCH_MIN_MEMBER) -> int | None:
     """A positive `kai.scheduler/batch-min-member` annotation on `obj`, or None (invalid: warned)."""
     raw = annotations_of(obj).get(key)
@@ -138,6 +149,7 @@ def build(
         owner=OwnerRef.of(owner),
         preemptibility=preemptibility_of(w, owners, notes),
         stale_grace_s=stale_grace_of(w, owners, notes),
+        topology=topology_of(w, owners),
         rule=rule or kind_of(owner) or "Pod",
         warnings=tuple(notes),
     )

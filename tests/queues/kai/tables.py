@@ -15,6 +15,8 @@ KAI's test harness in Tessera's terms:
   (memory figures are scaled, see `_Memory`);
 - a job's `started_s_ago` is when its running pods started (status.startTime) before the action runs: KAI's
   job LastStartTimestamp, which minimum runtimes are measured from (none: a running pod without a start);
+- a case's `topologies` are Topology objects (name: node label keys, outermost first), a job's `topology`
+  its PodGroup's topologyConstraint;
 - statuses: `Running` (left as it was), `Releasing` (evicted, still terminating), `Pipelined` (a pending
   job placed where victims still terminate, or a running pod moved by consolidation: reserved elsewhere),
   `Allocated`/`Binding`/`Bound` (bound now), `Pending` (nothing happened).
@@ -181,6 +183,10 @@ def build(case: dict[str, Any]) -> tuple[SimCluster, Scheduler, dict[str, list[s
         parent = q.get("parent") or ("default" if not case.get("departments") else None)
         m.objects["Queue"].append(_queue(q["name"], parent, len(departments) + i,
                                          _resource(q["quota"], q["weight"], q.get("limit")), q, mem))  # fmt: skip
+    for name, levels in (case.get("topologies") or {}).items():  # KAI's Topology objects: node label keys
+        m.objects["Topology"].append({"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "Topology",
+                                      "metadata": {"name": name},
+                                      "spec": {"levels": [{"nodeLabel": lv} for lv in levels]}})  # fmt: skip
     gpus = _GPUs({n: s.get("gpus", 0) for n, s in nodes.items()},
                  {n: s.get("gpu_memory_mib", DEFAULT_GPU_MIB) for n, s in nodes.items()})  # fmt: skip
     jobs = sorted(case["jobs"], key=lambda j: -j["priority"])  # KAI's harness: stable, highest first
@@ -194,6 +200,8 @@ def build(case: dict[str, Any]) -> tuple[SimCluster, Scheduler, dict[str, list[s
                  "spec": {"minMember": job.get("min_member", len(job["tasks"])), "queue": job["queue"]}}  # fmt: skip
         if "preemptibility" in job:
             group["spec"]["preemptibility"] = job["preemptibility"]
+        if "topology" in job:  # {topology, requiredTopologyLevel, preferredTopologyLevel}
+            group["spec"]["topologyConstraint"] = job["topology"]
         m.objects["PodGroup"].append(group)
         members[job["name"]] = []
         for i, task in enumerate(job["tasks"]):
