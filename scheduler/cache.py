@@ -4,7 +4,8 @@
   charged to queues through usage listeners;
 - `mirror` (`scheduler/mirror.py`): the cluster as the watches show it (nodes into the arrays, pods,
   queues, pod groups), accounting running pods into the ledger;
-- `index` (`scheduler/job_index.py`): the jobs, kept across cycles, and what each queue's jobs hold.
+- `index` (`scheduler/job_index.py`): the jobs, kept across cycles, and what each queue's jobs hold;
+- `inflight` (`scheduler/inflight.py`): binds planned together whose outcomes are still to come.
 
 Memory of the actions (what consolidation found futile, since when a gang is below minMember) is kept by
 the actions themselves; this is only the cluster's picture.
@@ -12,7 +13,7 @@ the actions themselves; this is only the cluster's picture.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
@@ -20,6 +21,7 @@ from scheduler.api.topology import Topology
 from scheduler.backend import ArrayNamespace
 from scheduler.cluster import WatchEvent
 from scheduler.error_log import ErrorLog
+from scheduler.inflight import InFlight
 from scheduler.job_index import JobIndex
 from scheduler.ledger import Ledger
 from scheduler.mirror import ClusterMirror
@@ -32,6 +34,7 @@ class Cache:
     ledger: Ledger
     mirror: ClusterMirror
     error_log: ErrorLog
+    inflight: InFlight = field(default_factory=InFlight)
 
     @classmethod
     def create(cls, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 64) -> Cache:

@@ -34,6 +34,18 @@ class BindResult:
     # The node takes no other GPU pod for now (its bind lock waits for the device plugin to serve this
     # one): the session masks it for the rest of the cycle; later cycles see it in the node's events.
     node_busy: bool = False
+    # Accepted and carried out by a binder (asynchronous binding): the pod's holding is assumed until its
+    # outcome comes from `Cluster.bind_outcomes`; meanwhile the cluster shows the pod bound there.
+    in_flight: bool = False
+
+
+@dataclass(frozen=True)
+class BindOutcome:
+    """How a bind that was in flight ended: `error` is None when the pod is bound."""
+
+    uid: str
+    error: str | None = None
+    node_busy: bool = False
 
 
 class BindError(RuntimeError):
@@ -63,7 +75,13 @@ class Cluster(Protocol):
         ...
 
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
-        """Write the assignment on the pod and bind it to `assignment.node`. Raises BindError."""
+        """Write the assignment on the pod and bind it to `assignment.node` (or accept to, `in_flight`).
+        Raises BindError."""
+        ...
+
+    def bind_outcomes(self) -> list[BindOutcome]:
+        """Binds that were in flight and have ended since the last call, oldest first (always empty for a
+        cluster that binds synchronously)."""
         ...
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:

@@ -22,6 +22,7 @@ from scheduler.budget import Budget, BudgetLimits
 from scheduler.cache import Cache
 from scheduler.cluster import Cluster
 from scheduler.containment import MAX_CULPRITS, RETRIED, culprit, failure
+from scheduler.inflight import Deferred
 from scheduler.jobs import Job
 from scheduler.memo import Memo
 from scheduler.model import PodInfo
@@ -103,8 +104,12 @@ class Scheduler:
         now = self.cluster.now()
         self._contained_failures = []
         self.cache.apply(self.cluster.drain_events())
+        # Binds that were in flight: confirmed, or forgotten (a gang undone whole) before the session opens.
+        settled = Deferred()
+        self.cache.inflight.settle(self.cluster.bind_outcomes(), self.cache, self.cluster, settled)
         epoch = self.cluster.epoch_s()
         session = self._open(now, epoch)
+        settled.replay(session)
         session.add_time("state_update", time.perf_counter() - t0)
         timings: dict[str, float] = {}
         try:

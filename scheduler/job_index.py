@@ -33,6 +33,7 @@ from scheduler.model import PodInfo, PodPhase
 log = logging.getLogger(__name__)
 
 Usage = tuple[int, int, int]  # GPU milli, CPU milli, memory MiB
+_CHARGED = (HoldKind.BOUND, HoldKind.ASSUMED)  # a releasing victim counts for nobody, a reserved place apart
 
 
 def usage_of(h: Holding) -> Usage:
@@ -52,7 +53,7 @@ class QueueUsage:
         if same_charge(old, new):
             return
         for h, sign in ((old, -1), (new, +1)):
-            if h is None or h.owner is None or h.kind is not HoldKind.BOUND:
+            if h is None or h.owner is None or h.kind not in _CHARGED:  # pods only, assumed too
                 continue
             books = (self.all, self.nonpreemptible) if h.owner.nonpreemptible else (self.all,)
             for book in books:

@@ -8,13 +8,14 @@ tree), together. While a transaction is open the old value is journalled, so `ro
 number of changes with one loop, newest first, and every piece of bookkeeping moves back together
 (KAI Scheduler's `framework/statement.go` does the same with an undo per operation).
 
-Kinds: `BOUND` pods, `RESERVED` places and `RELEASING` victims. The arrays are the plan: a victim that
-was evicted but whose pod is still terminating (its grace period) holds nothing in them any more, its
-capacity is promised to the pod it made room for, but it still occupies its GPU. So it is kept apart,
-`RELEASING`, charged to nobody: a placement that needs what it still occupies is not bound but pipelined
-(a reservation that waits for it, `physical_shortfall`), and bound once its pod is gone (KAI Scheduler's
-Releasing and Pipelined pod states). Another state fits the same way, as a kind whose listeners decide
-what they count: a pod placed by the cycle whose bind is still in flight (assumed).
+Kinds: `BOUND` pods, `ASSUMED` pods, `RESERVED` places and `RELEASING` victims. The arrays are the plan:
+a pod placed by the cycle whose bind is still in flight is `ASSUMED` (in the arrays and charged as if
+bound; a binder's outcome confirms it, `confirm`, or it is released). A victim that was evicted but whose
+pod is still terminating (its grace period) holds nothing in them any more, its capacity is promised to
+the pod it made room for, but it still occupies its GPU. So it is kept apart, `RELEASING`, charged to
+nobody: a placement that needs what it still occupies is not bound but pipelined (a reservation that
+waits for it, `physical_shortfall`), and bound once its pod is gone (KAI Scheduler's Releasing and
+Pipelined pod states).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 class HoldKind(StrEnum):
     BOUND = "bound"  # a pod holding resources on its node
+    ASSUMED = "assumed"  # a pod placed by the cycle whose bind is in flight (charged as if bound)
     RESERVED = "reserved"  # the planned place of a pod being moved or pipelined (keyed by namespace/name)
     RELEASING = "releasing"  # an evicted pod still terminating: busy on its GPU, not in the arrays
 
@@ -160,6 +162,24 @@ class Ledger:
         if uid not in self.pods:
             return None
         return self._swap(self.pods, uid, None, arrays=arrays)
+
+    def assume(self, uid: str) -> None:
+        """Pod `uid`'s bind is in flight: its holding stays (same place, same owner) as ASSUMED."""
+        old = self.pods.get(uid)
+        if old is not None and old.kind is HoldKind.BOUND:
+            self._swap(self.pods, uid, replace(old, kind=HoldKind.ASSUMED))
+
+    def confirm(self, uid: str) -> bool:
+        """Pod `uid`'s bind succeeded: an ASSUMED holding becomes BOUND. Whether it was assumed."""
+        old = self.pods.get(uid)
+        if old is None or old.kind is not HoldKind.ASSUMED:
+            return False
+        self._swap(self.pods, uid, replace(old, kind=HoldKind.BOUND))
+        return True
+
+    def is_assumed(self, uid: str) -> bool:
+        held = self.pods.get(uid)
+        return held is not None and held.kind is HoldKind.ASSUMED
 
     def start_releasing(self, uid: str) -> Holding | None:
         """Pod `uid` was evicted (or is being deleted): its place leaves the plan, the pod stays on its GPU

@@ -24,6 +24,7 @@ from enum import StrEnum
 
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
 from scheduler.cluster import BindError, Cluster, EvictError
+from scheduler.inflight import Answer, BindUnit, Member, resolve
 from scheduler.jobs import Job
 from scheduler.ledger import Owner
 from scheduler.model import Placement, PodInfo, PodPhase
@@ -54,8 +55,8 @@ class Op:
 
 @dataclass(frozen=True)
 class Outcome:
-    bound: list[PodInfo]
-    evicted: list[PodInfo]
+    bound: list[PodInfo]  # bound, or being bound (in flight: the cluster binds asynchronously)
+    evicted: list[PodInfo]  # the planned victims, and members of a gang undone after a failed bind
     failed: list[tuple[PodInfo, str]]
 
 
@@ -70,7 +71,6 @@ class Transaction:
         self.action = action
         self.ops: list[Op] = []
         self._start = self.ledger.begin()
-        self._waiting_turn = False  # the first failed bind found its node busy (see `_bind`)
 
     # ---------------------------------------------------------------------------------- simulate
     def place(self, pod: PodInfo, job: Job, placement: Placement, message: str = "") -> None:
@@ -129,9 +129,7 @@ class Transaction:
             self._give_back(refused, failed)
             return Outcome([], evicted, failed)
         self._pipeline()
-        bound = self._bind(cluster, failed)
-        if failed and bound and not self._waiting_turn:
-            bound = self._undo_partial_gangs(cluster, bound, failed, evicted)
+        bound = self._bind(cluster, failed, evicted)
         self.ledger.commit()
         self.ops.clear()
         return Outcome(bound, evicted, failed)
@@ -188,81 +186,67 @@ class Transaction:
         pods = self.session.cache.pods
         return sorted(pods[u].key if u in pods else u for u in uids)
 
-    def _bind(self, cluster: Cluster, failed: list[tuple[PodInfo, str]]) -> list[PodInfo]:
-        """Bind the placed pods in order. After a bind fails the rest of the transaction's pods are not
-        tried (they were planned together, e.g. a gang): they go back to pending for the next cycle."""
+    def _bind(
+        self, cluster: Cluster, failed: list[tuple[PodInfo, str]], evicted: list[PodInfo]
+    ) -> list[PodInfo]:
+        """Bind the placed pods in order, each job's pods as one `BindUnit` (a gang is bound whole or not at
+        all: see `scheduler/inflight.py`). After a bind fails at once the rest of the transaction's pods are
+        not tried (they were planned together): they go back to pending for the next cycle. Pods whose bind
+        is in flight stay ASSUMED until the cluster reports their outcome. Returns the pods placed (bound, or
+        being bound)."""
         s = self.session
-        bound: list[PodInfo] = []
+        units: dict[str, BindUnit] = {}
         first_failure: str | None = None
         for op in self.ops:
             if op.kind is not OpKind.PLACE:
                 continue
             node = s.state.nodes[op.placement.node]
             assert node is not None
+            job = op.owner.job if op.owner is not None else f"pod:{op.pod.key}"
+            unit = units.setdefault(job, BindUnit(op.action, job, []))
+            member = Member(op.pod, op.placement, node.name, op.message)
+            unit.members.append(member)
+            if first_failure is not None:
+                member.answer, member.error = Answer.NOT_TRIED, first_failure
+                continue
             assignment = GPUAssignment(
                 node=node.name,
                 gpus=[AssignedGPU(index=g.slot, uuid=node.uuid(g.slot), milli=g.milli, memory_mib=g.mib)
                       for g in op.placement.gpus],
             )  # fmt: skip
             try:
-                if first_failure is not None:
-                    raise BindError(first_failure)
                 result = cluster.bind(op.pod, assignment)
             except BindError as exc:
                 if exc.node_busy:
                     s.mask_node(op.placement.node)
-                why = str(exc)
-                if first_failure is None:
-                    first_failure = f"not bound: binding {op.pod.key} failed ({why}); retrying next cycle"
-                    # A node busy with its bind lock is a turn in a queue (the member is bound once the
-                    # device plugin served the one before it), not a failure to undo a gang for.
-                    self._waiting_turn = exc.node_busy
-                self.ledger.release(op.pod.uid)
-                s.set_reason(op.pod, Reason.BIND_FAILED, why)
-                failed.append((op.pod, why))
+                member.answer, member.error = Answer.FAILED, str(exc)
+                first_failure = f"not bound: binding {op.pod.key} failed ({exc}); retrying next cycle"
                 continue
             if result.node_busy:
                 s.mask_node(op.placement.node)
             op.pod.node = node.name
             op.pod.phase = PodPhase.BOUND
-            bound.append(op.pod)
-            gpus = [{"index": g.slot, "milli": g.milli} for g in op.placement.gpus]
-            s.event("Scheduled", op.action, op.pod, op.message, node=node.name, gpus=gpus)
-        return bound
-
-    def _undo_partial_gangs(
-        self,
-        cluster: Cluster,
-        bound: list[PodInfo],
-        failed: list[tuple[PodInfo, str]],
-        evicted: list[PodInfo],
-    ) -> list[PodInfo]:
-        """A gang some of whose binds failed would run below its minMember: its members bound now are
-        evicted at once (a bound pod cannot be unbound) and their places leave the plan in this cycle, so it
-        never runs partly, holding GPUs, until the stale-gang eviction. Returns the pods that stay bound."""
-        s = self.session
-        job_of = {op.pod.uid: op.owner.job for op in self.ops if op.kind is OpKind.PLACE and op.owner}
-        why = {job_of[p.uid]: w for p, w in failed if p.uid in job_of}
-        jobs = {job.key: job for job in s.jobs if job.key in why and job.is_gang}
-        undo: set[str] = set()
-        for key, job in jobs.items():
-            now = [p for p in bound if job_of.get(p.uid) == key]
-            if now and len(job.running) + job.succeeded + len(job.reserved) + len(now) < job.min_member:
-                undo.update(p.uid for p in now)
-        for pod in [p for p in bound if p.uid in undo]:
-            key = job_of[pod.uid]
-            message = (f"gang {key} could not be bound whole ({why[key]}): its members bound in the same "
-                       "cycle are evicted so that it never runs below its minMember")  # fmt: skip
-            try:
-                cluster.evict(pod, action=self.action, message=message)
-            except EvictError as exc:  # it stays bound: the stale-gang eviction takes it later
-                log.warning("could not undo the bind of %s: %s", pod.key, exc)
-                undo.discard(pod.uid)
+            if result.in_flight:
+                self.ledger.assume(op.pod.uid)
+            else:
+                member.answer = Answer.BOUND
+        placed: list[PodInfo] = []
+        for unit in units.values():
+            if not unit.answered:
+                s.cache.inflight.add(unit)  # resolved when the cluster reports the binds in flight
+                for m in unit.members:
+                    if m.answer is Answer.IN_FLIGHT:
+                        placed.append(m.pod)
+                    elif m.answer is not Answer.BOUND:  # failed at once: given back now, not at the end
+                        self.ledger.release(m.pod.uid)
+                        s.set_reason(m.pod, Reason.BIND_FAILED, m.error)
+                        failed.append((m.pod, m.error))
                 continue
-            self.ledger.start_releasing(pod.uid)
-            evicted.append(pod)
-            s.event("Evicted", self.action, pod, message, node=pod.node or "")
-        return [p for p in bound if p.uid not in undo]
+            done = resolve(unit, s.cache, cluster, s)
+            placed += done.bound
+            evicted += done.evicted
+            failed += done.failed
+        return placed
 
     def _give_back(self, refused: list[Op], failed: list[tuple[PodInfo, str]]) -> None:
         """An eviction was refused (e.g. by a PodDisruptionBudget): the victims keep running, so nothing

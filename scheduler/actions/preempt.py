@@ -17,10 +17,15 @@ from scheduler.actions.victims import Victim, VictimSearch, candidates
 from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job
+from scheduler.memo import MemoKey
 from scheduler.model import PodInfo
 from scheduler.reasons import PREEMPTING_HELPS, Reason
 from scheduler.session import Session
 from scheduler.transaction import Transaction
+
+# Per queue, the lowest priority of its preemptible jobs: a waiting job at or below it has no victim there,
+# and the victim list (every running unit of the cluster) is not made for it.
+FLOOR: MemoKey[dict[str, int]] = MemoKey("preemptible_floor")
 
 
 class Preempt:
@@ -45,6 +50,9 @@ class Preempt:
             request = session.request_of(pods[:count])
             if not job.preemptible and tree.quota_exceeded(job.queue, request) is not None:
                 continue  # victims are preemptible: evicting them frees no quota for it
+            floor = session.memo.get(FLOOR, lambda: _floor(session))
+            if job.priority <= floor.get(job.queue, job.priority):
+                continue
             pool, protection = min_runtime.split(
                 session,
                 [v for v in candidates(session) if _victim_of(job, v)],
@@ -71,6 +79,14 @@ class Preempt:
             outcome = tx.commit(cluster)
             for p in outcome.bound:
                 session.reasons.pop(p.uid, None)
+
+
+def _floor(session: Session) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for j in session.jobs:
+        if j.preemptible and j.priority < out.get(j.queue, j.priority + 1):
+            out[j.queue] = j.priority
+    return out
 
 
 def _tell(session: Session, pods: list[PodInfo], message: str) -> None:

@@ -17,7 +17,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, BindResult, EvictError, Kind, WatchEvent
+from scheduler.cluster import BindError, BindOutcome, BindResult, EvictError, Kind, WatchEvent
 from scheduler.model import PodInfo
 
 Obj = dict[str, Any]
@@ -62,6 +62,9 @@ class BenchCluster:
         self.bound_at.append(time.perf_counter())
         self._events.append(WatchEvent("Pod", "MODIFIED", bound))
         return BindResult()
+
+    def bind_outcomes(self) -> list[BindOutcome]:
+        return []  # binds are synchronous
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         """Delete the pod; its controller recreates it at once as a new pending pod (new uid)."""

@@ -15,6 +15,7 @@ from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
 from scheduler.bench.topology import TopologySpec, run_with_peer
 from scheduler.bench.workload import CORES_PER_GPU, mean_demand
+from scheduler.cli import bench_e2e
 from scheduler.placement.registry import policy_names
 
 PODS_PER_NODE = 2  # the default load: 10,000 init and 10,000 measured pods on 5,000 nodes
@@ -236,4 +237,5 @@ def register(app: typer.Typer) -> None:
         if r["errors"]:
             console.print(f"[yellow]{r['errors']} events could not be applied[/]")
 
+    bench_e2e.register(bench_app)
     app.add_typer(bench_app, name="bench", short_help=short)

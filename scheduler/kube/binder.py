@@ -1,19 +1,23 @@
-"""Binding a pod to its node, in the order the device plugin relies on.
+"""Binding a pod to its node in as few requests as the API allows.
 
-1. write the decision on the pod (`tessera.dev/gpu-assignment`), guarded by the pod's uid;
-2. take the node's bind lock (`tessera.dev/bind-lock`), guarded by the node's resourceVersion, so at most
-   one assigned-but-unallocated GPU pod is pending per node; a lock whose pod was allocated, is gone, or
-   is older than `lock_timeout_s` is free to take;
-3. POST the Binding subresource.
-Any failure undoes what was done (lock released if still ours, annotation removed) and the pod is retried
-in a later cycle. Pods without GPUs skip steps 1 and 2.
+- The decision travels with the bind: the Binding subresource copies its `metadata.annotations` onto the
+  pod in the same write that sets `spec.nodeName` (the API server checks the pod's uid, given in the
+  Binding's metadata, and that the pod has no node yet). A pod that needs no bind lock is bound in one
+  request, its `tessera.dev/gpu-assignment` with it.
+- A pod the device plugin must recognise (a GPU pod on a node served by Tessera's device plugin: DESIGN.md,
+  hand-off step 3) first takes the node's bind lock (`tessera.dev/bind-lock`): a JSON patch guarded by the
+  node's resourceVersion as the watch cache shows it; only when the node changed since is it read again
+  (and the lock looked at: a lock whose pod was allocated, is gone, or is older than `lock_timeout_s` is
+  free to take). Then the Binding: two requests. The kubelet sees the pod only once it is bound, and then
+  the lock names it and the assignment is on it.
+On failure the lock, if taken, is released; nothing else was written.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +28,7 @@ from kubernetes.client.rest import ApiException
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.bind_lock import BindLock, allocation_confirmed
 from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT
+from scheduler.kube import raw
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,25 @@ def api_reason(exc: ApiException) -> str:
         return f"{exc.status} {exc.reason}"
 
 
+def finish(resp: Any) -> None:
+    """Read an answer requested with `_preload_content=False` to its end: only then does its connection go
+    back to the client's pool (an unread one stays checked out, and the next request opens a new TLS
+    connection, which costs both ends far more than the request)."""
+    resp.drain_conn()
+    resp.release_conn()
+
+
+def binding_body(
+    namespace: str, name: str, uid: str, node: str, assignment: GPUAssignment | None
+) -> dict[str, Any]:
+    """The Binding: the pod's uid as a precondition, the assignment as an annotation the server copies."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if assignment is not None:
+        meta["annotations"] = {GPU_ASSIGNMENT: assignment.to_annotation()}
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
+
+
 class Binder:
     def __init__(
         self,
@@ -59,10 +83,10 @@ class Binder:
         clock: Clock = lambda: datetime.now(UTC),
     ) -> None:
         self.core = core
+        self.api = core.api_client  # requests go out raw (see raw.py): binds are the hot path
         self.lock_timeout_s = lock_timeout_s
         self.clock = clock
 
-    # ---- the three steps ---------------------------------------------------------------------------------
     def bind(
         self,
         namespace: str,
@@ -71,98 +95,51 @@ class Binder:
         node: str,
         assignment: GPUAssignment | None,
         *,
-        pod_has_annotations: bool | None = None,
+        lock: bool = False,
+        node_meta: Mapping[str, Any] | None = None,
     ) -> BindResult:
-        """Bind; `pod_has_annotations` (from the watch cache) saves reading the pod before annotating it.
-
-        Four requests for a GPU pod in the common case: read the node, annotate the pod, lock the node, bind.
-        """
-        annotated = locked = False
+        """Bind, taking the node's bind lock first when `lock`. `node_meta`: the node's metadata as the watch
+        cache has it (saves reading the node; a stale one costs one read more)."""
+        locked = False
         try:
-            if assignment is not None:
-                # Look before writing anything: a busy node costs a read, not a write and its rollback.
-                node_meta = self._node_meta(node)
-                busy = self._busy(node_meta, node, uid)
-                if busy:
-                    return BindResult(False, busy, busy=True)
-                self._annotate(namespace, name, uid, assignment, pod_has_annotations)
-                annotated = True
+            if lock:
                 held = self._take_lock(node, node_meta, namespace, name, uid)
                 if held:
-                    self._remove_annotation(namespace, name, uid)
                     return BindResult(False, held, busy=True)
                 locked = True
-            body = client.V1Binding(
-                metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
-                target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
-            )
-            # The server answers a Status, not a Binding: do not let the client decode it.
-            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+            body = binding_body(namespace, name, uid, node, assignment)
+            raw.request(self.api, "POST", raw.pod_path(namespace, name, "binding"), body)
             return BindResult(True)
         except ApiException as exc:
             reason = f"binding {namespace}/{name} to {node} failed: {api_reason(exc)}"
             log.warning(reason)
             if locked:
                 self.release_lock(node, uid)
-            if annotated:
-                self._remove_annotation(namespace, name, uid)
             return BindResult(False, reason, retry=exc.status != 404)
-
-    def _annotate(
-        self, namespace: str, name: str, uid: str, assignment: GPUAssignment, has_annotations: bool | None
-    ) -> None:
-        value = assignment.to_annotation()
-        test_uid = {"op": "test", "path": "/metadata/uid", "value": uid}
-        into_map = {"op": "add", "path": f"/metadata/annotations/{_pointer(GPU_ASSIGNMENT)}", "value": value}
-        if has_annotations:
-            try:
-                self.core.patch_namespaced_pod(name, namespace, [test_uid, into_map], _preload_content=False)
-                return
-            except ApiException as exc:
-                if exc.status != 422:
-                    raise
-                # the uid test failed, or the map is gone after all: look at the pod
-        meta = _json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))["metadata"]
-        if meta.get("uid") != uid:
-            raise ApiException(status=409, reason=f"pod {namespace}/{name} was replaced (uid changed)")
-        whole_map = {"op": "add", "path": "/metadata/annotations", "value": {GPU_ASSIGNMENT: value}}
-        ops = [test_uid, into_map if meta.get("annotations") else whole_map]
-        self.core.patch_namespaced_pod(name, namespace, ops, _preload_content=False)
-
-    def _remove_annotation(self, namespace: str, name: str, uid: str) -> None:
-        ops = [
-            {"op": "test", "path": "/metadata/uid", "value": uid},
-            {"op": "remove", "path": f"/metadata/annotations/{_pointer(GPU_ASSIGNMENT)}"},
-        ]
-        try:
-            self.core.patch_namespaced_pod(name, namespace, ops, _preload_content=False)
-        except ApiException as exc:
-            if exc.status not in (404, 422):  # gone, or the annotation/uid is not ours any more
-                log.warning(
-                    "could not roll back %s on %s/%s: %s", GPU_ASSIGNMENT, namespace, name, api_reason(exc)
-                )
 
     # ---- the node lock -----------------------------------------------------------------------------------
     def _node_meta(self, node: str) -> dict[str, Any]:
-        meta = _json(self.core.read_node(node, _preload_content=False))["metadata"]
+        meta = raw.request(self.api, "GET", raw.node_path(node))["metadata"]
         assert isinstance(meta, dict)
         return meta
 
-    def _busy(self, meta: dict[str, Any], node: str, uid: str) -> str | None:
-        raw = (meta.get("annotations") or {}).get(BIND_LOCK)
-        busy = self._lock_busy(raw, uid, node) if raw else None
+    def _busy(self, meta: Mapping[str, Any], node: str, uid: str) -> str | None:
+        held = (meta.get("annotations") or {}).get(BIND_LOCK)
+        busy = self._lock_busy(held, uid, node) if held else None
         return f"node {node} is busy: {busy}" if busy else None
 
-    def _take_lock(self, node: str, meta: dict[str, Any], namespace: str, name: str, uid: str) -> str | None:
-        """Take the node's bind lock, guarded by the resourceVersion read in `meta` (re-read once if the node
-        changed since); return why not when another pod legitimately holds it."""
+    def _take_lock(
+        self, node: str, meta: Mapping[str, Any] | None, namespace: str, name: str, uid: str
+    ) -> str | None:
+        """Take the node's bind lock, guarded by the resourceVersion of `meta` (read again once if the node
+        changed since, or when no `meta` was given); return why not when another pod legitimately holds it."""
         lock = BindLock.for_pod(namespace, name, uid, since=self.clock()).to_annotation()
         for attempt in range(2):
-            if attempt:
+            if meta is None or attempt:
                 meta = self._node_meta(node)
-                busy = self._busy(meta, node, uid)
-                if busy:
-                    return busy
+            busy = self._busy(meta, node, uid)
+            if busy:
+                return busy
             guard = {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
             add: dict[str, Any]
             if meta.get("annotations"):
@@ -170,16 +147,16 @@ class Binder:
             else:
                 add = {"op": "add", "path": "/metadata/annotations", "value": {BIND_LOCK: lock}}
             try:
-                self.core.patch_node(node, [guard, add], _preload_content=False)
+                raw.request(self.api, "PATCH", raw.node_path(node), [guard, add], content_type=raw.JSON_PATCH)
                 return None
             except ApiException as exc:
                 if exc.status not in (409, 422):
                     raise
         return f"node {node} changed while taking its bind lock; retrying"
 
-    def _lock_busy(self, raw: str, uid: str, node: str) -> str | None:
+    def _lock_busy(self, annotation: str, uid: str, node: str) -> str | None:
         try:
-            lock = BindLock.from_annotation(raw)
+            lock = BindLock.from_annotation(annotation)
         except ValueError as exc:
             log.warning("%s; taking the lock over", exc)
             return None
@@ -192,7 +169,7 @@ class Binder:
             )
             return None
         try:
-            holder = _json(self.core.read_namespaced_pod(lock.name, lock.namespace, _preload_content=False))
+            holder = raw.request(self.api, "GET", raw.pod_path(lock.namespace, lock.name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -219,15 +196,15 @@ class Binder:
         leaving the node locked until the lock times out."""
         for _ in range(attempts):
             try:
-                meta = _json(self.core.read_node(node, _preload_content=False))["metadata"]
-                raw = (meta.get("annotations") or {}).get(BIND_LOCK)
-                if not raw or BindLock.from_annotation(raw).uid != uid:
+                meta = self._node_meta(node)
+                held = (meta.get("annotations") or {}).get(BIND_LOCK)
+                if not held or BindLock.from_annotation(held).uid != uid:
                     return False
                 ops = [
                     {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
                     {"op": "remove", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}"},
                 ]
-                self.core.patch_node(node, ops, _preload_content=False)
+                raw.request(self.api, "PATCH", raw.node_path(node), ops, content_type=raw.JSON_PATCH)
                 return True
             except ApiException as exc:
                 if exc.status in (409, 422):
@@ -239,9 +216,3 @@ class Binder:
                 return False
         log.warning("could not release the bind lock on %s: it kept changing (%d tries)", node, attempts)
         return False
-
-
-def _json(resp: Any) -> dict[str, Any]:
-    data = json.loads(resp.data)
-    assert isinstance(data, dict)
-    return data

@@ -10,10 +10,17 @@ cycle the adapter:
   eviction counts a member that succeeded (a pod whose group says nothing more than the pod itself gets no
   PodGroup object: it is its own job);
 - fills `spec.priority` from the PriorityClass when the API server left it out;
-- shows pods it bound as bound until the watch catches up, so the cycle never sees an assumed placement
-  undone by a stale event (which would double-allocate the GPU share). A pod it evicted is shown as it
-  is: terminating (graceful deletion) until it is gone; the cycle keeps it releasing meanwhile, and binds
-  the pod it made room for only then.
+- shows pods it is binding or bound as bound (on their node, with their assignment) until the watch catches
+  up, so the cycle never sees an assumed placement undone by a stale event (which would double-allocate
+  the GPU share). A pod it evicted is shown as it is: terminating (graceful deletion) until it is gone; the
+  cycle keeps it releasing meanwhile, and binds the pod it made room for only then.
+
+Binds are asynchronous: `bind` decides from the watch caches what it can (is the node's bind lock held? does
+this pod need it?), hands the API requests to a pool of binder threads (`bind_pool.py`) and returns at once;
+each outcome is handed to the next cycle by `bind_outcomes`, and a failed bind also re-sends the pod as the
+API has it (unbound), so whatever the cycle assumed is undone. The bind lock is taken only where the device
+plugin needs it to recognise the pod: fractional pods, and whole-GPU pods on nodes served by Tessera's device
+plugin (the node advertises `tessera.dev/gpu-slice`) when it serves whole GPUs too (`whole_gpu_lock`).
 """
 
 from __future__ import annotations
@@ -28,19 +35,30 @@ from typing import Any, cast
 from kubernetes import client
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GROUP, KAI_POD_GROUP, POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME, VERSION
+from scheduler.api.keys import (
+    BIND_LOCK,
+    GPU_ASSIGNMENT,
+    GPU_SLICE_RESOURCE,
+    GROUP,
+    KAI_POD_GROUP,
+    POD_GROUP,
+    QUEUE_LABEL,
+    SCHEDULER_NAME,
+    VERSION,
+)
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, BindResult, EvictError, Kind, WatchEvent
+from scheduler.cluster import BindError, BindOutcome, BindResult, EvictError, Kind, WatchEvent
 from scheduler.kube.backoff import Backoff
+from scheduler.kube.bind_pool import BindPool, BindTask
 from scheduler.kube.binder import Binder
 from scheduler.kube.binder import BindResult as ApiBindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget
 from scheduler.kube.kai_compat import KaiCompat
-from scheduler.kube.lock_view import NodeLockView
+from scheduler.kube.lock_view import NodeLockView, only_lock_changed
 from scheduler.kube.podgrouper.book import Decision, GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
@@ -67,6 +85,8 @@ class KubeCluster:
         watch_timeout_s: int = 300,
         backoff: Backoff | None = None,
         podgrouper: bool = True,
+        bind_workers: int = 8,
+        whole_gpu_lock: bool = True,
         kai_compat: bool = False,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
@@ -76,6 +96,10 @@ class KubeCluster:
         self.events = EventQueue()
         self.recorder = EventRecorder(self.core, instance=identity, min_interval_s=event_interval_s)
         self.binder = Binder(self.core, lock_timeout_s=lock_timeout_s)
+        self.lock_timeout_s = lock_timeout_s
+        self.whole_gpu_lock = whole_gpu_lock
+        self.binds = BindPool(self._bind_now, self._bind_done, workers=bind_workers)
+        self._outcomes: list[BindOutcome] = []
         self.evictor = Evictor(self.core, self.recorder)
         # Status writers compare with the objects' current status in the watch caches (informers below).
         self.pending = PendingPodReporter(
@@ -104,9 +128,7 @@ class KubeCluster:
         self.kai = KaiCompat(self.custom, self.recorder) if kai_compat else None
         targets += self.kai.targets() if self.kai is not None else []
         self.informers = {
-            t.kind: Informer(
-                t, self.events.put, backoff=backoff or Backoff(), watch_timeout_s=watch_timeout_s
-            )
+            t.kind: Informer(t, self._received, backoff=backoff or Backoff(), watch_timeout_s=watch_timeout_s)
             for t in targets
         }
         if self.kai is not None:
@@ -126,7 +148,9 @@ class KubeCluster:
         )
         self.podgroups = PodGroupReconciler(self.custom, book, self.informers["PodGroup"].get)
         self._priorities: dict[str, int] = {}
-        self._bound: dict[str, str] = {}  # pod uid -> node, bound by us, not yet seen bound by the watch
+        # pod uid -> (node, assignment annotation or None): being bound or bound by us, not yet seen bound by
+        # the watch
+        self._bound: dict[str, tuple[str, str | None]] = {}
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
@@ -136,6 +160,8 @@ class KubeCluster:
         self._lock_waiters: set[str] = set()  # pods whose last bind waited for a node's bind lock
         self.locks = NodeLockView(self.informers["Node"], self.informers["Pod"], lock_timeout_s)
         self._lock = threading.Lock()
+        # Set when something arrived that a cycle should act on soon (see `wait_for_work`).
+        self._work = threading.Event()
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> KubeCluster:
@@ -148,6 +174,7 @@ class KubeCluster:
         return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers.values())
 
     def stop(self) -> None:
+        self.binds.stop()
         for informer in self.informers.values():
             informer.stop()
         self.owners.stop()
@@ -174,6 +201,41 @@ class KubeCluster:
             for obj in self.informers[kind].snapshot():
                 self.events.put(ResourceEvent(kind, "ADDED", obj))
 
+    # ---- waking the loop ---------------------------------------------------------------------------------
+    def _received(self, ev: ResourceEvent) -> None:
+        self.events.put(ev)
+        if self._wakes(ev):
+            self._work.set()
+        # A bind waiting for a node's lock goes as soon as the watch shows it free.
+        node = ev.obj.get("metadata", {}).get("name") if ev.kind == "Node" else None
+        if ev.kind == "Pod":
+            node = (ev.obj.get("spec") or {}).get("nodeName")
+        if node and self.binds.waits_for(node):
+            self._release(node)
+
+    def _wakes(self, ev: ResourceEvent) -> bool:
+        """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a node
+        added or gone. Not the echo of our own binds, nor node heartbeats or bind locks."""
+        if ev.kind == "Pod":
+            spec = ev.obj.get("spec") or {}
+            return ev.type == "DELETED" or (
+                spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName")
+            )
+        if ev.kind == "Node":  # a new node (a lock of ours changing is the binder's business, not a cycle's)
+            return ev.type != "MODIFIED"
+        return ev.kind in ("Queue", "PodGroup")
+
+    def wake(self) -> None:
+        """End a `wait_for_work` now (the loop is stopping)."""
+        self._work.set()
+
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Block until something a cycle should act on arrived (a pending pod of ours, a bind outcome...) or
+        `timeout_s` passed; whether there is work."""
+        woke = self._work.wait(timeout_s)
+        self._work.clear()
+        return woke
+
     # ---- the Cluster interface ---------------------------------------------------------------------------
     def now(self) -> float:
         return time.time()
@@ -191,6 +253,7 @@ class KubeCluster:
                 if ev.kind in _FORWARDED:
                     out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
         out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
+        self._release_parked()
         if self.podgrouper and self.writable:
             # Every group that changed in this drain is decided once and written, and handed to the cycle
             # ahead of everything else, so no gang is seen without its minMember.
@@ -215,12 +278,21 @@ class KubeCluster:
                 for uid in self._parked.pop(name, {}):
                     self._parked_at.pop(uid, None)
                 out.append(WatchEvent("Node", "DELETED", ev.obj))
+            elif (
+                ev.type == "MODIFIED"
+                and only_lock_changed(ev.old, ev.obj)
+                and not self.locks.shown_tainted(name, ev.obj)
+            ):
+                pass  # our own bind lock came or went: the cycle's picture of the node is unchanged
             else:
                 out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
                 self._known_nodes.add(name)
                 for uid, parked in self._parked.pop(name, {}).items():
                     self._parked_at.pop(uid, None)
                     out.append(parked)
+        elif ev.kind == "GPUNodeReport" and ev.type != "DELETED":
+            # Like a bound pod, a node's report waits for its node: applied before it, it would be lost.
+            self._route(WatchEvent("GPUNodeReport", ev.type, ev.obj), out)
         elif ev.kind in _FORWARDED:
             if ev.kind == "PodGroup" and self.podgrouper:  # re-created if deleted, an edit undone
                 self.podgroups.podgroup_changed(ev.key, deleted=ev.type == "DELETED")
@@ -231,13 +303,18 @@ class KubeCluster:
             self.kai.translate(ev, out)
 
     def _route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
-        """Forward a pod event, or park it until its node has reached the cycle: a bound pod seen before its
-        node could not be accounted on it, and its GPU share would be given away twice."""
-        if event.kind != "Pod":
+        """Forward a pod's or a GPUNodeReport's event, or park it until its node has reached the cycle: a bound
+        pod seen before its node could not be accounted on it (its GPU share would be given away twice), a
+        report before its node would be dropped (an unhealthy GPU used). Watches arrive in any order."""
+        if event.kind == "GPUNodeReport":
+            uid = f"GPUNodeReport/{(event.obj.get('metadata') or {}).get('name')}"
+            node = (event.obj.get("spec") or {}).get("node")
+        elif event.kind == "Pod":
+            uid = str((event.obj.get("metadata") or {}).get("uid", ""))
+            node = (event.obj.get("spec") or {}).get("nodeName")
+        else:
             out.append(event)
             return
-        uid = str((event.obj.get("metadata") or {}).get("uid", ""))
-        node = (event.obj.get("spec") or {}).get("nodeName")
         earlier = self._parked_at.pop(uid, None)
         if earlier is not None:
             self._parked.get(earlier, {}).pop(uid, None)
@@ -248,33 +325,98 @@ class KubeCluster:
         out.append(event)
 
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
-        waiting = self.locks.waiting(assignment.node, pod.uid) if assignment.gpus else None
-        result = (
-            ApiBindResult(False, waiting, busy=True)
-            if waiting
-            else self.binder.bind(
-                pod.namespace,
-                pod.name,
-                pod.uid,
-                assignment.node,
-                assignment if assignment.gpus else None,
-                pod_has_annotations=bool(pod.annotations),
-            )
-        )
-        if not result.ok:
-            with self._lock:
-                # Waiting for a node's lock is a turn in a queue, not a scheduling failure: not reported.
-                (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(pod.uid)
-            raise BindError(result.reason, node_busy=result.busy)
+        node = assignment.node
+        lock = bool(assignment.gpus) and self.needs_lock(pod, node)
+        park = False
+        if lock:
+            holder = self.locks.holder(node)
+            if holder is not None and holder.uid != pod.uid:
+                if not holder.ours:
+                    with self._lock:  # a turn in a queue, not a scheduling failure: not reported as one
+                        self._lock_waiters.add(pod.uid)
+                    msg = f"node {node} is busy: waiting for the device plugin to allocate {holder.key}"
+                    raise BindError(msg, node_busy=True)
+                park = True  # behind a pod we bound there (of the same gang, say): its turn comes next
+        task = BindTask(pod.namespace, pod.name, pod.uid, node, assignment if assignment.gpus else None, lock)
         with self._lock:
-            self._bound[pod.uid] = assignment.node
+            self._bound[pod.uid] = (node, assignment.to_annotation() if assignment.gpus else None)
             self._lock_waiters.discard(pod.uid)
-        if not assignment.gpus:
-            return BindResult()
-        # The node's bind lock is ours until the device plugin serves this pod: the running cycle masks the
-        # node at once; the next ones see it locked in its node events (`NodeLockView.decorate`).
-        self.locks.taken(assignment.node, pod.uid, pod.key)
-        return BindResult(node_busy=True)
+        if park:
+            self.binds.park(task)
+        else:
+            if lock:
+                self.locks.taken(node, pod.uid, pod.key)
+            self.binds.submit(task)
+        # A lock taken here does not make the node busy for the cycle: later binds of that node wait in line
+        # in the binder, as the kubelet admits a node's pods one at a time anyway.
+        return BindResult(in_flight=True)
+
+    def needs_lock(self, pod: PodInfo, node: str) -> bool:
+        """Whether the device plugin must find this GPU pod by the node's bind lock: fractional pods always
+        (only Tessera's device plugin serves them); whole GPUs where Tessera's device plugin runs (the node
+        advertises its slice resource) and serves whole GPUs too."""
+        if pod.request.is_fractional:
+            return True
+        if not self.whole_gpu_lock:
+            return False
+        status = (self.informers["Node"].get(node) or {}).get("status") or {}
+        return GPU_SLICE_RESOURCE in (status.get("allocatable") or status.get("capacity") or {})
+
+    def bind_outcomes(self) -> list[BindOutcome]:
+        with self._lock:
+            out, self._outcomes = self._outcomes, []
+        return out
+
+    def binds_in_flight(self) -> int:
+        return len(self.binds)
+
+    def _bind_now(self, task: BindTask) -> ApiBindResult:
+        """A binder thread's work: the API requests of one bind."""
+        meta = None
+        if task.lock:
+            meta = (self.informers["Node"].get(task.node) or {}).get("metadata")
+        return self.binder.bind(
+            task.namespace, task.name, task.uid, task.node, task.assignment, lock=task.lock, node_meta=meta
+        )
+
+    def _bind_done(self, task: BindTask, result: ApiBindResult) -> None:
+        if result.ok:
+            with self._lock:
+                self._outcomes.append(BindOutcome(task.uid))
+            return
+        self._work.set()  # a failed bind: its pod waits again
+        if task.lock:
+            self.locks.pod_gone(task.uid)  # the lock is not (or no longer) ours for this pod
+        with self._lock:
+            self._bound.pop(task.uid, None)
+            (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(task.uid)
+            self._outcomes.append(BindOutcome(task.uid, result.reason, node_busy=result.busy))
+        # The pod as the API has it (unbound): whoever assumed it bound sees it pending again.
+        obj = self.informers["Pod"].get(task.key)
+        if obj is not None and (obj.get("metadata") or {}).get("uid") == task.uid:
+            self.events.put(ResourceEvent("Pod", "MODIFIED", obj, obj))
+
+    def _release(self, node: str) -> None:
+        """The next bind waiting for `node`'s lock goes once the lock is free: not held for a pod the device
+        plugin has not served, and gone from the node as the watch shows it (taking it is then one request;
+        a lock that never goes is waited for until the binds behind it expire)."""
+        with self._lock:  # informer threads and the cycle both call this: one release at a time
+            annotations = ((self.informers["Node"].get(node) or {}).get("metadata") or {}).get("annotations")
+            if self.locks.holder(node) is not None or BIND_LOCK in (annotations or {}):
+                return
+            task = self.binds.release(node)
+            if task is not None:
+                self.locks.taken(node, task.uid, task.key)
+
+    def _release_parked(self) -> None:
+        """Binds waiting for a node's lock: the next goes once it is free; those waiting too long fail."""
+        for node in self.binds.parked_nodes():
+            self._release(node)
+        for task in self.binds.expire(self.lock_timeout_s):
+            busy = self.locks.holder(task.node)
+            who = busy.key if busy is not None else "another pod"
+            reason = f"node {task.node} is busy: waited {self.lock_timeout_s:.0f}s for the device plugin to allocate {who}"
+            self._bind_done(task, ApiBindResult(False, reason, busy=True))
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
@@ -364,9 +506,12 @@ class KubeCluster:
             return []
         out: list[WatchEvent] = []
         enriched: Obj | None = None
-        if bound_to is not None:
+        if bound_to is not None:  # being bound (or the watch is behind): show it where it goes
             enriched = _copy_pod(obj)
-            enriched["spec"]["nodeName"] = bound_to
+            enriched["spec"]["nodeName"] = bound_to[0]
+            if bound_to[1] is not None:
+                enriched["metadata"]["annotations"] = {**(enriched["metadata"].get("annotations") or {}),
+                                                       GPU_ASSIGNMENT: bound_to[1]}  # fmt: skip
         if self.scheduler_name != SCHEDULER_NAME and (ours or spec.get("schedulerName") == SCHEDULER_NAME):
             # The cycle knows "ours" as the built-in name: translate a configured --scheduler-name to it.
             enriched = enriched or _copy_pod(obj)

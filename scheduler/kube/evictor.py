@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from scheduler.kube.binder import api_reason
+from scheduler.kube.binder import api_reason, finish
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class Evictor:
             delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
         )
         try:
-            self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+            finish(self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return EvictResult(True, "already gone")

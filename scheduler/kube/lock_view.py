@@ -1,10 +1,11 @@
 """The node bind locks as the scheduling cycle should see them.
 
 A node whose bind lock is held by a GPU pod the device plugin has not served yet cannot take another GPU
-pod until it is freed. The cycle knows nothing of locks, so the adapter shows such a node with a
-`tessera.dev/bind-lock:NoSchedule` taint: placement then goes to free nodes instead of planning binds that
-are bound to fail, and the taint goes away as soon as the watch shows the holder allocated (or gone, or the
-lock stale). Judged from the watch caches only: no API request.
+pod until it is freed. When the lock is someone else's (another scheduler, or one from before a restart),
+the adapter shows such a node with a `tessera.dev/bind-lock:NoSchedule` taint: placement then goes to free
+nodes instead of planning binds that are bound to fail, and the taint goes away as soon as the watch shows
+the holder allocated (or gone, or the lock stale). A lock this scheduler took is not shown: its binder
+queues the next binds of that node behind it. Judged from the watch caches only: no API request.
 """
 
 from __future__ import annotations
@@ -103,6 +104,18 @@ class NodeLockView:
             or (not holder.ours and spec.get("nodeName") != node)
         )
 
+    def shown_tainted(self, name: str, node_obj: dict[str, Any]) -> bool:
+        """Whether the cycle sees the node tainted now, or should from this version of it."""
+        with self._lock:
+            if name in self._shown:
+                return True
+        return self._foreign(self.holder(name, node_obj))
+
+    @staticmethod
+    def _foreign(holder: Holder | None) -> bool:
+        """Shown tainted: a lock we took ourselves is not (our binder queues the next binds behind it)."""
+        return holder is not None and not holder.ours
+
     def waiting(self, node: str, uid: str) -> str | None:
         """Why a GPU pod `uid` cannot be bound to `node` now, or None."""
         holder = self.holder(node)
@@ -113,7 +126,7 @@ class NodeLockView:
     def decorate(self, node_obj: dict[str, Any]) -> dict[str, Any]:
         """The node as the cycle should see it (tainted while locked)."""
         name = str((node_obj.get("metadata") or {}).get("name"))
-        locked = self.holder(name, node_obj) is not None
+        locked = self._foreign(self.holder(name, node_obj))
         with self._lock:
             (self._shown.add if locked else self._shown.discard)(name)
         if not locked:
@@ -135,6 +148,21 @@ class NodeLockView:
             if obj is None:
                 self.forget(name)
                 continue
-            if (self.holder(name, obj) is not None) != (name in shown):
+            if self._foreign(self.holder(name, obj)) != (name in shown):
                 changed.append(self.decorate(obj))
         return changed
+
+
+def only_lock_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether two versions of a node differ only in their bind lock (and the bookkeeping of any write)."""
+    if old is None:
+        return False
+    if {k: v for k, v in old.items() if k != "metadata"} != {k: v for k, v in new.items() if k != "metadata"}:
+        return False
+    skip = ("resourceVersion", "managedFields", "annotations")
+    a, b = old.get("metadata") or {}, new.get("metadata") or {}
+    if {k: v for k, v in a.items() if k not in skip} != {k: v for k, v in b.items() if k not in skip}:
+        return False
+    other_a = {k: v for k, v in (a.get("annotations") or {}).items() if k != BIND_LOCK}
+    other_b = {k: v for k, v in (b.get("annotations") or {}).items() if k != BIND_LOCK}
+    return other_a == other_b

@@ -20,7 +20,7 @@ from kubernetes import client, config
 
 from scheduler.api import cli as house
 from scheduler.api.cli import CommandError, HouseCommand, VersionOption, check_choice, first_line, new_app
-from scheduler.api.keys import SCHEDULER_NAME
+from scheduler.api.keys import SCHEDULER_NAME, WHOLE_GPU_RESOURCE
 from scheduler.budget import BudgetLimits
 from scheduler.cycle import SchedulerConfig
 from scheduler.kube.http_server import SchedulerHTTPServer
@@ -46,9 +46,11 @@ class NoCredentials(CommandError):
     """Neither in-cluster credentials nor a usable kubeconfig."""
 
 
-def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig."""
+def api_client(kubeconfig: str | None, *, connections: int = 32) -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig. `connections`: kept open per host
+    (watches, binder threads, status writers), so no thread opens a fresh TLS connection per request."""
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = connections
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=configuration)
@@ -155,6 +157,20 @@ def run(
     bind_lock_timeout: str = typer.Option(
         "60s", metavar="TIME", help="Age after which a node's bind lock is stale."
     ),
+    min_cycle_gap: str = typer.Option(
+        "50ms",
+        metavar="TIME",
+        help="Run a cycle as soon as a pod waits, but no sooner than this after the last ('' = every --cycle-period only).",
+    ),
+    bind_workers: int = typer.Option(
+        8, min=1, max=256, help="Threads carrying out binds (asynchronous binding)."
+    ),
+    whole_gpu_resource: str = typer.Option(
+        WHOLE_GPU_RESOURCE,
+        metavar="NAME",
+        help="Whole-GPU resource Tessera's device plugin serves, as in the chart ('' = NVIDIA's plugin does: "
+        "whole-GPU pods take no bind lock).",
+    ),
     usage_window: str = typer.Option(
         "", metavar="TIME", help="Time-based fair share: window of queues' recent usage, e.g. 7d ('' = off)."
     ),
@@ -184,6 +200,7 @@ def run(
     period_s = seconds(cycle_period, "--cycle-period")
     usage = usage_params(usage_window, usage_half_life, usage_k_value, usage_resolution)
     lock_timeout_s = seconds(bind_lock_timeout, "--bind-lock-timeout")
+    gap_s = seconds(min_cycle_gap, "--min-cycle-gap", positive=False) if min_cycle_gap else None
     listen_at = host_port(listen, "--listen") if listen else None
     webhook_at = host_port(webhook_listen, "--webhook-listen") if webhook_listen else None
     if webhook_at is not None:
@@ -199,7 +216,7 @@ def run(
             )
     logging.getLogger().setLevel(log_level.upper())
     me = leader_elect_identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-    api = api_client(kubeconfig)
+    api = api_client(kubeconfig, connections=bind_workers + 24)
     if kai_compat and (problem := access_problem(client.CustomObjectsApi(api))):
         raise CommandError(f"--kai-compat: {problem}")
     runner = SchedulerRunner(
@@ -212,6 +229,9 @@ def run(
             lease_namespace=leader_elect_namespace,
             lease_name=leader_elect_lease_name,
             lock_timeout_s=lock_timeout_s,
+            min_cycle_gap_s=gap_s,
+            bind_workers=bind_workers,
+            whole_gpu_lock=bool(whole_gpu_resource),
             kai_compat=kai_compat,
             scheduler=(
                 SchedulerConfig(policy=placement, budget=BudgetLimits.live(), usage=usage)

@@ -19,6 +19,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from scheduler.kube.binder import finish
+
 log = logging.getLogger(__name__)
 
 COMPONENT = "tessera"
@@ -83,19 +85,23 @@ class EventRecorder:
         try:
             if sent is not None and sent.message == message:
                 count = sent.count + 1
-                self.core.patch_namespaced_event(
-                    sent.event_name,
-                    ref.namespace,
-                    {"count": count, "lastTimestamp": stamp},
-                    _preload_content=False,
+                finish(
+                    self.core.patch_namespaced_event(
+                        sent.event_name,
+                        ref.namespace,
+                        {"count": count, "lastTimestamp": stamp},
+                        _preload_content=False,
+                    )
                 )
                 name = sent.event_name
             else:
                 count, name = 1, f"{ref.name}.{time.time_ns():x}"
-                self.core.create_namespaced_event(
-                    ref.namespace,
-                    self._event(ref, name, reason, message, type_, stamp),
-                    _preload_content=False,
+                finish(
+                    self.core.create_namespaced_event(
+                        ref.namespace,
+                        self._event(ref, name, reason, message, type_, stamp),
+                        _preload_content=False,
+                    )
                 )
         except ApiException as exc:
             if exc.status == 404 and sent is not None:  # the aggregated Event expired: start a new one

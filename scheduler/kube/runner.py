@@ -43,6 +43,11 @@ class RunnerConfig:
     watch_timeout_s: int = 300
     sync_timeout_s: float = 60.0
     backoff_initial_s: float = 0.2
+    # Cycles run every `cycle_interval_s`, and sooner when a pod of ours waits (or a bind failed), but no
+    # sooner than `min_cycle_gap_s` after the last one (None: on the period only).
+    min_cycle_gap_s: float | None = 0.05
+    bind_workers: int = 8  # threads carrying out binds (asynchronous binding)
+    whole_gpu_lock: bool = True  # Tessera's device plugin serves whole GPUs too (the chart's default)
     kai_compat: bool = False  # also read KAI Scheduler's Queue and PodGroup kinds (docs/kai-compat.md)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Where time-based fair share keeps the queues' usage history (when `scheduler.usage` is set).
@@ -67,6 +72,8 @@ class SchedulerRunner:
             event_interval_s=cfg.event_interval_s,
             watch_timeout_s=cfg.watch_timeout_s,
             backoff=Backoff(initial_s=cfg.backoff_initial_s),
+            bind_workers=cfg.bind_workers,
+            whole_gpu_lock=cfg.whole_gpu_lock,
             kai_compat=cfg.kai_compat,
         )
         self.usage_store = (
@@ -98,6 +105,7 @@ class SchedulerRunner:
         self.cycle_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._gauges_at: tuple[object, int] = (None, -1)  # (state, version) the GPU gauges show
 
     @property
     def is_leader(self) -> bool:
@@ -117,6 +125,7 @@ class SchedulerRunner:
 
     def stop(self) -> None:
         self._stop.set()
+        self.cluster.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
         fairshare = self.scheduler.fairshare
@@ -136,7 +145,15 @@ class SchedulerRunner:
                     "scheduling cycle failed; rebuilding the scheduler's state from the watch caches"
                 )
                 self.rebuild()
-            self._stop.wait(self.config.cycle_interval_s)
+            self._pause()
+
+    def _pause(self) -> None:
+        """Until the next cycle: the cycle period, or less once there is work and the minimum gap passed."""
+        cfg = self.config
+        if cfg.min_cycle_gap_s is None or cfg.min_cycle_gap_s >= cfg.cycle_interval_s:
+            self._stop.wait(cfg.cycle_interval_s)
+        elif not self._stop.wait(cfg.min_cycle_gap_s):
+            self.cluster.wait_for_work(cfg.cycle_interval_s - cfg.min_cycle_gap_s)
 
     def rebuild(self) -> None:
         """A fresh scheduler fed with everything the watch caches hold (a cycle that failed half-way may
@@ -208,8 +225,14 @@ class SchedulerRunner:
                         allocated=node.allocated.get(resource),
                         quota=node.resource(resource).quota,
                     )
+        # Per-GPU gauges of the nodes that changed since the last cycle only (all of them after a rebuild):
+        # setting thousands of labelled gauges after every cycle cost more than the cycle.
         state = self.scheduler.cache.state
-        for row, node_info in enumerate(state.nodes):
+        seen_state, seen_version = self._gauges_at
+        rows = state.changed_rows(seen_version) if seen_state is state else None
+        self._gauges_at = (state, state.version)
+        for row in range(len(state.nodes)) if rows is None else rows:
+            node_info = state.nodes[row] if row < len(state.nodes) else None
             if node_info is None:
                 continue
             for gpu in range(node_info.gpu_count):

@@ -27,7 +27,7 @@ from scheduler.api.keys import GROUP, VERSION
 from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.kube.binder import api_reason
+from scheduler.kube.binder import api_reason, finish
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -112,15 +112,17 @@ class PodGroupStatusWriter:
             {"op": "add", "path": "/status", "value": stamped.model_dump(by_alias=True, exclude_none=True)}
         ]
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                "podgroups",
-                name,
-                body,
-                _content_type=JSON_PATCH,
-                _preload_content=False,
+            finish(
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    "podgroups",
+                    name,
+                    body,
+                    _content_type=JSON_PATCH,
+                    _preload_content=False,
+                )
             )
         except ApiException as exc:
             self._in_flight.forget(key)
@@ -148,8 +150,10 @@ class QueueStatusWriter:
             return False
         body = [{"op": "add", "path": "/status", "value": status.model_dump(by_alias=True)}]
         try:
-            self.custom.patch_cluster_custom_object_status(
-                GROUP, VERSION, "queues", name, body, _content_type=JSON_PATCH, _preload_content=False
+            finish(
+                self.custom.patch_cluster_custom_object_status(
+                    GROUP, VERSION, "queues", name, body, _content_type=JSON_PATCH, _preload_content=False
+                )
             )
         except ApiException as exc:
             self._in_flight.forget(name)
@@ -207,8 +211,10 @@ class PendingPodReporter:
         }
         try:
             # A strategic merge patch merges conditions by type: other conditions are kept.
-            self.core.patch_namespaced_pod_status(
-                name, namespace, {"status": {"conditions": [condition]}}, _preload_content=False
+            finish(
+                self.core.patch_namespaced_pod_status(
+                    name, namespace, {"status": {"conditions": [condition]}}, _preload_content=False
+                )
             )
         except ApiException as exc:
             self._in_flight.forget(uid)

@@ -6,7 +6,9 @@ The typical workload (given, or learned from the pods asked about), the node vie
 Caching: scores depend only on a node's own state, so they are kept per pod shape (CPU, milli, devices,
 models) and refreshed only on rows whose `row_version` moved since the shape was last scored. A full
 refresh collapses identical nodes first when they are few (at start-up a cluster is a few node kinds)
-and scores one row per distinct state. The GPU inside the chosen node is re-derived for that row alone.
+and scores one row per distinct state. For a fraction the entry also keeps each row's best GPU (the
+argmax the node's score came from), so choosing the GPU inside the chosen node costs no second run of
+the kernels; otherwise (a row whose cached GPU the caller's fit rules out) it is re-derived for that row.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ _HASH_MOD = 1 << 40
 class _Entry:
     version: int
     score: Array  # float64[N]
+    gpu: Array | None = None  # int64[N] the best GPU of each row, for a fraction (the score's argmax)
 
 
 @dataclass
@@ -155,13 +158,19 @@ class FragmentPolicy(BasePolicy):
 
     def kernel(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> Array:
         """float64[R] scores for the rows of `v`; -inf where the pod does not fit."""
+        return self._kernel(xp, wa, v, d)[0]
+
+    def _kernel(
+        self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
+    ) -> tuple[Array, Array | None]:
+        """`kernel`, and for a fraction int64[R]: the GPU of each row the score comes from (first best)."""
         neg = -float("inf")
         if is_fraction(d):
             before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
             per_gpu = self.transform(xp, before[:, None], after, v, d)
             fit = v.free >= v.need[:, None]
             per_gpu = xp.where(fit, per_gpu, xp.full(per_gpu.shape, neg, dtype=xp.float64))
-            return xp.max(per_gpu, axis=1)
+            return xp.max(per_gpu, axis=1), xp.argmax(per_gpu, axis=1)
         if d.uses_gpu:
             fit = v.free >= v.need[:, None]
             sel = best_fit_selection(xp, v.free, fit, d.num_gpus)
@@ -172,14 +181,16 @@ class FragmentPolicy(BasePolicy):
             ok = xp.ones(v.cpu.shape, dtype=xp.bool)
         before, after = fragment_after_selection(xp, wa, v.free, v.cpu, v.access, take, d.cpu_milli)
         score = self.transform(xp, before, after, v, d)
-        return xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64))
+        return xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64)), None
 
-    def _full(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> Array:
+    def _full(
+        self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
+    ) -> tuple[Array, Array | None]:
         """Score every row, once per distinct node state when few are distinct (a node's score depends
         on its free milli as a multiset, its free CPU and memory, model and the pod's need there)."""
         n = int(v.cpu.shape[0])
         if n < 8:
-            return self.kernel(xp, wa, v, d)
+            return self._kernel(xp, wa, v, d)
         free_sorted = xp.sort(v.free, axis=1)
         key = xp.zeros(v.cpu.shape, dtype=xp.int64)
         columns = [free_sorted[:, g] for g in range(int(free_sorted.shape[1]))]
@@ -194,7 +205,7 @@ class FragmentPolicy(BasePolicy):
         uniq = xp.unique_inverse(key)
         u = int(uniq.values.shape[0])
         if u > COLLAPSE_MAX_SHARE * n:
-            return self.kernel(xp, wa, v, d)
+            return self._kernel(xp, wa, v, d)
         inverse = xp.reshape(uniq.inverse_indices, (-1,))
         order = xp.argsort(inverse, stable=True)
         sorted_inv = xp.take(inverse, order)
@@ -210,8 +221,10 @@ class FragmentPolicy(BasePolicy):
             and xp.all(xp.take(rep_view.access, inverse, axis=0) == v.access)
         )
         if not bool(same):
-            return self.kernel(xp, wa, v, d)
-        return xp.take(self.kernel(xp, wa, rep_view, d), inverse)
+            return self._kernel(xp, wa, v, d)
+        # A representative's best GPU is its own slot; a row with the same multiset of free milli may have
+        # its GPUs in another order: its GPU is derived again when chosen (`pick_gpus`), not taken from here.
+        return xp.take(self._kernel(xp, wa, rep_view, d)[0], inverse), None
 
     def _key(self, d: PodDemand) -> tuple[Any, ...]:
         return (d.cpu_milli, d.num_gpus, d.gpu_milli, d.gpu_mib, d.models)
@@ -236,17 +249,28 @@ class FragmentPolicy(BasePolicy):
         if entry is not None:
             stale = xp.nonzero(state.row_version > entry.version)[0]
             if int(stale.shape[0]) <= max(PARTIAL_REFRESH_MAX, state.capacity // PARTIAL_REFRESH_SHARE):
-                score = self.kernel(xp, wa, self.view(state, wa, d, stale), d)
+                score, gpu = self._kernel(xp, wa, self.view(state, wa, d, stale), d)
                 scatter_rows(xp, entry.score, stale, score)
+                if entry.gpu is not None and gpu is not None:
+                    scatter_rows(xp, entry.gpu, stale, gpu)
                 entry.version = state.version
                 return entry.score
-        score = self._full(xp, wa, self.view(state, wa, d), d)
-        self._cache[key] = _Entry(state.version, score)
+        score, gpu = self._full(xp, wa, self.view(state, wa, d), d)
+        if gpu is None and is_fraction(d):
+            gpu = xp.full(score.shape, -1, dtype=xp.int64)  # not known: derived when chosen
+        self._cache[key] = _Entry(state.version, score, gpu)
         return score
 
     def pick_gpus(self, state: NodeArrays, row: int, d: PodDemand, fit: Array) -> list[int]:
         xp = state.xp
         if is_fraction(d):
+            entry = self._cache.get(self._key(d))
+            if entry is not None and entry.gpu is not None and entry.version == state.version:
+                # The kernel's per-GPU fit (free >= need) holds wherever the caller's does: its first best
+                # GPU, if the caller's fit allows it, is the first best among the caller's GPUs too.
+                g = int(entry.gpu[row])
+                if g >= 0 and bool(fit[row, g]):
+                    return [g]
             wa = self._workload_arrays(state)
             v = self.view(state, wa, d, xp.asarray([row], dtype=xp.int64))
             before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)

@@ -9,12 +9,21 @@ The decision is the one `place_one` makes (same mask, same scores, ties to the l
 
 Policies that are not row-local are still given the exact mask and fit, and are asked for their scores
 over all rows each time (they may cache on their own, as `fgd` does).
+
+Batched decisions: pods of the same shape share one scoring pass. For a row-local policy the entry also
+keeps its best rows (`top`, the first TOP_K in the order "highest score, then lowest row") from that pass;
+a decision re-scores the rows changed since (a handful), drops them from `top` and puts back those whose new
+place is ahead of `bound` (where `top` ended when it was made: every row not in it, unchanged since, comes
+after that), and takes the first row of `top` that is not excluded. No pass over all rows per pod: `top` is
+made again (one sort of the kept scores) only once it has run out, so a cycle costs one scoring pass per
+shape, a re-scoring of the rows each placement changed, and a sort every TOP_K decisions of a shape.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.backend import ArrayNamespace
 from scheduler.model import Placement
@@ -27,6 +36,9 @@ from scheduler.state.node_arrays import NodeArrays
 
 # Above this share of the rows changed, recompute a demand over all rows (one big op beats many small).
 FULL_REFRESH_SHARE = 0.25
+# Best rows kept per demand between passes (a sort of all rows is made again when they run out).
+TOP_K = 64
+Key = tuple[float, int]  # (-score, row): smaller is better, ties to the lowest row
 
 
 @dataclass
@@ -35,6 +47,11 @@ class _Entry:
     mask: Array  # bool[C]
     fit: Array  # bool[C, G]
     score: Array | None  # float64[C], -inf where infeasible (row-local policies only)
+    # The best feasible rows by key, current to `version` (row-local policies; empty: make it again).
+    top: list[Key] = field(default_factory=list)
+    # The key of the last row `top` held when made (None: it held every feasible row).
+    bound: Key | None = None
+    made: bool = False  # `top` was made since the last full pass
 
 
 def _scatter(xp: ArrayNamespace, dst: Array, rows: list[int], src: Array) -> None:
@@ -87,9 +104,39 @@ class IncrementalPlacer:
             if d.uses_gpu:
                 _scatter(xp, entry.fit, rows, fit)
             if entry.score is not None:
-                _scatter(xp, entry.score, rows, self._masked_scores(view, d, mask, fit))
+                scores = self._masked_scores(view, d, mask, fit)
+                _scatter(xp, entry.score, rows, scores)
+                if entry.made:
+                    _retop(entry, rows, s.host(scores).tolist())
         entry.version = s.version
         return entry
+
+    def _make_top(self, entry: _Entry) -> None:
+        """The first TOP_K feasible rows by key, from the kept scores (one stable sort)."""
+        xp, s = self.state.xp, self.state
+        assert entry.score is not None
+        order = s.host(xp.argsort(-entry.score, stable=True))[:TOP_K].tolist()
+        scores = s.host(entry.score)
+        entry.top = [(-float(scores[r]), int(r)) for r in order if scores[r] > -float("inf")]
+        entry.bound = entry.top[-1] if len(entry.top) == TOP_K else None
+        entry.made = True
+
+    def _best(self, entry: _Entry, exclude: Array | None) -> int | None:
+        """The first row of `top` not excluded, as argmax over all rows would answer."""
+        if not entry.made or (not entry.top and entry.bound is not None):
+            self._make_top(entry)
+        for _, row in entry.top:
+            if exclude is None or not bool(exclude[row]):
+                return row
+        if entry.bound is None:
+            return None  # every feasible row is in `top`, and all are excluded
+        xp = self.state.xp
+        assert entry.score is not None
+        score = entry.score
+        if exclude is not None:  # all the best are excluded: look at every row
+            score = xp.where(exclude, xp.full(score.shape, -float("inf"), dtype=xp.float64), score)
+        row = int(xp.argmax(score))
+        return row if bool(score[row] > -float("inf")) else None
 
     def feasible(self, d: PodDemand) -> tuple[Array, Array]:
         """(bool[C] nodes `d` fits now, bool[C, G] GPUs it fits): `filters.feasible`'s answer, from the
@@ -113,12 +160,9 @@ class IncrementalPlacer:
         row: int | None
         mask = entry.mask if exclude is None else entry.mask & ~exclude
         if entry.score is not None and tie_break == "first":
-            # Scores are already -inf where infeasible: the first maximum is best_row's answer.
-            score = entry.score
-            if exclude is not None:
-                score = xp.where(exclude, xp.full(score.shape, -float("inf"), dtype=xp.float64), score)
-            row = int(xp.argmax(score))
-            if not bool(score[row] > -float("inf")):
+            # Scores are -inf where infeasible: the first maximum (best_row's answer) is the head of `top`.
+            row = self._best(entry, exclude)
+            if row is None:
                 return None
         elif entry.score is not None:
             row = best_row(xp, entry.score, mask, tie_break=tie_break, rng=rng)
@@ -134,3 +178,19 @@ class IncrementalPlacer:
         else:
             slots = self.policy.pick_gpus(s, row, d, entry.fit)
         return placement_at(s, row, slots, d)
+
+
+def _retop(entry: _Entry, rows: list[int], scores: list[float]) -> None:
+    """`rows` were re-scored: their old places in `top` go; each comes back if its new key is ahead of
+    `bound` (rows after it are found by the next sort, when `top` runs out)."""
+    changed = set(rows)
+    top = [k for k in entry.top if k[1] not in changed]
+    for row, score in zip(rows, scores, strict=True):
+        if score > -float("inf"):
+            key = (-score, row)
+            if entry.bound is None or key < entry.bound:
+                bisect.insort(top, key)
+    if len(top) > 2 * TOP_K:  # keep it short: what is cut off comes after the new bound
+        top = top[:TOP_K]
+        entry.bound = top[-1]
+    entry.top = top

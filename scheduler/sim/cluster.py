@@ -22,7 +22,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT, SIM_ARRIVAL, SIM_DURATION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, BindResult, EventType, Kind, WatchEvent
+from scheduler.cluster import BindError, BindOutcome, BindResult, EventType, Kind, WatchEvent
 from scheduler.model import PodInfo
 from scheduler.sim.duration import parse_duration
 from scheduler.sim.loader import Manifests
@@ -109,6 +109,9 @@ class SimCluster:
             heapq.heappush(self._completions, (self.now_s + rec.duration_s, next(self._seq), pod.key))
         self._emit("Pod", "MODIFIED", rec.obj)
         return BindResult()
+
+    def bind_outcomes(self) -> list[BindOutcome]:
+        return []  # binds are synchronous
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         """Graceful deletion: the pod is marked for deletion now and is gone after its grace period."""

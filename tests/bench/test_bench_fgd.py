@@ -9,8 +9,10 @@ from scheduler.backend import get_namespace
 from scheduler.model import NodeInfo
 from scheduler.placement.bestfit import _free_gpu_milli, _raw
 from scheduler.placement.fgd import FgdPolicy
+from scheduler.placement.filters import feasible
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.placer import place_one
+from scheduler.placement.wastefit import WasteFitPolicy
 from scheduler.placement.workload import TypicalWorkload
 from scheduler.state import ClusterState, PodDemand
 
@@ -52,3 +54,34 @@ def test_fgd_incremental_equals_fresh(backend):
         assert inc.host(bestfit.free_gpu_milli(inc)).tolist() == inc.host(_free_gpu_milli(inc)).tolist()
         direct = _raw(xp, inc.free_cpu, _free_gpu_milli(inc), d)
         assert inc.host(bestfit.raw_scores(inc, d)).tolist() == inc.host(direct).tolist()
+
+
+@pytest.mark.parametrize("policy", [FgdPolicy, WasteFitPolicy])
+def test_a_fraction_goes_on_the_gpu_its_score_came_from(policy):
+    """The GPU a fragment policy picks for a fraction comes from its score cache (the argmax the node's
+    score was made of): it is the GPU a policy with nothing cached derives for that node."""
+    rng = random.Random(11)
+    xp = get_namespace("numpy")
+    state = ClusterState(xp, max_gpus=8, capacity=80)
+    for i in range(72):
+        state.add_node(
+            NodeInfo(f"n{i}", 96000, 393216, rng.choice([2, 4, 8]), rng.choice(["G2", "T4"]), 16384)
+        )
+    workload = TypicalWorkload.from_demands(d for _ in range(40) for d in demands(rng))
+    cached = policy()
+    cached.set_typical_workload(workload)
+    placer = IncrementalPlacer(state, cached)
+    fractions = 0
+    for step in range(120):
+        d = rng.choice(demands(rng))
+        got = placer.place(d)
+        if got is None:
+            continue
+        if d.num_gpus == 1 and d.gpu_milli < 1000:
+            fractions += 1
+            blank = policy()
+            blank.set_typical_workload(workload)
+            _, fit = feasible(state, d)
+            assert blank.pick_gpus(state, got.node, d, fit) == [g.slot for g in got.gpus], step
+        state.place(got)
+    assert fractions > 20

@@ -73,6 +73,41 @@ def test_incremental_placer_decides_as_place_one(backend, policy):
             inc.set_gpu_health(0, 0, False)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "strict"])
+@pytest.mark.parametrize("top_k", [3, 64])
+def test_batched_decisions_with_exclusions_decide_as_place_one(backend, top_k, monkeypatch):
+    """Many rows and a short `top` (it runs out, is made again, loses and regains rows), nodes excluded for
+    a while (a bind lock), releases (rollbacks): every decision is place_one's."""
+    monkeypatch.setattr("scheduler.placement.incremental.TOP_K", top_k)
+    rng = random.Random(5)
+    xp = get_namespace(backend)
+    ref, inc = ClusterState(xp, max_gpus=8, capacity=8), ClusterState(xp, max_gpus=8, capacity=8)
+    for n in nodes(rng, 40):
+        ref.add_node(n)
+        inc.add_node(n)
+    placer = IncrementalPlacer(inc, make_policy("binpack"))
+    exclude = None
+    for step in range(300):
+        d = rng.choice(demands(rng))
+        if step % 17 == 0:
+            excluded = rng.sample(range(inc.capacity), 6)
+            exclude = xp.asarray([r in excluded for r in range(inc.capacity)], dtype=xp.bool)
+        elif step % 17 == 9:
+            exclude = None
+        want, got = (
+            place_one(ref, make_policy("binpack"), d, exclude=exclude),
+            placer.place(d, exclude=exclude),
+        )
+        assert want == got, (step, d)
+        if want is not None:
+            ref.place(want)
+            inc.place(got)
+        if step % 29 == 13:
+            cp_r, cp_i = ref.checkpoint(), inc.checkpoint()
+            ref.rollback(max(0, cp_r - 4))
+            inc.rollback(max(0, cp_i - 4))
+
+
 def test_apply_many_matches_one_by_one_and_refuses_whole():
     xp = get_namespace("numpy")
     one, bulk = ClusterState(xp, max_gpus=4, capacity=8), ClusterState(xp, max_gpus=4, capacity=8)

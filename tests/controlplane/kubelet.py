@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from device_plugin.cluster import ClusterError, KubePodCluster, PodView
 from scheduler.api.bind_lock import BindLock
-from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT
+from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT, GPU_FRACTION, GPU_MEMORY, GPU_SLICE_RESOURCE
 from scheduler.kube.event_queue import EventQueue
 from scheduler.kube.informer import Informer, WatchTarget
 
@@ -94,8 +94,8 @@ class KubeletStandIn:
         if uid in self._started or (pod.get("status") or {}).get("phase") != "Pending":
             return
         annotations = meta.get("annotations") or {}
-        if GPU_ASSIGNMENT in annotations:
-            node_obj = self.node_cache.get(node) or {}
+        node_obj = self.node_cache.get(node) or {}
+        if GPU_ASSIGNMENT in annotations and _served_by_tessera(node_obj, annotations):
             raw = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(BIND_LOCK)
             if not raw or BindLock.from_annotation(raw).uid != uid:
                 return  # not this pod's turn: the kubelet would not call Allocate for it yet
@@ -110,3 +110,10 @@ class KubeletStandIn:
         )
         self._started.add(uid)
         self.allocated.append(f"{meta['namespace']}/{meta['name']}")
+
+
+def _served_by_tessera(node: dict[str, Any], annotations: dict[str, str]) -> bool:
+    """Whether the kubelet calls Tessera's device plugin (which finds the pod by the node's bind lock) for
+    this pod: fractional pods, and whole GPUs on nodes where Tessera's device plugin registered."""
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    return GPU_FRACTION in annotations or GPU_MEMORY in annotations or GPU_SLICE_RESOURCE in capacity

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GPU_ASSIGNMENT, GROUP, VERSION
+from scheduler.api.keys import GPU_ASSIGNMENT, GPU_SLICE_RESOURCE, GROUP, MILLI_PER_GPU, VERSION
 from scheduler.cycle import SchedulerConfig
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.sandbox.controlplane import ControlPlane
@@ -86,12 +86,15 @@ class Scene:
         annotations: dict[str, str] | None = None,
         gpu_memory_mib: int = 81920,
         gpu_product: str = "NVIDIA-H100-80GB-HBM3",
+        device_plugin: bool = True,
     ) -> Obj:
         """A Node as a kubelet registers it (capacity, allocatable, Ready), created by the admin."""
         capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
         all_labels = {"kubernetes.io/hostname": name, **(labels or {})}
         if gpus:
             capacity["nvidia.com/gpu"] = str(gpus)
+            if device_plugin:  # Tessera's device plugin runs there: it registers its slice resource
+                capacity[GPU_SLICE_RESOURCE] = str(gpus * MILLI_PER_GPU)
             all_labels.setdefault("nvidia.com/gpu.product", gpu_product)
             all_labels.setdefault("nvidia.com/gpu.memory", str(gpu_memory_mib))
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

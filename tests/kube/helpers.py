@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from scheduler.api.keys import GPU_SLICE_RESOURCE, MILLI_PER_GPU
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> Any:
     """Poll until `predicate()` is truthy; return its value or fail the test with a clear message."""
@@ -60,11 +62,14 @@ def node_body(
     labels: dict[str, str] | None = None,
     gpu_memory_mib: int = 81920,
     gpu_product: str = "NVIDIA-H100-80GB-HBM3",
+    device_plugin: bool = True,
 ) -> dict[str, Any]:
     capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
     labels = dict(labels or {})
     if gpus:
         capacity["nvidia.com/gpu"] = str(gpus)
+        if device_plugin:  # Tessera's device plugin runs there: it registers its slice resource
+            capacity[GPU_SLICE_RESOURCE] = str(gpus * MILLI_PER_GPU)
         labels.setdefault("nvidia.com/gpu.product", gpu_product)
         labels.setdefault("nvidia.com/gpu.memory", str(gpu_memory_mib))
     return {

@@ -49,7 +49,7 @@ def test_standby_derives_groups_but_creates_them_only_when_leading(scene: Scene)
     groups = {e.obj["metadata"]["annotations"]["tessera.dev/pod-group"] for e in events if e.kind == "Pod"
               and e.obj["metadata"]["namespace"] == scene.ns}  # fmt: skip
     (group,) = groups
-    assert not [e for e in events if e.kind == "PodGroup"]
+    assert not [e for e in events if e.kind == "PodGroup" and e.obj["metadata"]["namespace"] == scene.ns]
     assert scene.custom.list_namespaced_custom_object(GROUP, VERSION, scene.ns, "podgroups")["items"] == []
     cluster.writable = True
     first = cluster.drain_events()
@@ -145,6 +145,22 @@ def test_a_malformed_object_does_not_lose_the_other_events() -> None:
         ("Pod", "bad"),
         ("Node", "n1"),
     ]
+
+
+def test_a_node_report_seen_before_its_node_waits_for_it() -> None:
+    """The report and the node come from independent watches: the report applied first would be dropped
+    (no row for its node yet) and an unhealthy GPU used; it reaches the cycle right after its node."""
+    from scheduler.kube.event_queue import ResourceEvent
+
+    cluster = KubeCluster(_offline())
+    report = {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "GPUNodeReport",
+              "metadata": {"name": "gpu-1"}, "spec": {"node": "gpu-1", "gpus": []}}  # fmt: skip
+    cluster.events.put(ResourceEvent("GPUNodeReport", "ADDED", report))
+    assert cluster.drain_events() == []
+    cluster.events.put(ResourceEvent("Node", "ADDED", node_body("gpu-1", gpus=1)))
+    assert [e.kind for e in cluster.drain_events()] == ["Node", "GPUNodeReport"]
+    cluster.events.put(ResourceEvent("GPUNodeReport", "MODIFIED", report))  # the node is known now
+    assert [e.kind for e in cluster.drain_events()] == ["GPUNodeReport"]
 
 
 @pytest.mark.apiserver

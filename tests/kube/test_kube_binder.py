@@ -53,41 +53,73 @@ def _lock_of(scene: Scene, node: str = "n1") -> str | None:
     return (scene.node_obj(node)["metadata"].get("annotations") or {}).get(BIND_LOCK)
 
 
-def test_bind_writes_assignment_takes_lock_then_binds(
+def _writes(fault_proxy: FaultProxy) -> list[tuple[str, str, int]]:
+    return [(r.method, r.path.rsplit("/", 1)[-1], r.status) for r in fault_proxy.requests
+            if r.method in ("PATCH", "POST", "PUT")]  # fmt: skip
+
+
+def test_bind_without_lock_is_one_request_carrying_the_assignment(
     scene: Scene, proxied: client.CoreV1Api, fault_proxy: FaultProxy
 ) -> None:
-    scene.node("n1", gpus=1)
+    """The Binding's annotations are copied onto the pod by the server, in the same write as its node."""
+    scene.node("n1", gpus=1, device_plugin=False)
     uid = _new_pod(scene, "p")
-    result = Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment(), pod_has_annotations=True)
+    result = Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment())
     assert result.ok, result.reason
     pod = scene.pod("p")
     assert pod["spec"]["nodeName"] == "n1"
     assert GPUAssignment.from_annotation(pod["metadata"]["annotations"][GPU_ASSIGNMENT]).gpus[0].milli == 500
     assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.5"  # other annotations kept
+    assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["PodScheduled"] == "True"
+    assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in fault_proxy.requests] == [("POST", "binding")]
+    assert _lock_of(scene) is None
+
+
+def test_bind_with_lock_takes_it_from_the_cached_node_then_binds(
+    scene: Scene, proxied: client.CoreV1Api, fault_proxy: FaultProxy
+) -> None:
+    scene.node("n1", gpus=1)
+    uid = _new_pod(scene, "p")
+    cached = scene.node_obj("n1")["metadata"]  # as the watch cache has it
+    fault_proxy.clear_requests()
+    result = Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment(), lock=True, node_meta=cached)
+    assert result.ok, result.reason
     lock = BindLock.from_annotation(_lock_of(scene) or "")
     assert (lock.uid, lock.namespace, lock.name) == (uid, scene.ns, "p")
-    writes = [(r.method, r.path.rsplit("/", 1)[-1], r.status) for r in fault_proxy.requests
-              if r.method in ("PATCH", "POST")]  # fmt: skip
-    # Assignment first, then the lock (guarded by the node's resourceVersion: retried once if a controller
-    # touched the node meanwhile), the Binding last.
-    assert writes[0] == ("PATCH", "p", 200) and writes[-1] == ("POST", "binding", 201)
-    locks = writes[1:-1]
-    assert 1 <= len(locks) <= 2 and {w[:2] for w in locks} == {("PATCH", "n1")} and locks[-1][2] == 200
+    # The lock (guarded by the node's resourceVersion), then the Binding with the assignment: no read.
+    assert [(r.method, r.path.rsplit("/", 1)[-1], r.status) for r in fault_proxy.requests] == [
+        ("PATCH", "n1", 200), ("POST", "binding", 201)]  # fmt: skip
+    assert GPU_ASSIGNMENT in scene.pod("p")["metadata"]["annotations"]
+
+
+def test_a_stale_cached_node_is_read_again(
+    scene: Scene, proxied: client.CoreV1Api, fault_proxy: FaultProxy
+) -> None:
+    scene.node("n1", gpus=1)
+    uid = _new_pod(scene, "p")
+    cached = scene.node_obj("n1")["metadata"]
+    scene.core.patch_node("n1", {"metadata": {"labels": {"touched": "yes"}}})  # a controller wrote since
+    fault_proxy.clear_requests()
+    assert Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment(), lock=True, node_meta=cached).ok
+    methods = [(r.method, r.status) for r in fault_proxy.requests]
+    assert methods == [("PATCH", 422), ("GET", 200), ("PATCH", 200), ("POST", 201)], methods
+    assert BindLock.from_annotation(_lock_of(scene) or "").uid == uid
 
 
 def test_second_pod_waits_for_the_device_plugin_then_proceeds(scene: Scene, core: client.CoreV1Api) -> None:
     scene.node("n1", gpus=1)
     first, second = _new_pod(scene, "a"), _new_pod(scene, "b")
     binder = Binder(core)
-    assert binder.bind(scene.ns, "a", first, "n1", _assignment()).ok
-    blocked = binder.bind(scene.ns, "b", second, "n1", _assignment())
+    assert binder.bind(scene.ns, "a", first, "n1", _assignment(), lock=True).ok
+    blocked = binder.bind(scene.ns, "b", second, "n1", _assignment(), lock=True)
     assert not blocked.ok and blocked.retry and blocked.busy
     assert f"waiting for the device plugin to allocate {scene.ns}/a" in blocked.reason
-    assert GPU_ASSIGNMENT not in (scene.pod("b")["metadata"].get("annotations") or {})  # nothing written
+    b = scene.pod("b")
+    assert "nodeName" not in b["spec"] and GPU_ASSIGNMENT not in (b["metadata"].get("annotations") or {})
     # The device plugin served a (it marks the pod) and the kubelet admitted it: the lock is free for b.
     scene.core.patch_namespaced_pod("a", scene.ns, {"metadata": {"annotations": {GPU_ALLOCATED: "true"}}})
     _admitted_by_kubelet(scene, "a")
-    assert binder.bind(scene.ns, "b", second, "n1", _assignment()).ok
+    assert binder.bind(scene.ns, "b", second, "n1", _assignment(), lock=True).ok
 
 
 def _admitted_by_kubelet(scene: Scene, name: str) -> None:
@@ -125,34 +157,34 @@ def test_a_gpu_allocated_mark_preset_by_the_pods_user_does_not_free_the_lock(
     first = str(scene.create_pod(pod_body("a", annotations=preset))["metadata"]["uid"])
     second = _new_pod(scene, "b")
     binder = Binder(core)
-    assert binder.bind(scene.ns, "a", first, "n1", _assignment()).ok
+    assert binder.bind(scene.ns, "a", first, "n1", _assignment(), lock=True).ok
     view, (nodes, pods) = _lock_view(scene)
     wait_until(lambda: BIND_LOCK in ((nodes.get("n1") or {}).get("metadata", {}).get("annotations") or {}))
     wait_until(lambda: (pods.get(f"{scene.ns}/a") or {}).get("spec", {}).get("nodeName") == "n1")
     holder = view.holder("n1")
     assert holder is not None and holder.uid == first  # the cycle sees n1 locked
-    blocked = binder.bind(scene.ns, "b", second, "n1", _assignment())
+    blocked = binder.bind(scene.ns, "b", second, "n1", _assignment(), lock=True)
     assert not blocked.ok and blocked.busy and f"allocate {scene.ns}/a" in blocked.reason
     _admitted_by_kubelet(scene, "a")
     wait_until(lambda: view.holder("n1") is None)
-    assert binder.bind(scene.ns, "b", second, "n1", _assignment()).ok
+    assert binder.bind(scene.ns, "b", second, "n1", _assignment(), lock=True).ok
 
 
 def test_stale_lock_times_out(scene: Scene, core: client.CoreV1Api) -> None:
     scene.node("n1", gpus=1)
     first, second = _new_pod(scene, "a"), _new_pod(scene, "b")
-    assert Binder(core).bind(scene.ns, "a", first, "n1", _assignment()).ok
+    assert Binder(core).bind(scene.ns, "a", first, "n1", _assignment(), lock=True).ok
     later = Binder(core, lock_timeout_s=30, clock=lambda: datetime.now(UTC) + timedelta(seconds=31))
-    assert later.bind(scene.ns, "b", second, "n1", _assignment()).ok
+    assert later.bind(scene.ns, "b", second, "n1", _assignment(), lock=True).ok
 
 
-def test_failed_binding_rolls_back_lock_and_annotation(
+def test_failed_binding_releases_the_lock(
     scene: Scene, proxied: client.CoreV1Api, fault_proxy: FaultProxy
 ) -> None:
     scene.node("n1", gpus=1)
     uid = _new_pod(scene, "p")
     fault_proxy.fail("POST", r"/pods/p/binding$", 500, "etcd timeout")
-    result = Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment())
+    result = Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment(), lock=True)
     assert not result.ok and result.retry and "etcd timeout" in result.reason
     pod = scene.pod("p")
     assert "nodeName" not in pod["spec"] and GPU_ASSIGNMENT not in pod["metadata"]["annotations"]
@@ -167,7 +199,7 @@ def test_releasing_the_lock_survives_a_node_that_changes_meanwhile(
     than leave the node locked until the lock times out."""
     scene.node("n1", gpus=1)
     uid = _new_pod(scene, "p")
-    assert Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment()).ok
+    assert Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment(), lock=True).ok
     assert _lock_of(scene) is not None
     fault_proxy.clear_requests()
     fault_proxy.slow("PATCH", r"/nodes/n1$", 1.0)  # the removal reaches the server after the change below
@@ -182,21 +214,25 @@ def test_releasing_the_lock_survives_a_node_that_changes_meanwhile(
     assert [r.status for r in patches[-2:]] == [422, 200]
 
 
-def test_binding_a_bound_pod_is_a_conflict_and_rolls_back(scene: Scene, core: client.CoreV1Api) -> None:
+def test_binding_a_bound_pod_is_a_conflict_and_releases_the_lock(
+    scene: Scene, core: client.CoreV1Api
+) -> None:
     """The real Binding subresource refuses a pod that already has a node (409)."""
     scene.node("n1", gpus=1)
     scene.node("n2", gpus=1)
     uid = _new_pod(scene, "p", node="n2")
-    result = Binder(core).bind(scene.ns, "p", uid, "n1", _assignment())
+    result = Binder(core).bind(scene.ns, "p", uid, "n1", _assignment(), lock=True)
     assert not result.ok and "is already assigned to node" in result.reason, result.reason
     assert _lock_of(scene) is None and GPU_ASSIGNMENT not in scene.pod("p")["metadata"]["annotations"]
 
 
-def test_bind_of_a_replaced_pod_is_refused(scene: Scene, core: client.CoreV1Api) -> None:
+def test_bind_of_a_replaced_pod_is_refused_by_its_uid(scene: Scene, core: client.CoreV1Api) -> None:
     scene.node("n1", gpus=1)
     _new_pod(scene, "p")
-    result = Binder(core).bind(scene.ns, "p", "old-uid", "n1", _assignment(), pod_has_annotations=True)
-    assert not result.ok and "uid changed" in result.reason
+    result = Binder(core).bind(scene.ns, "p", "old-uid", "n1", _assignment(), lock=True)
+    assert not result.ok and "old-uid" in result.reason, result.reason
+    pod = scene.pod("p")
+    assert "nodeName" not in pod["spec"] and GPU_ASSIGNMENT not in pod["metadata"]["annotations"]
     assert _lock_of(scene) is None
 
 
@@ -206,7 +242,10 @@ def test_pod_without_gpu_binds_without_lock(
     scene.node("n1")
     uid = str(scene.create_pod(pod_body("cpu"))["metadata"]["uid"])
     assert Binder(proxied).bind(scene.ns, "cpu", uid, "n1", None).ok
-    assert scene.pod("cpu")["spec"]["nodeName"] == "n1"
+    pod = scene.pod("cpu")
+    assert pod["spec"]["nodeName"] == "n1" and GPU_ASSIGNMENT not in (
+        pod["metadata"].get("annotations") or {}
+    )
     assert not fault_proxy.requests_matching("PATCH")
 
 
@@ -215,7 +254,7 @@ def test_lock_of_a_pod_never_bound_there_is_free(scene: Scene, core: client.Core
     crashed, fresh = _new_pod(scene, "crashed"), _new_pod(scene, "fresh")
     lock = BindLock.for_pod(scene.ns, "crashed", crashed)
     scene.core.patch_node("n1", {"metadata": {"annotations": {BIND_LOCK: lock.to_annotation()}}})
-    assert Binder(core).bind(scene.ns, "fresh", fresh, "n1", _assignment()).ok
+    assert Binder(core).bind(scene.ns, "fresh", fresh, "n1", _assignment(), lock=True).ok
 
 
 MSG = "reclaim: evicted to make room for team-b/trainer-0 (queue team-b below its fair share)"

@@ -76,7 +76,7 @@ def test_collapsed_full_refresh_equals_row_by_row(trace: tuple[Path, Path], back
         d = pod.demand()
         wa = policy._workload_arrays(state)
         view = policy.view(state, wa, d)
-        full = policy._full(xp, wa, view, d)
+        full, _ = policy._full(xp, wa, view, d)
         direct = policy.kernel(xp, wa, view, d)
         assert [float(v) for v in full] == [float(v) for v in direct]
         p = place_one(state, policy, d)

@@ -241,10 +241,13 @@ def test_drain_evicts_and_a_victims_gpus_wait_for_its_graceful_termination(sandb
             evicted = time.monotonic()
             sandbox.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/holder/eviction", "-f", "-",
                             input=json.dumps(eviction))  # fmt: skip
-            while sandbox.kubectl("get", "pod", "holder", "-n", ns, check=False).returncode == 0:
-                assert not sandbox.pod(ns, "waiter")["spec"].get("nodeName"), (
-                    "bound while the victim held its GPUs"
-                )
+            while True:
+                # The waiter is read first: bound then, with the holder still there after, is the violation
+                # (read the other way round, a bind right after the holder went would be one too).
+                bound = sandbox.pod(ns, "waiter")["spec"].get("nodeName")
+                if sandbox.kubectl("get", "pod", "holder", "-n", ns, check=False).returncode != 0:
+                    break
+                assert not bound, "bound while the victim held its GPUs"
                 time.sleep(0.2)
             assert time.monotonic() - evicted >= 3.5  # it lived out its 4 s grace period
             waiter = sandbox.assignment(sandbox.running(ns, "waiter"))

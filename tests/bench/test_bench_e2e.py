@@ -1,0 +1,81 @@
+"""`tessera bench e2e` end to end at a tiny size on the real API server: both schedulers bind every pod, the
+report has its keys, and the requests each bind costs are what the API needs (one Binding; a node bind lock
+only where Tessera's device plugin needs it). Figures are not judged here: they are benchmarks."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from scheduler.bench.e2e.config import E2EConfig
+from scheduler.bench.e2e.runner import run_compare, run_e2e
+from scheduler.bench.e2e.world import APISERVER_ARGS
+from scheduler.cli.main import app
+from scheduler.sandbox import assets
+from scheduler.sandbox.controlplane import ControlPlane
+
+pytestmark = pytest.mark.apiserver
+
+KEYS = {"pods_per_s", "latency_p50_s", "latency_p99_s", "api_requests_per_pod", "api_requests", "cpu_s",
+        "pods_per_cpu_s", "pods_per_scheduler_cpu_s", "scheduler_memory_mib"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bench_server() -> Iterator[Path]:
+    """A control plane as scheduler_perf runs one (no controller-manager), shared by this module's runs."""
+    try:
+        folder = assets.require()
+    except assets.AssetsMissing as exc:
+        pytest.skip(f"real API server: {exc}")
+    cp = ControlPlane(folder, Path(tempfile.mkdtemp(prefix="tessera-bench-test-")), controller_manager=False,
+                      apiserver_args=APISERVER_ARGS)  # fmt: skip
+    cp.start()
+    try:
+        yield cp.admin_kubeconfig
+    finally:
+        cp.stop(remove=True)
+
+
+def test_both_schedulers_bind_every_pod_and_tessera_binds_in_one_request(bench_server: Path) -> None:
+    cfg = E2EConfig(
+        nodes=3, gpus_per_node=4, pods=10, kubeconfig=str(bench_server), timeout_s=120, stall_s=30
+    )
+    result = run_compare(cfg)
+    runs = {r["scheduler"]: r for r in result["runs"]}
+    assert set(runs) == {"tessera", "kube-scheduler"}
+    for r in runs.values():
+        assert r["bound"] == 10 and set(r) >= KEYS and r["pods_per_s"] > 0
+        assert r["api_requests"]["POST pods"] == 1.0 and r["api_requests"]["POST pods/binding"] == 1.0
+    assert "PATCH nodes" not in runs["tessera"]["api_requests"]  # NVIDIA's plugin serves these GPUs: no lock
+    assert result["ratio_pods_per_s"] is not None
+
+
+def test_fractions_take_the_node_lock_the_device_plugin_frees(bench_server: Path) -> None:
+    cfg = E2EConfig(nodes=3, gpus_per_node=2, pods=8, fraction_share=1.0, kubeconfig=str(bench_server),
+                    timeout_s=120, stall_s=30)  # fmt: skip
+    r = run_e2e(cfg)
+    assert r["bound"] == 8
+    assert r["api_requests"]["POST pods/binding"] == 1.0
+    # The lock (one PATCH per pod by the scheduler) and its release by the device plugin (one more).
+    assert r["api_requests"]["PATCH nodes"] >= 2.0 and r["client_requests"]["device_plugin_standin"] == 16
+
+
+def test_gangs_through_the_cli(bench_server: Path) -> None:
+    args = ["bench", "e2e", "--nodes", "2", "--gpus-per-node", "4", "--pods", "8", "--gang-size", "4",
+            "--kubeconfig", str(bench_server), "--timeout", "120", "-o", "json"]  # fmt: skip
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    r = json.loads(out.stdout[out.stdout.index("{") :])
+    assert r["bound"] == 8 and r["scheduler"] == "tessera"
+
+
+def test_kube_scheduler_is_refused_fractions() -> None:
+    out = CliRunner().invoke(
+        app, ["bench", "e2e", "--scheduler", "kube-scheduler", "--fraction-share", "0.5"]
+    )
+    assert out.exit_code == 2 and "measured for Tessera only" in out.output
