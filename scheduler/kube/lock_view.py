@@ -37,6 +37,9 @@ class NodeLockView:
         self.nodes, self.pods, self.timeout_s = nodes, pods, timeout_s
         self._taken: dict[str, tuple[str, str, float]] = {}  # node -> (uid, key, monotonic time), by us
         self._shown: set[str] = set()  # nodes the cycle currently sees tainted
+        # Locks of ours the watch has shown on their node: once the node shows it gone, the device plugin freed
+        # it (only the scheduler and the node's own components may write a node's annotations, users may not).
+        self._seen: set[tuple[str, str]] = set()  # (node, pod uid)
         self._lock = threading.Lock()
 
     def taken(self, node: str, uid: str, key: str, *, shown: bool = False) -> None:
@@ -51,6 +54,7 @@ class NodeLockView:
         with self._lock:
             for node in [n for n, taken in self._taken.items() if taken[0] == uid]:
                 del self._taken[node]
+                self._seen.discard((node, uid))
 
     def reset_shown(self) -> None:
         """The cycle's state was rebuilt: it has seen no node tainted yet."""
@@ -59,19 +63,23 @@ class NodeLockView:
 
     def forget(self, node: str) -> None:
         with self._lock:
-            self._taken.pop(node, None)
+            taken = self._taken.pop(node, None)
             self._shown.discard(node)
+            if taken is not None:
+                self._seen.discard((node, taken[0]))
 
     def holder(self, node: str, node_obj: dict[str, Any] | None = None) -> Holder | None:
         """The pod holding the node's lock and not yet served, or None when the lock is free."""
         with self._lock:
             taken = self._taken.get(node)
+        obj = node_obj if node_obj is not None else self.nodes.get(node)
+        raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(BIND_LOCK)
+        if taken is not None and self._freed_on_node(node, taken, raw):
+            taken = None
         candidate: Holder | None = None
         if taken is not None:
             candidate = Holder(taken[0], taken[1], time.monotonic() - taken[2], ours=True)
         else:
-            obj = node_obj if node_obj is not None else self.nodes.get(node)
-            raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(BIND_LOCK)
             if raw:
                 try:
                     lock = BindLock.from_annotation(raw)
@@ -88,8 +96,27 @@ class NodeLockView:
                 with self._lock:
                     if self._taken.get(node) == taken:
                         del self._taken[node]
+                    self._seen.discard((node, taken[0]))
             return None
         return candidate
+
+    def _freed_on_node(self, node: str, taken: tuple[str, str, float], raw: str | None) -> bool:
+        """Whether our lock for `taken`'s pod, once shown on the node by the watch, is gone from it now: the
+        device plugin served the pod and removed it (the kubelet's container statuses may come later)."""
+        try:
+            on_node = BindLock.from_annotation(raw).uid if raw else None
+        except ValueError:
+            on_node = None
+        key = (node, taken[0])
+        with self._lock:
+            if on_node == taken[0]:
+                self._seen.add(key)
+                return False
+            if key not in self._seen or self._taken.get(node) != taken:
+                return False  # not shown yet: the watch may still be behind our own write
+            self._seen.discard(key)
+            del self._taken[node]
+            return True
 
     def _served(self, holder: Holder, node: str) -> bool:
         pod = self.pods.get(holder.key)
