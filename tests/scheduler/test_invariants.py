@@ -6,8 +6,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.api.keys import GPU_FRACTION, GPU_FRACTION_NUM_DEVICES, GPU_MEMORY, MILLI_PER_GPU, POD_GROUP
+from scheduler.api.keys import MILLI_PER_GPU, POD_GROUP
 from scheduler.model import PodPhase
+from tests.property.world import request_annotations
 from tests.scheduler.helpers import cluster, node, pod, podgroup
 
 MODELS = [("A100", 40960), ("H100", 81920), ("T4", 15360)]
@@ -30,17 +31,6 @@ ops = st.lists(
     min_size=5,
     max_size=40,
 )
-
-
-def _annotations(kind: tuple[str, str, int]) -> tuple[dict[str, str], int]:
-    name, value, n = kind
-    if name == "fraction":
-        return {GPU_FRACTION: value, GPU_FRACTION_NUM_DEVICES: str(n)}, 0
-    if name == "memory":
-        return {GPU_MEMORY: value, GPU_FRACTION_NUM_DEVICES: str(n)}, 0
-    if name == "whole":
-        return {}, n
-    return {}, 0
 
 
 def check_invariants(sched, sim, gangs: dict[str, int]) -> None:
@@ -92,13 +82,13 @@ def test_no_overcommit_no_partial_gang(nodes, script, policy):
     seq = 0
     for op, arg, extra in script:
         if op == "submit":
-            ann, whole = _annotations(arg)
+            ann, whole = request_annotations(arg)
             sim.submit_pod(
                 pod(f"p{seq}", "default", arrival_s=0, duration_s=extra, cpu="2", annotations=ann, gpus=whole)
             )
             seq += 1
         elif op == "gang":
-            ann, whole = _annotations(arg)
+            ann, whole = request_annotations(arg)
             name = f"g{seq}"
             sim.add_object("PodGroup", podgroup(name, "default", "default", extra))
             gangs[f"default/{name}"] = extra

@@ -69,12 +69,3 @@ def api_requests(api: client.ApiClient) -> Requests:
 
 def difference(after: Requests, before: Requests) -> Requests:
     return Counter({k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0) > 0})
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (0 for no values)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[min(int(rank), len(ordered)) - 1]

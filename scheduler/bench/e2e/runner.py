@@ -31,9 +31,10 @@ from typing import Any
 from scheduler.bench.e2e.config import E2EConfig, SchedulerKind
 from scheduler.bench.e2e.devices import DevicePluginStandIn
 from scheduler.bench.e2e.load import BindWatch, Creator
-from scheduler.bench.e2e.measure import api_requests, cpu_seconds, difference, memory_mib, percentile
+from scheduler.bench.e2e.measure import api_requests, cpu_seconds, difference, memory_mib
 from scheduler.bench.e2e.schedulers import SchedulerProcess
 from scheduler.bench.e2e.world import BenchWorld
+from scheduler.bench.runner import percentile
 
 Say = Callable[[str], None]
 
