@@ -54,6 +54,14 @@ def cpu_per_gpu(workload: TypicalWorkload) -> float | None:
     return sum(p * t.cpu_milli for p, t in gpu_types) / gpus
 
 
+def _shortfall(xp: ArrayNamespace, free_milli: Array, free: Array, ratio: float | None) -> Array:
+    """max(0, free milli - 1000 x free / ratio): GPU milli the free CPU (memory) cannot serve."""
+    if not ratio:
+        return xp.zeros(free_milli.shape, dtype=xp.float64)
+    short = free_milli - xp.astype(free, xp.float64) * (MILLI_PER_GPU / ratio)
+    return xp.maximum(short, xp.zeros((), dtype=xp.float64))
+
+
 @dataclass
 class FragFitPolicy(FragmentPolicy):
     name: ClassVar[str] = "fragfit"
@@ -75,37 +83,26 @@ class FragFitPolicy(FragmentPolicy):
 
     def cpu_shortfall(self, xp: ArrayNamespace, free_milli: Array, free_cpu: Array) -> Array:
         """float64[R]: free GPU milli beyond what the free CPU can serve at the typical ratio."""
-        ratio = self._cpu_ratio()
-        if ratio is None:
-            return xp.zeros(free_milli.shape, dtype=xp.float64)
-        short = free_milli - xp.astype(free_cpu, xp.float64) * (MILLI_PER_GPU / ratio)
-        return xp.where(short > 0, short, xp.zeros_like(short))
+        return _shortfall(xp, free_milli, free_cpu, self._cpu_ratio())
 
     def memory_shortfall(self, xp: ArrayNamespace, free_milli: Array, free_mem: Array) -> Array:
         """float64[R]: free GPU milli beyond what the free host memory can serve at the typical ratio."""
-        ratio = self.workload.memory_per_gpu if self.workload is not None else None
-        if not ratio:
-            return xp.zeros(free_milli.shape, dtype=xp.float64)
-        short = free_milli - xp.astype(free_mem, xp.float64) * (MILLI_PER_GPU / ratio)
-        return xp.where(short > 0, short, xp.zeros_like(short))
+        return _shortfall(xp, free_milli, free_mem, self.workload.memory_per_gpu if self.workload else None)
 
     def shortfall_changes(self, xp: ArrayNamespace, view: NodeView, d: PodDemand) -> list[Array]:
-        """float64[R] each, for host memory then CPU (those weighted): weight x how much the pod shrinks
-        the node's shortfall (free GPU milli its free memory or CPU cannot serve)."""
+        """float64[R] each, for host memory then CPU (those weighted, with a known ratio): weight x how much
+        the pod shrinks the node's shortfall (free GPU milli its free memory or CPU cannot serve)."""
         total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
-        taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
+        total_after = total - xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
         out = []
-        if self.memory_weight:
-            before = self.memory_shortfall(xp, total, view.mem)
-            out.append(
-                self.memory_weight
-                * (before - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib))
-            )
-        if self.cpu_weight:
-            before = self.cpu_shortfall(xp, total, view.cpu)
-            out.append(
-                self.cpu_weight * (before - self.cpu_shortfall(xp, total - taken, view.cpu - d.cpu_milli))
-            )
+        memory_ratio = self.workload.memory_per_gpu if self.workload is not None else None
+        for weight, ratio, free, ask in (
+            (self.memory_weight, memory_ratio, view.mem, d.memory_mib),
+            (self.cpu_weight, self._cpu_ratio(), view.cpu, d.cpu_milli),
+        ):
+            if weight and ratio:  # no ratio: no shortfall before or after
+                before = _shortfall(xp, total, free, ratio)
+                out.append(weight * (before - _shortfall(xp, total_after, free - ask, ratio)))
         return out
 
     def model_pressure(self, state: NodeArrays) -> Array | None:
