@@ -34,7 +34,7 @@ from scheduler.placement.fragment_classes import (
     one_device_after,
     size_state,
 )
-from scheduler.placement.policy import Array, Capabilities, scatter_rows
+from scheduler.placement.policy import Array, Capabilities, changed_since, scatter_rows
 from scheduler.placement.tiebreak import with_tiebreak
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload, WorkloadArrays
 from scheduler.state.demand import PodDemand
@@ -279,7 +279,7 @@ class FragmentPolicy(BasePolicy):
         if entry is not None and entry.version == state.version:
             return entry.score
         if entry is not None:
-            stale = xp.nonzero(state.row_version > entry.version)[0]
+            stale = changed_since(state, entry.version)
             if int(stale.shape[0]) <= max(PARTIAL_REFRESH_MAX, state.capacity // PARTIAL_REFRESH_SHARE):
                 score, gpu = self._kernel(xp, wa, self.view(state, wa, d, stale), d)
                 scatter_rows(xp, entry.score, stale, score)
