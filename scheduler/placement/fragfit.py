@@ -72,6 +72,7 @@ class FragFitPolicy(FragmentPolicy):
     model_weight: float = MODEL_WEIGHT  # milli of fragment per milli taken on a model at pressure 1
     _ratio: tuple[int, float | None] = field(default=(0, None), init=False, repr=False)
     _pressure: tuple[tuple[Any, ...], Array | None] = field(default=((), None), init=False, repr=False)
+    _constrained: tuple[TypicalWorkload | None, bool] = field(default=(None, False), init=False, repr=False)
 
     def _cpu_ratio(self) -> float | None:
         wl = self.workload
@@ -109,7 +110,11 @@ class FragFitPolicy(FragmentPolicy):
         """float64[models + 1] pressure by model code + 1 (`scarcity.py`); None when no type constrains
         the model. Cached on the workload and the cluster's GPUs per model; a change clears the scores."""
         wl = self.workload
-        if wl is None or not self.model_weight or not any(t.models for t in wl.types):
+        if wl is None or not self.model_weight:
+            return None
+        if self._constrained[0] is not wl:  # asked once per decision: the answer is kept per workload
+            self._constrained = (wl, any(t.models for t in wl.types))
+        if not self._constrained[1]:
             return None
         gpus = gpus_per_model(state)
         key = (id(wl), len(state.models), tuple(sorted(gpus.items())))

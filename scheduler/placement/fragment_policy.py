@@ -193,6 +193,20 @@ class FragmentPolicy(BasePolicy):
         score = self.transform(xp, before, after, v, d)
         return xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64)), None
 
+    @staticmethod
+    def _fraction_fragments(
+        xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
+    ) -> tuple[Array, Array]:
+        """(F before [R], F after the fraction goes on GPU g [R, G]), from the tables where they apply."""
+        t = wa.tables
+        if t is None or not t.one_device:
+            return fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
+        s = size_state(xp, t, v.free)
+        w, total = wa.weight, wa.weight_sum
+        before = fragment_of(xp, t, s, admits(xp, v.access, v.cpu, wa.cpu), w, total)
+        ok_after = admits(xp, v.access, v.cpu - d.cpu_milli, wa.cpu)
+        return before, fraction_after(xp, t, s, v.free, v.need, ok_after, w, total)
+
     def _class_kernel(
         self, xp: ArrayNamespace, wa: WorkloadArrays, t: SizeTables, v: NodeView, d: PodDemand
     ) -> tuple[Array, Array | None]:
@@ -305,7 +319,7 @@ class FragmentPolicy(BasePolicy):
                     return [g]
             wa = self._workload_arrays(state)
             v = self.view(state, wa, d, xp.asarray([row], dtype=xp.int64))
-            before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
+            before, after = self._fraction_fragments(xp, wa, v, d)
             per_gpu = self.transform(xp, before[:, None], after, v, d)[0, :]
             per_gpu = xp.where(fit[row, :], per_gpu, xp.full(per_gpu.shape, -float("inf"), dtype=xp.float64))
             return [int(xp.argmax(per_gpu))]

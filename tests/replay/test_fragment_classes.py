@@ -91,6 +91,15 @@ def test_one_device_kernels_match_fragment_bit_for_bit(
             assert _values(got[0]) == _values(ref[0])  # exactly; -inf where it does not fit
             if d.uses_gpu and not d.whole:
                 assert _values(got[1]) == _values(ref[1])  # the GPU each score comes from
+                plain = WorkloadArrays(wa.milli, wa.count, wa.cpu, wa.weight, wa.access, wa.models_seen)
+                fast, slow = (
+                    policy._fraction_fragments(xp, wa, v, d),
+                    policy._fraction_fragments(xp, plain, v, d),
+                )
+                assert _values(fast[0]) == _values(slow[0])  # what `pick_gpus` re-derives for one node
+                assert [_values(fast[1][r, :]) for r in range(7)] == [
+                    _values(slow[1][r, :]) for r in range(7)
+                ]
             compared += sum(math.isfinite(x) for x in _values(ref[0]))
     assert compared > 100  # most rows fit: the comparison is about real scores
 
