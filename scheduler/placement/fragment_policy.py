@@ -173,7 +173,7 @@ class FragmentPolicy(BasePolicy):
     ) -> tuple[Array, Array | None]:
         """`kernel`, and for a fraction int64[R]: the GPU of each row the score comes from (first best)."""
         neg = -float("inf")
-        if wa.tables is not None and wa.tables.one_device and d.num_gpus <= 1:
+        if wa.tables is not None and d.num_gpus <= 1:
             return self._class_kernel(xp, wa, wa.tables, v, d)
         if is_fraction(d):
             before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
@@ -199,7 +199,7 @@ class FragmentPolicy(BasePolicy):
     ) -> tuple[Array, Array]:
         """(F before [R], F after the fraction goes on GPU g [R, G]), from the tables where they apply."""
         t = wa.tables
-        if t is None or not t.one_device:
+        if t is None:
             return fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
         s = size_state(xp, t, v.free)
         w, total = wa.weight, wa.weight_sum
