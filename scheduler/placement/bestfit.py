@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from scheduler.backend import ArrayNamespace
 from scheduler.placement.base_policy import BasePolicy
-from scheduler.placement.policy import Array, scatter_rows
+from scheduler.placement.policy import Array, changed_since, scatter_rows
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 
@@ -85,7 +85,7 @@ class BestFitPolicy(BasePolicy):
         if cached is not None and cached.shape == shape:
             if cached.version == state.version:
                 return cached.value
-            stale = xp.nonzero(state.row_version > cached.version)[0]
+            stale = changed_since(state, cached.version)
             if int(stale.shape[0]) <= state.capacity // 8:
                 free = xp.asarray(cached.value, copy=True)  # results handed out before stay as they were
                 scatter_rows(xp, free, stale, _free_gpu_milli(state, stale))
@@ -106,7 +106,7 @@ class BestFitPolicy(BasePolicy):
         if cached is not None and cached.shape == shape:
             if cached.version == state.version:
                 return cached.value
-            stale = xp.nonzero(state.row_version > cached.version)[0]
+            stale = changed_since(state, cached.version)
             if int(stale.shape[0]) <= state.capacity // 8:
                 free = xp.take(self.free_gpu_milli(state), stale)
                 scatter_rows(xp, cached.value, stale, _raw(xp, xp.take(state.free_cpu, stale), free, d))

@@ -54,6 +54,14 @@ def cpu_per_gpu(workload: TypicalWorkload) -> float | None:
     return sum(p * t.cpu_milli for p, t in gpu_types) / gpus
 
 
+def _shortfall(xp: ArrayNamespace, free_milli: Array, free: Array, ratio: float | None) -> Array:
+    """max(0, free milli - 1000 x free / ratio): GPU milli the free CPU (memory) cannot serve."""
+    if not ratio:
+        return xp.zeros(free_milli.shape, dtype=xp.float64)
+    short = free_milli - xp.astype(free, xp.float64) * (MILLI_PER_GPU / ratio)
+    return xp.maximum(short, xp.zeros((), dtype=xp.float64))
+
+
 @dataclass
 class FragFitPolicy(FragmentPolicy):
     name: ClassVar[str] = "fragfit"
@@ -64,6 +72,7 @@ class FragFitPolicy(FragmentPolicy):
     model_weight: float = MODEL_WEIGHT  # milli of fragment per milli taken on a model at pressure 1
     _ratio: tuple[int, float | None] = field(default=(0, None), init=False, repr=False)
     _pressure: tuple[tuple[Any, ...], Array | None] = field(default=((), None), init=False, repr=False)
+    _constrained: tuple[TypicalWorkload | None, bool] = field(default=(None, False), init=False, repr=False)
 
     def _cpu_ratio(self) -> float | None:
         wl = self.workload
@@ -75,44 +84,37 @@ class FragFitPolicy(FragmentPolicy):
 
     def cpu_shortfall(self, xp: ArrayNamespace, free_milli: Array, free_cpu: Array) -> Array:
         """float64[R]: free GPU milli beyond what the free CPU can serve at the typical ratio."""
-        ratio = self._cpu_ratio()
-        if ratio is None:
-            return xp.zeros(free_milli.shape, dtype=xp.float64)
-        short = free_milli - xp.astype(free_cpu, xp.float64) * (MILLI_PER_GPU / ratio)
-        return xp.where(short > 0, short, xp.zeros_like(short))
+        return _shortfall(xp, free_milli, free_cpu, self._cpu_ratio())
 
     def memory_shortfall(self, xp: ArrayNamespace, free_milli: Array, free_mem: Array) -> Array:
         """float64[R]: free GPU milli beyond what the free host memory can serve at the typical ratio."""
-        ratio = self.workload.memory_per_gpu if self.workload is not None else None
-        if not ratio:
-            return xp.zeros(free_milli.shape, dtype=xp.float64)
-        short = free_milli - xp.astype(free_mem, xp.float64) * (MILLI_PER_GPU / ratio)
-        return xp.where(short > 0, short, xp.zeros_like(short))
+        return _shortfall(xp, free_milli, free_mem, self.workload.memory_per_gpu if self.workload else None)
 
     def shortfall_changes(self, xp: ArrayNamespace, view: NodeView, d: PodDemand) -> list[Array]:
-        """float64[R] each, for host memory then CPU (those weighted): weight x how much the pod shrinks
-        the node's shortfall (free GPU milli its free memory or CPU cannot serve)."""
+        """float64[R] each, for host memory then CPU (those weighted, with a known ratio): weight x how much
+        the pod shrinks the node's shortfall (free GPU milli its free memory or CPU cannot serve)."""
         total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
-        taken = xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
+        total_after = total - xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
         out = []
-        if self.memory_weight:
-            before = self.memory_shortfall(xp, total, view.mem)
-            out.append(
-                self.memory_weight
-                * (before - self.memory_shortfall(xp, total - taken, view.mem - d.memory_mib))
-            )
-        if self.cpu_weight:
-            before = self.cpu_shortfall(xp, total, view.cpu)
-            out.append(
-                self.cpu_weight * (before - self.cpu_shortfall(xp, total - taken, view.cpu - d.cpu_milli))
-            )
+        memory_ratio = self.workload.memory_per_gpu if self.workload is not None else None
+        for weight, ratio, free, ask in (
+            (self.memory_weight, memory_ratio, view.mem, d.memory_mib),
+            (self.cpu_weight, self._cpu_ratio(), view.cpu, d.cpu_milli),
+        ):
+            if weight and ratio:  # no ratio: no shortfall before or after
+                before = _shortfall(xp, total, free, ratio)
+                out.append(weight * (before - _shortfall(xp, total_after, free - ask, ratio)))
         return out
 
     def model_pressure(self, state: NodeArrays) -> Array | None:
         """float64[models + 1] pressure by model code + 1 (`scarcity.py`); None when no type constrains
         the model. Cached on the workload and the cluster's GPUs per model; a change clears the scores."""
         wl = self.workload
-        if wl is None or not self.model_weight or not any(t.models for t in wl.types):
+        if wl is None or not self.model_weight:
+            return None
+        if self._constrained[0] is not wl:  # asked once per decision: the answer is kept per workload
+            self._constrained = (wl, any(t.models for t in wl.types))
+        if not self._constrained[1]:
             return None
         gpus = gpus_per_model(state)
         key = (id(wl), len(state.models), tuple(sorted(gpus.items())))

@@ -26,7 +26,15 @@ from scheduler.placement.fragment import (
     fragment_after_fraction,
     fragment_after_selection,
 )
-from scheduler.placement.policy import Array, Capabilities, scatter_rows
+from scheduler.placement.fragment_classes import (
+    SizeTables,
+    admits,
+    fraction_after,
+    fragment_of,
+    one_device_after,
+    size_state,
+)
+from scheduler.placement.policy import Array, Capabilities, changed_since, scatter_rows
 from scheduler.placement.tiebreak import with_tiebreak
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload, WorkloadArrays
 from scheduler.state.demand import PodDemand
@@ -165,6 +173,8 @@ class FragmentPolicy(BasePolicy):
     ) -> tuple[Array, Array | None]:
         """`kernel`, and for a fraction int64[R]: the GPU of each row the score comes from (first best)."""
         neg = -float("inf")
+        if wa.tables is not None and d.num_gpus <= 1:
+            return self._class_kernel(xp, wa, wa.tables, v, d)
         if is_fraction(d):
             before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
             per_gpu = self.transform(xp, before[:, None], after, v, d)
@@ -180,6 +190,42 @@ class FragmentPolicy(BasePolicy):
             take = xp.zeros_like(v.free)
             ok = xp.ones(v.cpu.shape, dtype=xp.bool)
         before, after = fragment_after_selection(xp, wa, v.free, v.cpu, v.access, take, d.cpu_milli)
+        score = self.transform(xp, before, after, v, d)
+        return xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64)), None
+
+    @staticmethod
+    def _fraction_fragments(
+        xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
+    ) -> tuple[Array, Array]:
+        """(F before [R], F after the fraction goes on GPU g [R, G]), from the tables where they apply."""
+        t = wa.tables
+        if t is None:
+            return fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
+        s = size_state(xp, t, v.free)
+        w, total = wa.weight, wa.weight_sum
+        before = fragment_of(xp, t, s, admits(xp, v.access, v.cpu, wa.cpu), w, total)
+        ok_after = admits(xp, v.access, v.cpu - d.cpu_milli, wa.cpu)
+        return before, fraction_after(xp, t, s, v.free, v.need, ok_after, w, total)
+
+    def _class_kernel(
+        self, xp: ArrayNamespace, wa: WorkloadArrays, t: SizeTables, v: NodeView, d: PodDemand
+    ) -> tuple[Array, Array | None]:
+        """`_kernel` for pods on at most one device, the GPU terms read from tables (`fragment_classes.py`):
+        the same scores in fewer array operations."""
+        neg = -float("inf")
+        s = size_state(xp, t, v.free)
+        w, total = wa.weight, wa.weight_sum
+        before = fragment_of(xp, t, s, admits(xp, v.access, v.cpu, wa.cpu), w, total)
+        ok_after = admits(xp, v.access, v.cpu - d.cpu_milli, wa.cpu)
+        if is_fraction(d):
+            after = fraction_after(xp, t, s, v.free, v.need, ok_after, w, total)
+            per_gpu = self.transform(xp, before[:, None], after, v, d)
+            fit = v.free >= v.need[:, None]
+            per_gpu = xp.where(fit, per_gpu, xp.full(per_gpu.shape, neg, dtype=xp.float64))
+            return xp.max(per_gpu, axis=1), xp.argmax(per_gpu, axis=1)
+        if not d.uses_gpu:
+            return self.transform(xp, before, fragment_of(xp, t, s, ok_after, w, total), v, d), None
+        after, ok = one_device_after(xp, t, s, v.free, v.need, ok_after, w, total)
         score = self.transform(xp, before, after, v, d)
         return xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64)), None
 
@@ -247,7 +293,7 @@ class FragmentPolicy(BasePolicy):
         if entry is not None and entry.version == state.version:
             return entry.score
         if entry is not None:
-            stale = xp.nonzero(state.row_version > entry.version)[0]
+            stale = changed_since(state, entry.version)
             if int(stale.shape[0]) <= max(PARTIAL_REFRESH_MAX, state.capacity // PARTIAL_REFRESH_SHARE):
                 score, gpu = self._kernel(xp, wa, self.view(state, wa, d, stale), d)
                 scatter_rows(xp, entry.score, stale, score)
@@ -273,7 +319,7 @@ class FragmentPolicy(BasePolicy):
                     return [g]
             wa = self._workload_arrays(state)
             v = self.view(state, wa, d, xp.asarray([row], dtype=xp.int64))
-            before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
+            before, after = self._fraction_fragments(xp, wa, v, d)
             per_gpu = self.transform(xp, before[:, None], after, v, d)[0, :]
             per_gpu = xp.where(fit[row, :], per_gpu, xp.full(per_gpu.shape, -float("inf"), dtype=xp.float64))
             return [int(xp.argmax(per_gpu))]

@@ -74,6 +74,22 @@ def rank_gpus(
     return [int(order[i]) for i in range(min(count, g))]
 
 
+# Read the state's change log when at most this many changes happened since (else one pass over the rows).
+CHANGE_LOG_READ_MAX = 512
+
+
+def changed_since(state: NodeArrays, since: int) -> Array:
+    """int64 indices of the rows changed after version `since`, ascending: what `row_version > since`
+    selects, from the state's change log where it has one and few changes happened (a cache refreshed
+    once per decision then costs no pass over every row)."""
+    xp = state.xp
+    if state.version - since <= CHANGE_LOG_READ_MAX:
+        rows = state.changed_rows(since)
+        if rows is not None:
+            return xp.asarray(rows, dtype=xp.int64)
+    return xp.nonzero(state.row_version > since)[0]
+
+
 def scatter_rows(xp: ArrayNamespace, dst: Array, rows: Array, src: Array) -> None:
     """dst[rows] = src for an int64 index array `rows`. The array API has no integer-array assignment:
     numpy and CuPy do it in one op, array-api-strict row by row."""

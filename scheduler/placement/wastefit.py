@@ -147,12 +147,12 @@ class WasteFitPolicy(FragFitPolicy):
         return self._table[1]
 
     def waste_change(self, xp: ArrayNamespace, free: Array, need: Array) -> Array:
-        """float64[R, G]: W(free - need) - W(free) per GPU (GPUs the pod does not fit are masked later)."""
+        """float64[R, G]: W(free - need) - W(free) per GPU (GPUs the pod does not fit are masked later;
+        free milli is at most 1000, and below 0 reads as 0)."""
         table = self.waste_table(xp)
         shape = free.shape
-        now = xp.clip(free, 0, MILLI_PER_GPU)
-        left = xp.clip(free - need[:, None], 0, MILLI_PER_GPU)
-        w_now = xp.reshape(xp.take(table, xp.reshape(now, (-1,))), shape)
+        left = xp.maximum(free - need[:, None], xp.zeros((), dtype=free.dtype))
+        w_now = xp.reshape(xp.take(table, xp.reshape(free, (-1,))), shape)
         w_left = xp.reshape(xp.take(table, xp.reshape(left, (-1,))), shape)
         return w_left - w_now
 
@@ -163,12 +163,14 @@ class WasteFitPolicy(FragFitPolicy):
         cost = self.pressure_cost(xp, view, d)
         if cost is not None:
             gain = gain - (cost[:, None] if len(gain.shape) == 2 else cost)
-        extra = xp.zeros(view.cpu.shape, dtype=xp.float64)
-        for change in self.shortfall_changes(xp, view, d):
-            extra = extra + change
         fraction = len(gain.shape) == 2  # one column per GPU the fraction could go on
-        gain = gain + (extra[:, None] if fraction else extra)
-        score = 100.0 / (1.0 + xp.exp(-gain / float(MILLI_PER_GPU)))
+        changes = self.shortfall_changes(xp, view, d)
+        if changes:
+            extra = changes[0]
+            for change in changes[1:]:
+                extra = extra + change
+            gain = gain + (extra[:, None] if fraction else extra)
+        score = 100.0 / (1.0 + xp.exp(gain / -float(MILLI_PER_GPU)))
         if fraction and self.waste_weight:
             score = score - self.waste_weight * self.waste_change(xp, view.free, view.need)
         return score

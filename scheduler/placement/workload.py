@@ -14,6 +14,7 @@ from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
+from scheduler.placement.fragment_classes import SizeTables
 from scheduler.state.codebook import Codebook
 from scheduler.state.demand import PodDemand
 
@@ -80,6 +81,8 @@ class WorkloadArrays:
     weight: Any  # float64[M] popularity
     access: Any  # bool[models + 1, M]: row c+1 = a node of model code c can serve the type; row 0 = no GPU
     models_seen: int  # codebook size the access table was built for
+    tables: SizeTables | None = None  # per-GPU terms by free milli (`fragment_classes.py`)
+    weight_sum: float = 1.0  # sum of `weight`
 
     @classmethod
     def build(cls, xp: ArrayNamespace, wl: TypicalWorkload, models: Codebook) -> WorkloadArrays:
@@ -95,11 +98,15 @@ class WorkloadArrays:
         access = (
             xp.asarray(access_rows, dtype=xp.bool) if wl.types else xp.zeros((n_models + 1, 0), dtype=xp.bool)
         )
+        milli, count = [t.gpu_milli for t in wl.types], [t.num_gpus for t in wl.types]
+        weight = vec(list(wl.popularity), xp.float64)
         return cls(
-            milli=vec([t.gpu_milli for t in wl.types], xp.int64),
-            count=vec([t.num_gpus for t in wl.types], xp.int64),
+            milli=vec(milli, xp.int64),
+            count=vec(count, xp.int64),
             cpu=vec([t.cpu_milli for t in wl.types], xp.int64),
-            weight=vec(list(wl.popularity), xp.float64),
+            weight=weight,
             access=access,
             models_seen=n_models,
+            tables=SizeTables.build(xp, milli, count),
+            weight_sum=float(xp.sum(weight)),
         )

@@ -83,3 +83,8 @@ class NodeArrays(Protocol):
     def row_version(self) -> Array:
         """int64[R]: the `version` at which each row last changed."""
         ...
+
+    def changed_rows(self, since: int) -> list[int] | None:
+        """The rows changed after version `since`, ascending, from a change log; None where there is none
+        (or it no longer reaches back that far): then `row_version > since` tells."""
+        ...

@@ -65,6 +65,9 @@ class RowView:
         self._slice = slice(first, first + len(rows)) if contiguous else None
         self._idx: Any = None
 
+    def changed_rows(self, since: int) -> list[int] | None:
+        return None  # a view keeps no change log of its own rows: `row_version` tells
+
     def take(self, name: str) -> Array:
         whole = getattr(self._state, name)
         if self._slice is not None:
