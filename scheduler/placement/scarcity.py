@@ -14,7 +14,8 @@ At 100% arrived (demand = capacity) pressure_c = 1 means the constrained pods al
 policy charges a placement on model c `pressure_c` x the milli it takes, as extra fragment (milli that
 constrained pods will miss). Unconstrained workloads have pressure 0 everywhere: nothing changes.
 
-Measured (unallocated GPU % at 100% arrived, gpuspec33, seed 42): see `fragfit.py`.
+Measured (unallocated GPU % at 100% arrived, gpuspec33, seed 42): see `fragfit.py`; `wastefit.py` also
+charges a model past pressure 1 in its expected-waste currency (its docstring, "Overflow").
 """
 
 from __future__ import annotations

@@ -21,6 +21,29 @@ in the *expected eventual waste* of that GPU's free milli under the arrival dist
 * Like fragfit, a placement on a GPU model that model-constrained pods will need is charged as extra
   fragment (`scarcity.py`): gpuspec33 14.42 without it (seed 42), 5.63 with it (seeds 42-51; fgd 13.09
   on 42-44, the paper's FGD 12.16); no effect where no pod constrains the model.
+* Overflow: where the learned workload's pinned pods alone want more of a model than the cluster has
+  (pressure > 1), every milli another fraction takes there is a milli of pinned demand that will not be
+  placed, i.e. waste at 100% arrived. That charge sits inside the sigmoid (slope 0.025 score units per
+  milli at 0), where the waste term's 1.6 per milli outweighs it: the waste saved by filling a gap on
+  the overflowing model won. So a fraction on a model at pressure p is also charged, in the waste term's
+  own currency, `overflow_weight` x min(1, p - 1) x the milli it takes (1 at the pressure cap of 2).
+  Nothing changes at pressure <= 1, nor for whole-GPU pods (they are charged as in fragfit). Of the 24
+  published pod lists only gpuspec33 has such a model (T4, pressure 1.34; gpuspec25's T4 is at 0.91), so
+  the other 23 replay exactly as before. gpuspec33, seed 45, at 100% arrived: without the charge 52
+  GPUs' worth of unconstrained fractions sat on the 842 T4s (51,710 milli) and 303,400 milli of T4-only
+  pods failed; with it 480 milli and 251,910 (fragfit: 440 and 255,710). Tuning on seeds 45-47 (fragfit
+  4.86 / 4.81 / 4.80, mean 4.82; wastefit without the rule 5.54 / 5.55 / 5.62), seed 45 first: the
+  charge k x p x taken on every constrained model, for unconstrained pods only, k 0.03 / 0.1 / 0.3 / 1:
+  5.36 / 4.89 / 4.90 / 4.81; for every pod, k 0.1 / 1: 4.89 / 4.86. But at p < 1 it costs: k = 1, every
+  pod, gpuspec25 4.29 against 4.22, gpuspec10 4.10 / 4.03 against 4.00 / 3.95 (seeds 45 / 46; the lists'
+  pressures are 0.1-0.91), unconstrained pods only 4.28, 4.04; scaling the waste term for unconstrained
+  pods to 0 on rows by min(1, p): 15.83 (a fresh GPU elsewhere then looks worse than the scarce model);
+  `waste_weight` 0: 4.92; the issue's candidate, `waste_weight` x max(0, 1 - s x the pinned share of GPU
+  pods), s 1 / 2 / 3: 4.79 / 4.80 / 4.92 (gpuspec25, s 1 / 2: 4.23 / 4.22, 4.22 without): it works too,
+  but it moves every gpuspec list, where the overflow charge leaves the other 23 lists exactly as they
+  were. Charged only past p = 1, seeds 45-47: min(1, p - 1) x taken 4.77 / 4.86 / 4.83 (mean 4.82,
+  kept), a step (1 x taken where p > 1) 4.81 / 4.86 / 4.82. Held out, seeds 42-44: 4.91 / 4.75 / 4.99
+  (mean 4.88; fragfit 4.86, 4.86 / 4.79 / 4.94).
 
 The size distribution comes from the un-inflated pod list with every task type (the fragment keeps the
 usual 95% typical workload), which the protocol gives every policy; the live scheduler, which learns its
@@ -50,6 +73,9 @@ from scheduler.state.demand import PodDemand
 EPS = 0.001  # chance per arrival that a waiting gap's time is up (0.0005..0.002 measured equivalent)
 WASTE_WEIGHT = 1.6  # score units per milli of expected waste (the sigmoid's slope at 0 is 0.025 per milli)
 PULL = 1.0  # best-fit blend, as in fragfit
+# Expected-waste milli per milli a fraction takes on a model whose constrained demand overflows it, at
+# pressure 2 (the cap); (pressure - 1) of that below, nothing at pressure <= 1 (module docstring).
+OVERFLOW_WEIGHT = 1.0
 
 
 def size_distribution(workload: TypicalWorkload) -> dict[int, float]:
@@ -130,8 +156,10 @@ class WasteFitPolicy(FragFitPolicy):
     pull: float = PULL
     coverage: float = 1.0  # the replay hands over every task type; the fragment keeps the usual 95%
     fragment_coverage: float = DEFAULT_COVERAGE
+    overflow_weight: float = OVERFLOW_WEIGHT
     _full_workload: TypicalWorkload | None = field(default=None, init=False, repr=False)
     _table: tuple[TypicalWorkload | None, Array] = field(default=(None, None), init=False, repr=False)
+    _overflow: tuple[Array | None, Array | None] = field(default=(None, None), init=False, repr=False)
 
     def set_typical_workload(self, workload: TypicalWorkload) -> None:
         self._full_workload = workload
@@ -156,6 +184,21 @@ class WasteFitPolicy(FragFitPolicy):
         w_left = xp.reshape(xp.take(table, xp.reshape(left, (-1,))), shape)
         return w_left - w_now
 
+    def overflow_waste(self, xp: ArrayNamespace, view: NodeView) -> Array | None:
+        """float64[R]: expected waste per row, in milli, of the milli a fraction takes on that row's model:
+        `overflow_weight` x (pressure - 1), clipped to [0, 1], x milli taken. None without a model the
+        learned workload overflows (no constrained types, or every pressure <= 1)."""
+        table = self._pressure[1]
+        if table is None or not self.overflow_weight:
+            return None
+        if self._overflow[0] is not table:
+            over = xp.clip(table - 1.0, 0.0, 1.0)
+            self._overflow = (table, over if bool(xp.any(over > 0.0)) else None)
+        over = self._overflow[1]
+        if over is None:
+            return None
+        return self.overflow_weight * xp.take(over, view.model) * xp.astype(view.need, xp.float64)
+
     def transform(
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand
     ) -> Array:
@@ -172,5 +215,9 @@ class WasteFitPolicy(FragFitPolicy):
             gain = gain + (extra[:, None] if fraction else extra)
         score = 100.0 / (1.0 + xp.exp(gain / -float(MILLI_PER_GPU)))
         if fraction and self.waste_weight:
-            score = score - self.waste_weight * self.waste_change(xp, view.free, view.need)
+            waste = self.waste_change(xp, view.free, view.need)
+            overflow = self.overflow_waste(xp, view)
+            if overflow is not None:
+                waste = waste + overflow[:, None]
+            score = score - self.waste_weight * waste
         return score
