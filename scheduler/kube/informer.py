@@ -241,21 +241,23 @@ class Informer:
 def slim(obj: Obj) -> Obj:
     """An object as the scheduler caches it: without `metadata.managedFields` (the server's field ownership
     bookkeeping, often the largest part of an object, read by nobody here), its strings interned, so the
-    thousands of copies of the same key or value share one string. Everything else is kept as it came."""
+    thousands of copies of the same key or value share one string. Everything else is kept as it came.
+    `obj` itself (freshly decoded, owned by the informer) loses its managedFields."""
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
     return _interned(obj)
 
 
-# Strings this long or longer are interned only as keys: long values (uids, timestamps aside, which are short
-# but unique) are rarely shared, and interning a unique string only costs a table slot.
+# String values this long or longer are kept as they came (keys are always interned): long values are rarely
+# shared. Short unique ones (uids, timestamps) are interned too: cheaper than telling them apart, and an
+# interned string is freed with its last reference.
 _INTERN_MAX = 64
 
 
 def _interned(obj: Obj) -> Obj:
     """A copy of `obj` with its keys and short string values interned (lists of lists are kept as they are:
-    Kubernetes objects have none worth it). The copy is also sized to its content."""
+    Kubernetes objects have none worth it)."""
     intern = sys.intern
     out: Obj = {}
     for key, value in obj.items():
