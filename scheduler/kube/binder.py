@@ -32,6 +32,8 @@ from scheduler.kube import raw
 
 log = logging.getLogger(__name__)
 
+LOCK_ATTEMPTS = 3  # the cached node, then up to two fresh reads
+
 Clock = Callable[[], datetime]
 
 
@@ -132,9 +134,11 @@ class Binder:
         self, node: str, meta: Mapping[str, Any] | None, namespace: str, name: str, uid: str
     ) -> str | None:
         """Take the node's bind lock, guarded by the resourceVersion of `meta` (read again once if the node
-        changed since, or when no `meta` was given); return why not when another pod legitimately holds it."""
+        changed since, or when no `meta` was given); return why not when another pod legitimately holds it.
+        Up to LOCK_ATTEMPTS tries: the node controller and kubelets write nodes too (taints, conditions), and
+        one such write between the read and the patch should not cost the pod a whole cycle."""
         lock = BindLock.for_pod(namespace, name, uid, since=self.clock()).to_annotation()
-        for attempt in range(2):
+        for attempt in range(LOCK_ATTEMPTS):
             if meta is None or attempt:
                 meta = self._node_meta(node)
             busy = self._busy(meta, node, uid)

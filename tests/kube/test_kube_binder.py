@@ -102,7 +102,11 @@ def test_a_stale_cached_node_is_read_again(
     fault_proxy.clear_requests()
     assert Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment(), lock=True, node_meta=cached).ok
     methods = [(r.method, r.status) for r in fault_proxy.requests]
-    assert methods == [("PATCH", 422), ("GET", 200), ("PATCH", 200), ("POST", 201)], methods
+    # The stale guard fails, the node is read again and the lock taken; the control plane's node controller
+    # may write the new node once more between that read and the patch (seen under load), which costs one
+    # more read, not the bind.
+    stale, settled = [("PATCH", 422), ("GET", 200)], [("PATCH", 200), ("POST", 201)]
+    assert methods in (stale + settled, stale + stale + settled), methods
     assert BindLock.from_annotation(_lock_of(scene) or "").uid == uid
 
 
