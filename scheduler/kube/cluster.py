@@ -56,7 +56,7 @@ from scheduler.kube.binder import Binder
 from scheduler.kube.binder import BindResult as ApiBindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
-from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.informer import Informer, WatchTarget, slim
 from scheduler.kube.kai_compat import KaiCompat
 from scheduler.kube.lock_view import NodeLockView, only_lock_changed
 from scheduler.kube.podgrouper.book import Decision, GroupBook
@@ -108,21 +108,33 @@ class KubeCluster:
         self.queue_status = QueueStatusWriter(self.custom, lambda key: self.informers["Queue"].get(key))
         self.group_status = PodGroupStatusWriter(self.custom, lambda key: self.informers["PodGroup"].get(key))
         self.podgrouper = podgrouper
+        # Every cache keeps its objects slimmed (`informer.slim`): no managedFields, strings shared.
         targets = [
-            WatchTarget("Node", self.core.list_node),
-            WatchTarget("Pod", self.core.list_pod_for_all_namespaces),
-            WatchTarget("Queue", self.custom.list_cluster_custom_object, (GROUP, VERSION, "queues")),
-            WatchTarget("PodGroup", self.custom.list_cluster_custom_object, (GROUP, VERSION, "podgroups")),
+            WatchTarget("Node", self.core.list_node, transform=slim),
+            WatchTarget("Pod", self.core.list_pod_for_all_namespaces, transform=slim),
             WatchTarget(
-                "GPUNodeReport", self.custom.list_cluster_custom_object, (GROUP, VERSION, "gpunodereports")
+                "Queue", self.custom.list_cluster_custom_object, (GROUP, VERSION, "queues"), transform=slim
+            ),
+            WatchTarget(
+                "PodGroup",
+                self.custom.list_cluster_custom_object,
+                (GROUP, VERSION, "podgroups"),
+                transform=slim,
+            ),
+            WatchTarget(
+                "GPUNodeReport",
+                self.custom.list_cluster_custom_object,
+                (GROUP, VERSION, "gpunodereports"),
+                transform=slim,
             ),
             WatchTarget(
                 "Topology",
                 self.custom.list_cluster_custom_object,
                 (GROUP, VERSION, "topologies"),
                 optional=True,
+                transform=slim,
             ),
-            WatchTarget("PriorityClass", sched.list_priority_class),
+            WatchTarget("PriorityClass", sched.list_priority_class, transform=slim),
         ]
         # KAI Scheduler's Queue and PodGroup kinds, translated to Tessera's (docs/kai-compat.md).
         self.kai = KaiCompat(self.custom, self.recorder) if kai_compat else None

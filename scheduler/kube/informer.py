@@ -5,6 +5,13 @@ resumed from the last resourceVersion seen; `410 Gone` (the history moved past u
 whose differences against the cache are emitted as ADDED/MODIFIED/DELETED so consumers never rebuild;
 any other error backs off exponentially before retrying. Objects are kept as plain dicts (no model
 deserialization on the hot path).
+
+Like client-go's transform (`SetTransform`, which kube-scheduler uses to drop `managedFields`), each object
+passes through the target's `transform` before it enters the cache or reaches a consumer. The scheduler's
+`slim` drops `metadata.managedFields`, which nothing reads, and interns the strings repeated across objects
+(keys, namespaces, node names, images, condition types...): at 50,000 pods the watch caches were most of
+the scheduler's memory (docs/performance.md). Nothing the scheduler writes is built from a cached object
+(every write is a patch, a Binding or an eviction), so what a transform drops is never written back.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import contextlib
 import json
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,6 +49,8 @@ class WatchTarget:
     # A kind the cluster may not serve (a CRD added by an upgrade: Helm never installs CRDs on upgrade):
     # while the API answers 404 the cache is empty and counts as synced; the list is retried.
     optional: bool = False
+    # Applied to every object listed or watched before it is cached or handed on (None: kept as received).
+    transform: Callable[[Obj], Obj] | None = None
 
     def call(self, **kwargs: Any) -> Any:
         if self.field_selector:
@@ -147,7 +157,9 @@ class Informer:
                 kwargs["_continue"] = token
             resp = self.target.call(**kwargs)
             body = json.loads(resp.data)
-            items.extend(body.get("items") or [])
+            page: list[Obj] = body.get("items") or []
+            transform = self.target.transform
+            items.extend(map(transform, page) if transform is not None else page)
             meta = body.get("metadata") or {}
             token = meta.get("continue")
             if not token:
@@ -212,6 +224,8 @@ class Informer:
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             log.warning("%s watch sent an unknown event type %r; ignored", self.target.kind, kind)
             return
+        if self.target.transform is not None:
+            obj = self.target.transform(obj)
         key = object_key(obj)
         with self._lock:
             old = self.cache.get(key)
@@ -222,6 +236,50 @@ class Informer:
             self.resource_version = rv or self.resource_version
         self.backoff.reset()
         self.sink(ResourceEvent(self.target.kind, kind, obj, old))
+
+
+def slim(obj: Obj) -> Obj:
+    """An object as the scheduler caches it: without `metadata.managedFields` (the server's field ownership
+    bookkeeping, often the largest part of an object, read by nobody here), its strings interned, so the
+    thousands of copies of the same key or value share one string. Everything else is kept as it came.
+    `obj` itself (freshly decoded, owned by the informer) loses its managedFields."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return _interned(obj)
+
+
+# String values this long or longer are kept as they came (keys are always interned): long values are rarely
+# shared. Short unique ones (uids, timestamps) are interned too: cheaper than telling them apart, and an
+# interned string is freed with its last reference.
+_INTERN_MAX = 64
+
+
+def _interned(obj: Obj) -> Obj:
+    """A copy of `obj` with its keys and short string values interned (lists of lists are kept as they are:
+    Kubernetes objects have none worth it)."""
+    intern = sys.intern
+    out: Obj = {}
+    for key, value in obj.items():
+        kind = type(value)
+        if kind is str:
+            if len(value) < _INTERN_MAX:
+                value = intern(value)
+        elif kind is dict:
+            value = _interned(value)
+        elif kind is list:
+            value = [_interned_item(item) for item in value]
+        out[intern(key)] = value
+    return out
+
+
+def _interned_item(item: Any) -> Any:
+    kind = type(item)
+    if kind is dict:
+        return _interned(item)
+    if kind is str and len(item) < _INTERN_MAX:
+        return sys.intern(item)
+    return item
 
 
 def _lines(resp: Any) -> Iterator[str]:

@@ -37,7 +37,7 @@ from scheduler.api.queue import QueueStatus
 from scheduler.cluster import WatchEvent
 from scheduler.kube.binder import api_reason
 from scheduler.kube.event_queue import ResourceEvent
-from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.informer import Informer, WatchTarget, slim
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.mirror import one_line
 from scheduler.webhook.admission import QueueKind, QueueLookup
@@ -74,8 +74,10 @@ class KaiCompat:
     def targets(self) -> list[WatchTarget]:
         list_fn = self.custom.list_cluster_custom_object
         return [
-            WatchTarget("KaiQueue", list_fn, (KAI_GROUP, KAI_QUEUE_VERSION, "queues")),
-            WatchTarget("KaiPodGroup", list_fn, (KAI_GROUP, KAI_PODGROUP_VERSION, "podgroups")),
+            WatchTarget("KaiQueue", list_fn, (KAI_GROUP, KAI_QUEUE_VERSION, "queues"), transform=slim),
+            WatchTarget(
+                "KaiPodGroup", list_fn, (KAI_GROUP, KAI_PODGROUP_VERSION, "podgroups"), transform=slim
+            ),
         ]
 
     def attach(self, informers: Mapping[str, Informer]) -> None:

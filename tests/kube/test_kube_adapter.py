@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from scheduler.api.keys import GROUP, POD_GROUP, VERSION
+from scheduler.api.keys import GROUP, POD_GROUP, QUEUE_LABEL, VERSION
 from scheduler.backend import get_namespace
 from scheduler.cache import Cache
 from scheduler.kube.cluster import KubeCluster
@@ -60,6 +60,31 @@ def test_standby_derives_groups_but_creates_them_only_when_leading(scene: Scene)
     }  # fmt: skip
     stored = scene.get("podgroups", group)
     assert stored["spec"]["minMember"] == 2 and stored["metadata"]["ownerReferences"][0]["kind"] == "Job"
+
+
+@pytest.mark.apiserver
+def test_every_watch_cache_keeps_objects_without_managed_fields(scene: Scene) -> None:
+    """The adapter's caches hold slimmed objects (no managedFields, which the server sets on all of them),
+    and what the scheduler reads from them is still there: the node's GPU capacity, the pod's request."""
+    scene.node("gpu-1", gpus=2)
+    scene.queue("team-a")
+    scene.create_pod(pod_body("p", limits={"nvidia.com/gpu": "1"}, labels={QUEUE_LABEL: "team-a"}))
+    cluster = KubeCluster(scene.tessera.scheduler_client())
+    cluster.writable = False
+    cluster.start()
+    scene.on_cleanup(cluster.stop)
+    assert cluster.wait_synced(10)
+    cached = {kind: informer.snapshot() for kind, informer in cluster.informers.items()}
+    assert all(cached[kind] for kind in ("Node", "Pod", "Queue", "PriorityClass"))
+    assert [(kind, o["metadata"]["name"]) for kind, objs in cached.items() for o in objs
+            if "managedFields" in o["metadata"]] == []  # fmt: skip
+    node = cluster.informers["Node"].get("gpu-1")
+    assert node is not None and node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+    pod = cluster.informers["Pod"].get(f"{scene.ns}/p")
+    assert pod is not None and pod["metadata"]["labels"] == {QUEUE_LABEL: "team-a"}
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    events = [e for e in cluster.drain_events() if e.kind == "Pod" and e.obj["metadata"]["name"] == "p"]
+    assert events and "managedFields" not in events[0].obj["metadata"]
 
 
 @pytest.mark.apiserver

@@ -1,14 +1,18 @@
-"""The informer against the real API server: paged list, watch, bookmarks, and, through the fault proxy,
-a lost watch whose history is gone (410: relist and emit only the difference) and backoff on errors."""
+"""The informer against the real API server: paged list, watch, bookmarks, the scheduler's transform of
+cached objects (`slim`), and, through the fault proxy, a lost watch whose history is gone (410: relist and
+emit only the difference) and backoff on errors."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
-from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.informer import Informer, WatchTarget, slim
 from tests.controlplane.faultproxy import FaultProxy
 from tests.controlplane.scene import Scene, wait_until
 from tests.kube.helpers import pod_body
@@ -56,6 +60,52 @@ def test_lists_in_pages_then_streams_changes(scene: Scene, fault_proxy: FaultPro
     assert got[2].obj["metadata"]["deletionTimestamp"]
     assert got[1].old is not None and got[1].old["metadata"].get("labels") in (None, {})
     assert sorted(k.split("/")[1] for k in informer.cache) == ["a", "c", "d"]
+
+
+def _as_server_has_it(scene: Scene, name: str) -> dict[str, Any]:
+    obj = json.loads(scene.core.read_namespaced_pod(name, scene.ns, _preload_content=False).data)
+    assert obj["metadata"]["managedFields"]  # the server's bookkeeping, which the cache leaves out
+    return obj
+
+
+def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
+
+
+def test_slim_drops_managed_fields_and_keeps_everything_else(scene: Scene, fault_proxy: FaultProxy) -> None:
+    # A real owner: the garbage collector deletes pods whose owner does not exist.
+    cm = scene.core.create_namespaced_config_map(scene.ns, {"metadata": {"name": "owner"}})
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": cm.metadata.uid}
+    long_value = "x" * 200  # longer than what is interned: kept as it came all the same
+    for name in ("a", "b"):
+        body = pod_body(name, labels={"app": "train"}, annotations={"note": long_value},
+                        limits={"nvidia.com/gpu": "1"})  # fmt: skip
+        body["metadata"]["ownerReferences"] = [owner]
+        scene.create_pod(body)
+    queue = EventQueue()
+    informer = _informer(scene, fault_proxy, queue, transform=slim).start()
+    assert informer.synced.wait(10)
+    a, b = informer.get(f"{scene.ns}/a"), informer.get(f"{scene.ns}/b")
+    assert a is not None and b is not None
+    # Listed: everything a consumer reads is there (metadata, spec, status), only managedFields is gone.
+    # (A list's items carry no apiVersion and kind; a GET's object and a watch's do.)
+    listed = {k: v for k, v in _as_server_has_it(scene, "a").items() if k not in ("apiVersion", "kind")}
+    assert a == _without_managed_fields(listed)
+    assert a["metadata"]["ownerReferences"][0]["uid"] == owner["uid"]
+    assert a["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    # Repeated strings are shared between the cached objects, not held once per pod.
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["spec"]["containers"][0]["image"] is b["spec"]["containers"][0]["image"]
+    # Watched: the changed object, as the consumer gets it and as the cache keeps it, slimmed the same way.
+    queue.drain()
+    scene.core.patch_namespaced_pod("a", scene.ns, {"metadata": {"labels": {"step": "2"}}})
+    got: list[ResourceEvent] = []
+    wait_until(lambda: got.extend(queue.drain()) or bool(got))
+    (event,) = got
+    assert event.type == "MODIFIED" and event.obj is informer.get(f"{scene.ns}/a")
+    assert event.obj == _without_managed_fields(_as_server_has_it(scene, "a"))
+    assert event.obj["metadata"]["labels"] == {"app": "train", "step": "2"}
+    assert event.old is a
 
 
 def test_field_selector_and_bookmarks_advance_resource_version(scene: Scene, fault_proxy: FaultProxy) -> None:

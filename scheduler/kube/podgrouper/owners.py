@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.event_queue import ResourceEvent
-from scheduler.kube.informer import Informer, WatchTarget
+from scheduler.kube.informer import Informer, WatchTarget, slim
 from scheduler.kube.podgrouper import kinds
 from scheduler.kube.podgrouper.model import Obj, meta, spec, status, uid_of
 from scheduler.kube.podgrouper.walk import Found
@@ -148,7 +148,10 @@ class OwnerReader:
             if informer is None:
                 group, version, plural = gvr
                 target = WatchTarget(
-                    f"{plural}.{group}", self.custom.list_cluster_custom_object, (group, version, plural)
+                    f"{plural}.{group}",
+                    self.custom.list_cluster_custom_object,
+                    (group, version, plural),
+                    transform=slim,
                 )
                 informer = Informer(
                     target,
