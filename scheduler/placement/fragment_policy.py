@@ -27,6 +27,7 @@ from scheduler.placement.fragment import (
     fragment_after_selection,
 )
 from scheduler.placement.fragment_classes import (
+    SizeState,
     SizeTables,
     admits,
     fraction_after,
@@ -76,6 +77,15 @@ class NodeView:
 
 def is_fraction(d: PodDemand) -> bool:
     return d.num_gpus == 1 and not d.whole
+
+
+def _table_before(
+    xp: ArrayNamespace, wa: WorkloadArrays, t: SizeTables, v: NodeView, d: PodDemand
+) -> tuple[SizeState, Array, Array]:
+    """The rows' table state, their F before, and which types each row admits once the pod's CPU is gone."""
+    s = size_state(xp, t, v.free)
+    before = fragment_of(xp, t, s, admits(xp, v.access, v.cpu, wa.cpu), wa.weight, wa.weight_sum)
+    return s, before, admits(xp, v.access, v.cpu - d.cpu_milli, wa.cpu)
 
 
 @dataclass
@@ -173,14 +183,14 @@ class FragmentPolicy(BasePolicy):
     ) -> tuple[Array, Array | None]:
         """`kernel`, and for a fraction int64[R]: the GPU of each row the score comes from (first best)."""
         neg = -float("inf")
-        if wa.tables is not None and d.num_gpus <= 1:
-            return self._class_kernel(xp, wa, wa.tables, v, d)
         if is_fraction(d):
-            before, after = fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
+            before, after = self._fraction_fragments(xp, wa, v, d)
             per_gpu = self.transform(xp, before[:, None], after, v, d)
             fit = v.free >= v.need[:, None]
             per_gpu = xp.where(fit, per_gpu, xp.full(per_gpu.shape, neg, dtype=xp.float64))
             return xp.max(per_gpu, axis=1), xp.argmax(per_gpu, axis=1)
+        if wa.tables is not None and d.num_gpus <= 1:
+            return self._class_kernel(xp, wa, wa.tables, v, d), None
         if d.uses_gpu:
             fit = v.free >= v.need[:, None]
             sel = best_fit_selection(xp, v.free, fit, d.num_gpus)
@@ -201,33 +211,20 @@ class FragmentPolicy(BasePolicy):
         t = wa.tables
         if t is None:
             return fragment_after_fraction(xp, wa, v.free, v.cpu, v.access, v.need, d.cpu_milli)
-        s = size_state(xp, t, v.free)
-        w, total = wa.weight, wa.weight_sum
-        before = fragment_of(xp, t, s, admits(xp, v.access, v.cpu, wa.cpu), w, total)
-        ok_after = admits(xp, v.access, v.cpu - d.cpu_milli, wa.cpu)
-        return before, fraction_after(xp, t, s, v.free, v.need, ok_after, w, total)
+        s, before, ok_after = _table_before(xp, wa, t, v, d)
+        return before, fraction_after(xp, t, s, v.free, v.need, ok_after, wa.weight, wa.weight_sum)
 
     def _class_kernel(
         self, xp: ArrayNamespace, wa: WorkloadArrays, t: SizeTables, v: NodeView, d: PodDemand
-    ) -> tuple[Array, Array | None]:
-        """`_kernel` for pods on at most one device, the GPU terms read from tables (`fragment_classes.py`):
-        the same scores in fewer array operations."""
-        neg = -float("inf")
-        s = size_state(xp, t, v.free)
-        w, total = wa.weight, wa.weight_sum
-        before = fragment_of(xp, t, s, admits(xp, v.access, v.cpu, wa.cpu), w, total)
-        ok_after = admits(xp, v.access, v.cpu - d.cpu_milli, wa.cpu)
-        if is_fraction(d):
-            after = fraction_after(xp, t, s, v.free, v.need, ok_after, w, total)
-            per_gpu = self.transform(xp, before[:, None], after, v, d)
-            fit = v.free >= v.need[:, None]
-            per_gpu = xp.where(fit, per_gpu, xp.full(per_gpu.shape, neg, dtype=xp.float64))
-            return xp.max(per_gpu, axis=1), xp.argmax(per_gpu, axis=1)
+    ) -> Array:
+        """`_kernel` for a whole GPU or no GPU (fractions: `_fraction_fragments`), the GPU terms read from
+        tables (`fragment_classes.py`): the same scores in fewer array operations."""
+        s, before, ok_after = _table_before(xp, wa, t, v, d)
         if not d.uses_gpu:
-            return self.transform(xp, before, fragment_of(xp, t, s, ok_after, w, total), v, d), None
-        after, ok = one_device_after(xp, t, s, v.free, v.need, ok_after, w, total)
+            return self.transform(xp, before, fragment_of(xp, t, s, ok_after, wa.weight, wa.weight_sum), v, d)
+        after, ok = one_device_after(xp, t, s, v.free, v.need, ok_after, wa.weight, wa.weight_sum)
         score = self.transform(xp, before, after, v, d)
-        return xp.where(ok, score, xp.full(score.shape, neg, dtype=xp.float64)), None
+        return xp.where(ok, score, xp.full(score.shape, -float("inf"), dtype=xp.float64))
 
     def _full(
         self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
