@@ -52,9 +52,12 @@ def namespace(name: str) -> ArrayNamespace:
 
         # numpy >= 2.1 implements the array API (2023.12) in its main namespace: use it directly; the
         # compat wrapper adds a Python call to every array op, ~10% of a placement decision (see
-        # docs/performance.md). Older numpy goes through array-api-compat.
+        # docs/performance.md), and the hottest of numpy's own Python-level functions are bound straight
+        # to the array methods (`backend_numpy.py`). Older numpy goes through array-api-compat.
         if getattr(numpy, "__array_api_version__", "") >= "2023.12":
-            return numpy
+            from scheduler.backend_numpy import NAMESPACE
+
+            return NAMESPACE
         import array_api_compat.numpy as xp_numpy
 
         return xp_numpy
