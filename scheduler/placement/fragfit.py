@@ -92,18 +92,29 @@ class FragFitPolicy(FragmentPolicy):
 
     def shortfall_changes(self, xp: ArrayNamespace, view: NodeView, d: PodDemand) -> list[Array]:
         """float64[R] each, for host memory then CPU (those weighted, with a known ratio): weight x how much
-        the pod shrinks the node's shortfall (free GPU milli its free memory or CPU cannot serve)."""
-        total = xp.astype(xp.sum(view.free, axis=1), xp.float64)
-        total_after = total - xp.astype(view.need, xp.float64) * float(d.num_gpus if d.uses_gpu else 0)
-        out = []
+        the pod shrinks the node's shortfall (free GPU milli its free memory or CPU cannot serve), each
+        `_shortfall` before minus after. Written out flat: it runs on every decision, on a handful of rows,
+        where numpy's per-call overhead is the cost (integers below 2^53: converting before or after the
+        subtraction gives the same floats)."""
         memory_ratio = self.workload.memory_per_gpu if self.workload is not None else None
+        cpu_ratio = self._cpu_ratio()
+        if not ((self.memory_weight and memory_ratio) or (self.cpu_weight and cpu_ratio)):
+            return []
+        f64 = xp.float64
+        zero = xp.zeros((), dtype=f64)
+        total = xp.astype(view.total(xp), f64)
+        total_after = total - xp.astype(view.need, f64) * float(d.num_gpus)
+        out = []
         for weight, ratio, free, ask in (
             (self.memory_weight, memory_ratio, view.mem, d.memory_mib),
-            (self.cpu_weight, self._cpu_ratio(), view.cpu, d.cpu_milli),
+            (self.cpu_weight, cpu_ratio, view.cpu, d.cpu_milli),
         ):
             if weight and ratio:  # no ratio: no shortfall before or after
-                before = _shortfall(xp, total, free, ratio)
-                out.append(weight * (before - _shortfall(xp, total_after, free - ask, ratio)))
+                scale = MILLI_PER_GPU / ratio
+                have = xp.astype(free, f64)
+                before = xp.maximum(total - have * scale, zero)
+                after = xp.maximum(total_after - (have - float(ask)) * scale, zero)
+                out.append(weight * (before - after))
         return out
 
     def model_pressure(self, state: NodeArrays) -> Array | None:

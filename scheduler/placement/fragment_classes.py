@@ -71,6 +71,11 @@ def _lookup(xp: ArrayNamespace, t: SizeTables, free: Array) -> Array:
     return xp.reshape(flat, (*free.shape, int(t.table.shape[1])))
 
 
+def _rows_of(xp: ArrayNamespace, t: SizeTables, milli: Array) -> Array:
+    """float64[R, columns]: the table rows of `milli` int64[R], known to be within 0..1000."""
+    return xp.take(t.table, milli, axis=0)
+
+
 def admits(xp: ArrayNamespace, access: Array, cpu_free: Array, type_cpu: Array) -> Array:
     """bool[R, M]: the node accepts type m's model and has its CPU (CPU-only types read `big` 0)."""
     return access & (cpu_free[:, None] >= type_cpu[None, :])
@@ -88,7 +93,9 @@ def _weighted(xp: ArrayNamespace, t: SizeTables, ok: Array, sums: Array, weight:
         taken = xp.take(sums, t.both, axis=axis)
         per_type = taken[..., :m]
         ok = ok & (taken[..., m:] >= t.devices)
-    return xp.sum(xp.where(ok, per_type, t.nil) * weight, axis=-1)
+    # where(ok, x, 0) x p equals x x where(ok, p, 0) bit for bit (x and p finite, >= 0: both products are
+    # x p or +0.0), and the mask is applied where `ok` is smallest ([R, 1, M] for a fraction's [R, G, M]).
+    return xp.sum(per_type * xp.where(ok, weight, t.nil), axis=-1)
 
 
 @dataclass
@@ -98,9 +105,11 @@ class SizeState:
     big: Array  # float64[R, columns] their sums
 
 
-def size_state(xp: ArrayNamespace, t: SizeTables, free: Array) -> SizeState:
+def size_state(xp: ArrayNamespace, t: SizeTables, free: Array, total: Array | None = None) -> SizeState:
+    """`total`: int64[R] the rows' free milli, when the caller has it."""
     per_gpu = _lookup(xp, t, free)
-    return SizeState(xp.astype(xp.sum(free, axis=1), xp.float64), per_gpu, xp.sum(per_gpu, axis=1))
+    total = xp.sum(free, axis=1) if total is None else total
+    return SizeState(xp.astype(total, xp.float64), per_gpu, xp.sum(per_gpu, axis=1))
 
 
 def fragment_of(
@@ -139,9 +148,9 @@ def one_device_after(
     """(F after float64[R], the pod fits bool[R]) when one device takes `need` milli on the best-fit GPU
     (the fitting GPU with the least free milli, as `fragment.best_fit_selection` with count 1)."""
     fit = free >= need[:, None]
-    least = xp.min(xp.where(fit, free, xp.full(free.shape, _BIG_KEY, dtype=xp.int64)), axis=1)
+    least = xp.min(xp.where(fit, free, xp.full((), _BIG_KEY, dtype=xp.int64)), axis=1)
     ok = least < _BIG_KEY
     chosen = xp.where(ok, least, need)  # rows it does not fit: any value in range (masked by `ok`)
-    big = s.big - _lookup(xp, t, chosen) + _lookup(xp, t, chosen - need)
+    big = s.big - _rows_of(xp, t, chosen) + _rows_of(xp, t, chosen - need)  # need <= chosen <= 1000
     total = s.total - xp.astype(need, xp.float64)
     return total * weight_sum - _weighted(xp, t, ok_after, big, weight), ok

@@ -46,6 +46,10 @@ PARTIAL_REFRESH_MAX = 48
 # ... or up to this share of all rows: the kernel on a few hundred gathered rows still beats a full pass
 # (a shape asked rarely sees every row touched since its last use; see docs/performance.md).
 PARTIAL_REFRESH_SHARE = 8
+# Above this many stale rows, a GPU pod's kernel runs only on those with room for it (the others score
+# -inf anyway): a shape asked rarely finds dozens of rows changed, most of them full by then (on the
+# benchmark about 1 in 6 still fits), and the fraction kernels' cost grows with rows x GPUs x types.
+FIT_FIRST_MIN_ROWS = 12
 # Without a given workload the policy learns one from the pods it sees, rebuilt at these counts.
 _RELEARN_EVERY = 512
 
@@ -73,6 +77,13 @@ class NodeView:
     need: Array  # int64[R] milli one device of the pod takes there
     mem: Array  # int64[R] free host memory (MiB)
     model: Array  # int64[R] GPU model code + 1 (0: no GPU)
+    _total: Array | None = field(default=None, repr=False)
+
+    def total(self, xp: ArrayNamespace) -> Array:
+        """int64[R] free GPU milli of each row (summed once: several terms read it)."""
+        if self._total is None:
+            self._total = xp.sum(self.free, axis=1)
+        return self._total
 
 
 def is_fraction(d: PodDemand) -> bool:
@@ -83,7 +94,7 @@ def _table_before(
     xp: ArrayNamespace, wa: WorkloadArrays, t: SizeTables, v: NodeView, d: PodDemand
 ) -> tuple[SizeState, Array, Array]:
     """The rows' table state, their F before, and which types each row admits once the pod's CPU is gone."""
-    s = size_state(xp, t, v.free)
+    s = size_state(xp, t, v.free, v.total(xp))
     before = fragment_of(xp, t, s, admits(xp, v.access, v.cpu, wa.cpu), wa.weight, wa.weight_sum)
     return s, before, admits(xp, v.access, v.cpu - d.cpu_milli, wa.cpu)
 
@@ -269,6 +280,26 @@ class FragmentPolicy(BasePolicy):
         # its GPUs in another order: its GPU is derived again when chosen (`pick_gpus`), not taken from here.
         return xp.take(self._kernel(xp, wa, rep_view, d)[0], inverse), None
 
+    def _kernel_with_room(
+        self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
+    ) -> tuple[Array, Array | None]:
+        """`_kernel` for the rows of `v`, run only on rows with enough GPUs where one device fits (the
+        kernels' own -inf test) once the rows are many; the same scores and GPUs."""
+        n = int(v.cpu.shape[0])
+        if n < FIT_FIRST_MIN_ROWS or not d.uses_gpu:
+            return self._kernel(xp, wa, v, d)
+        room = xp.sum(xp.astype(v.free >= v.need[:, None], xp.int64), axis=1) >= d.num_gpus
+        idx = xp.nonzero(room)[0]
+        score = xp.full((n,), -float("inf"), dtype=xp.float64)
+        fraction = is_fraction(d)
+        gpu = xp.full((n,), -1, dtype=xp.int64) if fraction else None
+        if int(idx.shape[0]):
+            some, some_gpu = self._kernel(xp, wa, self.rows(xp, v, idx), d)
+            scatter_rows(xp, score, idx, some)
+            if gpu is not None and some_gpu is not None:
+                scatter_rows(xp, gpu, idx, some_gpu)
+        return score, gpu
+
     def _key(self, d: PodDemand) -> tuple[Any, ...]:
         return (d.cpu_milli, d.num_gpus, d.gpu_milli, d.gpu_mib, d.models)
 
@@ -292,7 +323,7 @@ class FragmentPolicy(BasePolicy):
         if entry is not None:
             stale = changed_since(state, entry.version)
             if int(stale.shape[0]) <= max(PARTIAL_REFRESH_MAX, state.capacity // PARTIAL_REFRESH_SHARE):
-                score, gpu = self._kernel(xp, wa, self.view(state, wa, d, stale), d)
+                score, gpu = self._kernel_with_room(xp, wa, self.view(state, wa, d, stale), d)
                 scatter_rows(xp, entry.score, stale, score)
                 if entry.gpu is not None and gpu is not None:
                     scatter_rows(xp, entry.gpu, stale, gpu)

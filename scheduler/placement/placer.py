@@ -24,13 +24,16 @@ def best_row(
     rng: random.Random | None = None,
 ) -> int | None:
     """Row with the highest score among `mask`; ties to the lowest row, or uniformly at random."""
-    neg_inf = xp.full(scores.shape, -float("inf"), dtype=xp.float64)
-    masked = xp.where(mask, xp.astype(scores, xp.float64), neg_inf)
+    if scores.dtype != xp.float64:
+        scores = xp.astype(scores, xp.float64)
+    # Two passes over the rows for the usual answer (a non-row-local policy pays this on every decision).
+    masked = xp.where(mask, scores, xp.full((), -float("inf"), dtype=xp.float64))
+    if tie_break == "first":
+        row = int(xp.argmax(masked))
+        return row if bool(masked[row] > -float("inf")) else None
     top = xp.max(masked)
     if not bool(top > -float("inf")):
         return None
-    if tie_break == "first":
-        return int(xp.argmax(masked))
     ties = xp.nonzero(masked == top)[0]
     pick = (rng or random).randrange(int(ties.shape[0]))
     return int(ties[pick])

@@ -105,3 +105,37 @@ def test_one_device_kernels_match_fragment_bit_for_bit(
                 ]
             compared += sum(math.isfinite(x) for x in _values(ref[0]))
     assert compared > 100  # most rows fit: the comparison is about real scores
+
+
+@pytest.mark.parametrize("backend", XP)
+def test_kernel_on_rows_with_room_gives_the_same_scores_and_gpus(backend: str) -> None:
+    """A rarely asked shape re-scores dozens of rows, most of them full: the kernel then runs on the rows
+    with room only (`_kernel_with_room`); every row's score and a fraction's GPU are the kernel's own."""
+    xp = namespace(backend)
+    book = Codebook()
+    for m in ("T4", "G2"):
+        book.code(m)
+    demands = [
+        PodDemand(cpu_milli=2000, memory_mib=8000, num_gpus=1, gpu_milli=650),
+        PodDemand(cpu_milli=8000, memory_mib=32000, num_gpus=1, gpu_milli=1000),
+        PodDemand(cpu_milli=8000, memory_mib=32000, num_gpus=2, gpu_milli=1000),
+        PodDemand(cpu_milli=3000, memory_mib=12000),
+    ]
+    skipped = 0
+    for seed in range(6):
+        rng = random.Random(100 + seed)
+        policy = WasteFitPolicy()
+        policy.set_typical_workload(_workload(rng, multi=seed % 2 == 1))
+        assert policy.workload is not None
+        wa = WorkloadArrays.build(xp, policy.workload, book)
+        for d in demands:
+            for rows in (5, 40):  # below the threshold: the kernel itself; above: rows with room first
+                v = _view(xp, wa, rng, rows, d.gpu_milli if d.uses_gpu else 0)
+                got, ref = policy._kernel_with_room(xp, wa, v, d), policy._kernel(xp, wa, v, d)
+                assert _values(got[0]) == _values(ref[0])
+                if d.uses_gpu and not d.whole:
+                    assert got[1] is not None and ref[1] is not None
+                    finite = [r for r, x in enumerate(_values(ref[0])) if math.isfinite(x)]
+                    assert [int(got[1][r]) for r in finite] == [int(ref[1][r]) for r in finite]
+                skipped += sum(not math.isfinite(x) for x in _values(ref[0])) if rows == 40 else 0
+    assert skipped > 50  # rows without room were there to be left out
