@@ -185,6 +185,11 @@ class FragmentPolicy(BasePolicy):
         """Score (higher better) from fragment before [R] (broadcast) and after [R] or [R, G]."""
         raise NotImplementedError
 
+    def row_term(self, xp: ArrayNamespace, v: NodeView, d: PodDemand) -> Array | None:
+        """float64[R] added to each row's score after the GPU inside it is chosen (None: nothing). Only
+        what a row's own state decides may go here: the score cache refreshes rows one by one."""
+        return None
+
     def kernel(self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand) -> Array:
         """float64[R] scores for the rows of `v`; -inf where the pod does not fit."""
         return self._kernel(xp, wa, v, d)[0]
@@ -193,6 +198,13 @@ class FragmentPolicy(BasePolicy):
         self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
     ) -> tuple[Array, Array | None]:
         """`kernel`, and for a fraction int64[R]: the GPU of each row the score comes from (first best)."""
+        score, gpu = self._fragment_kernel(xp, wa, v, d)
+        extra = self.row_term(xp, v, d)
+        return (score if extra is None else score + extra), gpu
+
+    def _fragment_kernel(
+        self, xp: ArrayNamespace, wa: WorkloadArrays, v: NodeView, d: PodDemand
+    ) -> tuple[Array, Array | None]:
         neg = -float("inf")
         if is_fraction(d):
             before, after = self._fraction_fragments(xp, wa, v, d)

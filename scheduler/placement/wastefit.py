@@ -17,7 +17,14 @@ in the *expected eventual waste* of that GPU's free milli under the arrival dist
   (a whole GPU is no waste: whole-GPU pods take it), so opening one costs W(1000 - s). A fraction's
   score on each GPU is fragfit's minus `waste_weight` x dW, outside the sigmoid so that large
   differences are not flattened; the node's score is its best GPU's, and the pod goes on that GPU.
-* The best-fit pull is weaker than fragfit's (1 instead of 3).
+* The best-fit pull is weaker than fragfit's (1 instead of 3) and blends best fit's *raw* score (x pull /
+  100), not fragfit's min-max normalisation over the feasible nodes: the raw score is the row's own, so it
+  sits in the cached scores and a decision re-scores only the rows changed since (the normalisation's
+  min and max moved on 88% of decisions and cost a pass over every node each time: `tessera bench` 2.1 x
+  binpack's cost with it, ~1.4 x without, `docs/performance.md`). Quality, unallocated % at 100%, raw
+  against normalised: default trace seeds 42-44 3.8818 / 3.8784, seeds 45-47 3.9023 / 3.8798 (raw pull
+  0.5 / 2: 3.9201 / 3.9005); seeds 42-44 multigpu50 2.34 / 2.33, gpushare40 5.30 / 5.30, cpu250 6.25 /
+  6.29, gpuspec33 4.94 / 4.88 (sd there ~0.1).
 * Like fragfit, a placement on a GPU model that model-constrained pods will need is charged as extra
   fragment (`scarcity.py`): gpuspec33 14.42 without it (seed 42), 5.63 with it (seeds 42-51; fgd 13.09
   on 42-44, the paper's FGD 12.16); no effect where no pod constrains the model.
@@ -64,11 +71,13 @@ from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.backend import ArrayNamespace
+from scheduler.placement.bestfit import MAX_SPEC_CPU, MAX_SPEC_GPU, NODE_SCORE_MAX
 from scheduler.placement.fragfit import FragFitPolicy
 from scheduler.placement.fragment_policy import NodeView
 from scheduler.placement.policy import Array
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload
 from scheduler.state.demand import PodDemand
+from scheduler.state.node_arrays import NodeArrays
 
 EPS = 0.001  # chance per arrival that a waiting gap's time is up (0.0005..0.002 measured equivalent)
 WASTE_WEIGHT = 1.6  # score units per milli of expected waste (the sigmoid's slope at 0 is 0.025 per milli)
@@ -157,6 +166,7 @@ class WasteFitPolicy(FragFitPolicy):
     coverage: float = 1.0  # the replay hands over every task type; the fragment keeps the usual 95%
     fragment_coverage: float = DEFAULT_COVERAGE
     overflow_weight: float = OVERFLOW_WEIGHT
+    raw_blend: bool = True  # best fit's raw score in the kernel (False: min-max normalised, as fragfit)
     _full_workload: TypicalWorkload | None = field(default=None, init=False, repr=False)
     _table: tuple[TypicalWorkload | None, Array] = field(default=(None, None), init=False, repr=False)
     _overflow: tuple[Array | None, Array | None] = field(default=(None, None), init=False, repr=False)
@@ -198,6 +208,22 @@ class WasteFitPolicy(FragFitPolicy):
         if over is None:
             return None
         return self.overflow_weight * xp.take(over, view.model) * xp.astype(view.need, xp.float64)
+
+    def row_term(self, xp: ArrayNamespace, v: NodeView, d: PodDemand) -> Array | None:
+        if not self.raw_blend or not self.pull:
+            return None
+        # `bestfit._raw`, in floats throughout (the same values: integers below 2^53, and a
+        # truncated float is the integer it truncates to), for fewer array operations per decision.
+        f64 = xp.float64
+        cpu_left = xp.astype(v.cpu, f64) - float(d.cpu_milli)
+        gpu_left = xp.astype(v.total(xp), f64) - float(d.num_gpus * d.gpu_milli)
+        waste = 0.5 * cpu_left / MAX_SPEC_CPU + 0.5 * gpu_left / MAX_SPEC_GPU
+        return self.pull * xp.trunc((1.0 - waste) * NODE_SCORE_MAX) / 100.0
+
+    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        if self.raw_blend:  # the blend is in the cached scores (`row_term`): nothing over all rows here
+            return self.primary_scores(state, d)
+        return super().score_nodes(state, d, feasible, fit)
 
     def transform(
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand

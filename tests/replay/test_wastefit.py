@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -154,3 +155,38 @@ def test_learns_workload_when_none_given(trace: tuple[Path, Path]) -> None:
             state.commit()
     assert isinstance(policy, WasteFitPolicy) and policy.workload is not None
     assert float(policy.waste_table(xp)[1000]) == 0.0
+
+
+@pytest.mark.parametrize("backend", ["numpy", "strict"])
+def test_best_fit_blend_is_the_raw_best_fit_score_of_each_row(trace: tuple[Path, Path], backend: str) -> None:
+    """The blend is best fit's raw score x pull / 100 on each row: the policy's score without it plus
+    that. It depends on the row alone (no min-max normalisation over the feasible rows), so it sits in
+    the cached scores, refreshed row by row (`test_cache_changes_nothing`): nothing over all rows per
+    decision."""
+    from scheduler.placement.bestfit import _free_gpu_milli, _raw
+    from scheduler.placement.filters import feasible
+
+    nodes, pods = load_nodes(trace[0]).rows, load_pods(trace[1]).rows
+    xp = namespace(backend)
+    state = build_state(xp, nodes)
+    workload = typical_workload(pods, 1.0)
+    blended, plain = WasteFitPolicy(), WasteFitPolicy(pull=0.0)
+    for policy in (blended, plain):
+        policy.set_typical_workload(workload)
+    checked = 0
+    for pod in arrival_order(pods, 7, 1.3, capacity_milli(nodes)):
+        d = pod.demand()
+        mask, fit = feasible(state, d)
+        got = blended.score_nodes(state, d, mask, fit)
+        base = plain.score_nodes(state, d, mask, fit)
+        raw = _raw(xp, state.free_cpu, _free_gpu_milli(state), d)
+        for r in range(0, int(state.capacity), 7):
+            if math.isfinite(float(base[r])):
+                assert float(got[r]) == pytest.approx(float(base[r]) + float(raw[r]) / 100.0, abs=1e-9)
+                checked += 1
+        p = place_one(state, blended, d)
+        if p is None:
+            break
+        state.place(p)
+        state.commit()
+    assert checked > 100
