@@ -9,7 +9,9 @@ preconditions, Event aggregation.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -25,6 +27,8 @@ from scheduler.kube.recorder import EventRecorder, ObjectRef
 from tests.controlplane.faultproxy import FaultProxy
 from tests.controlplane.scene import Scene, wait_until
 from tests.kube.helpers import pod_body
+
+TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"  # kube-controller-manager's TTL controller sets it on nodes
 
 pytestmark = pytest.mark.apiserver
 
@@ -75,12 +79,24 @@ def test_bind_without_lock_is_one_request_carrying_the_assignment(
     assert _lock_of(scene) is None
 
 
+def _settled_meta(scene: Scene, name: str) -> dict[str, Any]:
+    """The node's metadata once the controllers' first write to a new node (the TTL controller's
+    annotation) has landed: a copy read before it is stale by the time the binder patches, as a watch cache
+    can be, which `test_a_stale_cached_node_is_read_again` covers; here the cache is meant current."""
+    deadline = time.monotonic() + 20
+    while True:
+        meta: dict[str, Any] = scene.node_obj(name)["metadata"]
+        if TTL_ANNOTATION in (meta.get("annotations") or {}) or time.monotonic() > deadline:
+            return meta
+        time.sleep(0.05)
+
+
 def test_bind_with_lock_takes_it_from_the_cached_node_then_binds(
     scene: Scene, proxied: client.CoreV1Api, fault_proxy: FaultProxy
 ) -> None:
     scene.node("n1", gpus=1)
     uid = _new_pod(scene, "p")
-    cached = scene.node_obj("n1")["metadata"]  # as the watch cache has it
+    cached = _settled_meta(scene, "n1")  # as the watch cache has it
     fault_proxy.clear_requests()
     result = Binder(proxied).bind(scene.ns, "p", uid, "n1", _assignment(), lock=True, node_meta=cached)
     assert result.ok, result.reason
