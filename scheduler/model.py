@@ -91,6 +91,9 @@ class PodInfo:
     annotations: dict[str, str] = field(default_factory=dict)
     terminating: bool = False  # being deleted (deletionTimestamp): it holds its GPU until it is gone
     grace_s: float = 30.0  # terminationGracePeriodSeconds
+    # A controller owns it (recreates it when evicted): consolidation moves only such pods, since a move
+    # is an eviction and a recreation. Parsed pods say; pods built by hand in tests default to movable.
+    controlled: bool = True
 
     @property
     def key(self) -> str:

@@ -381,7 +381,15 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         annotations=annotations,
         terminating=bool(meta.get("deletionTimestamp")),
         grace_s=_grace_s(spec),
+        controlled=_controlled(meta),
     )
+
+
+def _controlled(meta: Mapping[str, Any]) -> bool:
+    """Whether a controller owns the pod (an ownerReference with `controller: true`): it recreates the pod
+    when it is evicted. A bare pod evicted is gone."""
+    refs = meta.get("ownerReferences")
+    return isinstance(refs, list) and any(isinstance(r, dict) and r.get("controller") is True for r in refs)
 
 
 def _text(value: object) -> str | None:

@@ -134,11 +134,13 @@ def fragmented_free(session: Session, d: PodDemand, count: int) -> float | None:
 
 def _movable(session: Session, job: Job) -> list[Victim]:
     """Preemptible pods that move alone, holding GPUs: a job of one pod (a PodGroup of one included) or a
-    member of an elastic gang above its minMember. A gang is never moved (docs/differences-from-kai.md)."""
+    member of an elastic gang above its minMember. A gang is never moved (docs/differences-from-kai.md),
+    nor a pod no controller owns: a move is an eviction its controller undoes, and a bare pod would be lost."""
     held = session.ledger.pods
     return [
         v for v in candidates(session)
-        if len(v.pods) == 1 and v.job.key != job.key and held[v.pods[0].uid].placement.gpus
+        if len(v.pods) == 1 and v.job.key != job.key and v.pods[0].controlled
+        and held[v.pods[0].uid].placement.gpus
     ]  # fmt: skip
 
 

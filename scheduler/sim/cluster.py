@@ -188,9 +188,19 @@ class SimCluster:
         self._emit(kind, "DELETED", obj)
 
     def submit_pod(self, obj: dict[str, Any]) -> None:
-        """Queue a pod for arrival at its `sim-arrival` time (default: now)."""
+        """Queue a pod for arrival at its `sim-arrival` time (default: now). The simulator plays the pods'
+        controllers (it recreates an evicted pod unless `sim-recreate: "false"`), so a pod without one is
+        given an owner reference saying so: the scheduler moves only pods a controller recreates."""
         meta = obj.setdefault("metadata", {})
         annotations = meta.get("annotations") or {}
+        refs = meta.get("ownerReferences")
+        owned = isinstance(refs, list) and any(
+            isinstance(r, dict) and r.get("controller") is True for r in refs
+        )
+        if not owned and str(annotations.get(SIM_RECREATE, "true")).lower() != "false":
+            stand_in = {"apiVersion": "tessera.dev/v1", "kind": "SimulatedController", "name": meta.get("name"),
+                        "controller": True}  # fmt: skip
+            meta["ownerReferences"] = [*(refs if isinstance(refs, list) else []), stand_in]
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
         try:
             arrival = self.now_s + parse_duration(annotations.get(SIM_ARRIVAL, 0))

@@ -205,3 +205,27 @@ def test_a_podgroup_priority_class_is_resolved_from_the_cluster(scene: Scene) ->
     cache.apply(cluster.drain_events())
     job = next(j for j in cache.index.jobs() if j.key == f"{scene.ns}/g")
     assert (job.priority, job.preemptible) == (120, False)
+
+
+def test_a_pod_is_movable_only_when_a_controller_owns_it(scene: Scene) -> None:
+    """Consolidation moves a pod by evicting it for its controller to recreate: the pod a Job controller
+    made (kube-controller-manager's, with its ownerReference) parses as owned, a bare pod does not."""
+    from scheduler.objects import parse_pod
+
+    template = pod_body("ignored")
+    template["spec"]["restartPolicy"] = "Never"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "owned"},
+           "spec": {"template": {"spec": template["spec"]}, "backoffLimit": 0}}  # fmt: skip
+    client.BatchV1Api(scene.admin).create_namespaced_job(scene.ns, job)
+    scene.create_pod(pod_body("bare"))
+
+    def both() -> dict[str, Any] | None:
+        pods = {p["metadata"]["name"]: p for p in scene.pods()}
+        made = [p for name, p in pods.items() if name.startswith("owned-")]
+        return {"owned": made[0], "bare": pods["bare"]} if made and "bare" in pods else None
+
+    wait_until(lambda: both() is not None, timeout=30)
+    pods = both()
+    assert pods is not None
+    assert parse_pod(pods["owned"]).controlled
+    assert not parse_pod(pods["bare"]).controlled

@@ -110,3 +110,24 @@ def test_a_reservation_nobody_claims_lapses():
     rec.run(60 + GRACE_S)
     assert cache.ledger.reservations() == {}
     assert cache.state.allocated_milli() == 8000 - reserved  # given back
+
+
+def test_a_pod_no_controller_owns_is_never_moved():
+    """A move is an eviction its controller undoes by recreating the pod: a bare pod (no controller
+    ownerReference) would be lost, so consolidation leaves it where it is and the pods blocked by it wait
+    (with owned pods the same cluster consolidates: `test_consolidation_raises_allocation...`)."""
+    objs = [*(node(f"n{i}", A100, 2, 32, 256) for i in range(4)), queue("q", None, 8)]
+    bare = {**HALF, SIM_RECREATE: "false"}  # the simulator gives these no stand-in controller
+    objs += [pod(f"h-{i:02d}", "q", arrival_s=0, duration_s=50 if i % 2 == 0 else 10_000, cpu="1",
+                 memory="4Gi", annotations=bare) for i in range(16)]  # fmt: skip
+    objs += [
+        pod(f"big-{i}", "q", arrival_s=60, duration_s=10_000, gpus=2, cpu="4", memory="16Gi")
+        for i in range(3)
+    ]
+    sim, sched = cluster(objs)
+    rec = Recorder(sim, sched)
+    rec.run(60 + 2 * GRACE_S)
+    assert rec.evictions("consolidate") == []
+    assert gpus_by_queue(sim) == {"q": 4.0}  # the big pods wait: nothing is moved out of their way
+    halves = [k for k in sim.pods if k.startswith("q/h-") and phase(sim, k) == "Running"]
+    assert len(halves) == 8  # nobody lost
