@@ -131,7 +131,9 @@ class FragmentPolicy(BasePolicy):
         """No workload given (live scheduler): learn it from the pods asked about."""
         self._seen[TaskType.of(d)] += 1
         n = sum(self._seen.values())
-        if self.workload is None or n - self._learned_at >= _RELEARN_EVERY:
+        # Relearned at 1, 2, 4 ... 512 pods, then every 512: a workload learned from the first pod alone
+        # would otherwise steer the next 511 decisions (the demo's whole run).
+        if self.workload is None or n - self._learned_at >= min(_RELEARN_EVERY, self._learned_at):
             self._learned_at = n
             self.workload = TypicalWorkload.from_counts(self._seen, self.coverage)
             self._arrays = None
