@@ -155,6 +155,11 @@ def test_learns_workload_when_none_given(trace: tuple[Path, Path]) -> None:
             state.commit()
     assert isinstance(policy, WasteFitPolicy) and policy.workload is not None
     assert float(policy.waste_table(xp)[1000]) == 0.0
+    # Relearned at 1, 2, 4, 8, 16 pods seen: the workload is the first 16 pods', not the first pod's.
+    assert policy._learned_at == 16
+    first16 = {TaskType.of(pod.demand()) for pod in pods[:16]}
+    assert set(policy.workload.types) <= first16 and len(first16) > 1
+    assert len(policy.workload.types) > 1
 
 
 @pytest.mark.parametrize("backend", ["numpy", "strict"])
