@@ -27,7 +27,7 @@ from scheduler.jobs import Job
 from scheduler.memo import Memo
 from scheduler.model import PodInfo
 from scheduler.placement.incremental import IncrementalPlacer
-from scheduler.placement.registry import make_policy
+from scheduler.placement.registry import DEFAULT_POLICY, make_policy
 from scheduler.queues.usage_history import TimeBasedFairShare, UsageParams
 from scheduler.queues.usage_store import MemoryUsageStore, UsageStore
 from scheduler.reasons import PendingReason, Reason
@@ -41,7 +41,7 @@ WarningKey = tuple[str, str | None, str, str]
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    policy: str = "binpack"
+    policy: str = DEFAULT_POLICY
     actions: tuple[str, ...] = DEFAULT_ACTIONS
     backend: str | None = None  # None: TESSERA_ARRAY_BACKEND / auto
     max_gpus_per_node: int = 8

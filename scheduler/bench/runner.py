@@ -22,6 +22,7 @@ from scheduler.bench.cluster import BenchCluster
 from scheduler.bench.topology import TopologySpec, constrain, label_nodes
 from scheduler.bench.workload import make_nodes, make_pods
 from scheduler.cycle import Scheduler, SchedulerConfig
+from scheduler.placement.registry import DEFAULT_POLICY
 
 PHASES = ("state_update", "scoring", "commit", "other")
 
@@ -32,7 +33,7 @@ class BenchConfig:
     gpus_per_node: int = 8
     init_pods: int = 10_000
     pods: int = 10_000
-    policy: str = "binpack"
+    policy: str = DEFAULT_POLICY
     gangs: float = 0.05  # fraction of measured pods that are gang members
     batch: int = 1000  # pods created between two cycles
     backend: str | None = None

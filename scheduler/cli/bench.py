@@ -16,7 +16,7 @@ from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
 from scheduler.bench.topology import TopologySpec, run_with_peer
 from scheduler.bench.workload import CORES_PER_GPU, mean_demand
 from scheduler.cli import bench_e2e
-from scheduler.placement.registry import policy_names
+from scheduler.placement.registry import DEFAULT_POLICY, policy_names
 
 PODS_PER_NODE = 2  # the default load: 10,000 init and 10,000 measured pods on 5,000 nodes
 MAX_FILL = 0.9  # init pods may ask for at most this share of the cluster's GPUs (and cores)
@@ -131,7 +131,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         policy: Annotated[
             str, typer.Option(metavar="NAME", help=f"Placement policy: {', '.join(policy_names())}.")
-        ] = "binpack",
+        ] = DEFAULT_POLICY,
         gangs: Annotated[
             float, typer.Option(min=0.0, max=1.0, help="Share of measured pods that are gang members.")
         ] = 0.05,

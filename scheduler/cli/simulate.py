@@ -14,7 +14,7 @@ from rich.table import Table
 from scheduler.api.cli import check_choice, check_writable, fail
 from scheduler.backend import BACKENDS, BackendError
 from scheduler.cycle import Scheduler, SchedulerConfig
-from scheduler.placement.registry import policy_names
+from scheduler.placement.registry import DEFAULT_POLICY, policy_names
 from scheduler.queues.usage_history import UsageParams
 from scheduler.sim.builtin import BUILTIN_UNTIL_S, builtin_manifests
 from scheduler.sim.cluster import SimCluster
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         policy: Annotated[
             str, typer.Option(metavar="NAME", help=f"Placement policy: {', '.join(policy_names())}.")
-        ] = "binpack",
+        ] = DEFAULT_POLICY,
         output: Annotated[
             str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")
         ] = "table",
