@@ -381,11 +381,11 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         annotations=annotations,
         terminating=bool(meta.get("deletionTimestamp")),
         grace_s=_grace_s(spec),
-        controlled=_controlled(meta),
+        controlled=has_controller(meta),
     )
 
 
-def _controlled(meta: Mapping[str, Any]) -> bool:
+def has_controller(meta: Mapping[str, Any]) -> bool:
     """Whether a controller owns the pod (an ownerReference with `controller: true`): it recreates the pod
     when it is evicted. A bare pod evicted is gone."""
     refs = meta.get("ownerReferences")

@@ -21,7 +21,8 @@ in the *expected eventual waste* of that GPU's free milli under the arrival dist
   100), not fragfit's min-max normalisation over the feasible nodes: the raw score is the row's own, so it
   sits in the cached scores and a decision re-scores only the rows changed since (the normalisation's
   min and max moved on 88% of decisions and cost a pass over every node each time: `tessera bench` 2.1 x
-  binpack's cost with it, ~1.4 x without, `docs/performance.md`). Quality, unallocated % at 100%, raw
+  binpack's cost with it; without it, and with the kernels' own speed-ups, ~1.4 x, `docs/performance.md`).
+  Quality, unallocated % at 100%, raw
   against normalised: default trace seeds 42-44 3.8818 / 3.8784, seeds 45-47 3.9023 / 3.8798 (raw pull
   0.5 / 2: 3.9201 / 3.9005); seeds 42-44 multigpu50 2.34 / 2.33, gpushare40 5.30 / 5.30, cpu250 6.25 /
   6.29, gpuspec33 4.94 / 4.88 (sd there ~0.1).

@@ -24,6 +24,7 @@ from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.cluster import BindError, BindOutcome, BindResult, EventType, Kind, WatchEvent
 from scheduler.model import PodInfo
+from scheduler.objects import has_controller
 from scheduler.sim.duration import parse_duration
 from scheduler.sim.loader import Manifests
 
@@ -193,11 +194,8 @@ class SimCluster:
         given an owner reference saying so: the scheduler moves only pods a controller recreates."""
         meta = obj.setdefault("metadata", {})
         annotations = meta.get("annotations") or {}
-        refs = meta.get("ownerReferences")
-        owned = isinstance(refs, list) and any(
-            isinstance(r, dict) and r.get("controller") is True for r in refs
-        )
-        if not owned and str(annotations.get(SIM_RECREATE, "true")).lower() != "false":
+        if not has_controller(meta) and str(annotations.get(SIM_RECREATE, "true")).lower() != "false":
+            refs = meta.get("ownerReferences")
             stand_in = {"apiVersion": "tessera.dev/v1", "kind": "SimulatedController", "name": meta.get("name"),
                         "controller": True}  # fmt: skip
             meta["ownerReferences"] = [*(refs if isinstance(refs, list) else []), stand_in]
