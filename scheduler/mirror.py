@@ -307,10 +307,13 @@ class ClusterMirror:
         phase = str((ev.obj.get("status") or {}).get("phase") or "Pending")
         if (ev.obj.get("spec") or {}).get("nodeName") != old.node or phase not in ("Pending", "Running"):
             return False
-        annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+        raw_annotations, raw_labels = meta.get("annotations") or {}, meta.get("labels") or {}
+        if not isinstance(raw_annotations, Mapping) or not isinstance(raw_labels, Mapping):
+            return False  # malformed: the full path reports it and keeps what the pod holds
+        annotations = {str(k): str(v) for k, v in raw_annotations.items()}
         if _without_assignment(annotations) != _without_assignment(old.annotations):
             return False
-        if pod_queue({str(k): str(v) for k, v in (meta.get("labels") or {}).items()}) != old.queue:
+        if pod_queue({str(k): str(v) for k, v in raw_labels.items()}) != old.queue:
             return False
         old.phase = PodPhase.RUNNING if phase == "Running" else PodPhase.BOUND
         old.started_s = started_s(ev.obj)

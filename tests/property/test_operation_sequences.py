@@ -160,3 +160,25 @@ def test_operation_sequences_keep_every_invariant(world: dict, script: list[Op])
     for op in script:
         w.do(op)
         w.cycle()
+
+
+# Found by a CI run (3 December 2026), not fixed yet: a gang of two whose members' labels are made a list
+# (unreadable: InvalidRequest) on a one-GPU cluster ends with one member running. The bind echo's crash on
+# such labels is fixed (`mirror._bind_echo`); the gang invariant still fails, on main before that too.
+GANG_WITH_UNREADABLE_LABELS: list[Op] = [
+    ("submit", ("whole", "", 1), "default", "train", 0),
+    ("delete", 0, False), ("tick", 1), ("tick", 20),
+    ("delete", 0, False), ("delete", 0, False), ("delete", 0, False),
+    ("hostile", 0, False, 0, 0),
+    ("gang", ("fraction", "0.1", 1), "a", 2, 0),
+    ("hostile", 0, False, 3, 0),
+]  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="known: a gang member with unreadable labels (see the comment above)")
+def test_a_gang_whose_members_turn_unreadable_never_runs_below_min_member() -> None:
+    w = World([("A100", 1)], {}, STATS)
+    w.cycle()
+    for op in GANG_WITH_UNREADABLE_LABELS:
+        w.do(op)
+        w.cycle()
