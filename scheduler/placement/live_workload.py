@@ -65,8 +65,9 @@ class WorkloadLearner:
     def observe(self, pods: Mapping[str, PodInfo], state: NodeArrays) -> TypicalWorkload | None:
         """Count the pods not seen before; a new workload when it is time for one, else None."""
         new = pods.keys() - self._known
-        # Forget the pods that are gone (the set would grow forever); a pod comes back only as a new uid.
-        self._known = set(pods.keys())
+        if new or len(pods) != len(self._known):
+            # Forget the pods that are gone (else the set grows forever); a pod comes back only as a new uid.
+            self._known = set(pods.keys())
         mib_per_gpu: dict[frozenset[str] | None, float | None] = {}
         for uid in sorted(new):  # sorted: the same window whatever the dict's order
             pod = pods[uid]
