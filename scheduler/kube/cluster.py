@@ -15,12 +15,8 @@ cycle the adapter:
   the GPU share). A pod it evicted is shown as it is: terminating (graceful deletion) until it is gone; the
   cycle keeps it releasing meanwhile, and binds the pod it made room for only then.
 
-Binds are asynchronous: `bind` decides from the watch caches what it can (is the node's bind lock held? does
-this pod need it?), hands the API requests to a pool of binder threads (`bind_pool.py`) and returns at once;
-each outcome is handed to the next cycle by `bind_outcomes`, and a failed bind also re-sends the pod as the
-API has it (unbound), so whatever the cycle assumed is undone. The bind lock is taken only where the device
-plugin needs it to recognise the pod: fractional pods, and whole-GPU pods on nodes served by Tessera's device
-plugin (the node advertises `tessera.dev/gpu-slice`) when it serves whole GPUs too (`whole_gpu_lock`).
+Binds are asynchronous (`bind_pool.AsyncBinds`): `bind` returns at once and each outcome is handed to the next
+cycle by `bind_outcomes`; until the watch shows a pod bound, the bind path says where to show it.
 """
 
 from __future__ import annotations
@@ -36,9 +32,7 @@ from kubernetes import client
 
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import (
-    BIND_LOCK,
     GPU_ASSIGNMENT,
-    GPU_SLICE_RESOURCE,
     GROUP,
     KAI_POD_GROUP,
     POD_GROUP,
@@ -49,11 +43,10 @@ from scheduler.api.keys import (
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, BindOutcome, BindResult, EvictError, Kind, WatchEvent
+from scheduler.cluster import BindOutcome, BindResult, EvictError, Kind, WatchEvent
 from scheduler.kube.backoff import Backoff
-from scheduler.kube.bind_pool import BindPool, BindTask
+from scheduler.kube.bind_pool import AsyncBinds
 from scheduler.kube.binder import Binder
-from scheduler.kube.binder import BindResult as ApiBindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget, slim
@@ -65,7 +58,6 @@ from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
 from scheduler.model import PodInfo
-from scheduler.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +88,6 @@ class KubeCluster:
         self.events = EventQueue()
         self.recorder = EventRecorder(self.core, instance=identity, min_interval_s=event_interval_s)
         self.binder = Binder(self.core, lock_timeout_s=lock_timeout_s)
-        self.lock_timeout_s = lock_timeout_s
-        self.whole_gpu_lock = whole_gpu_lock
-        self.binds = BindPool(self._bind_now, self._bind_done, workers=bind_workers)
-        self._outcomes: list[BindOutcome] = []
         self.evictor = Evictor(self.core, self.recorder)
         # Status writers compare with the objects' current status in the watch caches (informers below).
         self.pending = PendingPodReporter(
@@ -160,20 +148,26 @@ class KubeCluster:
         )
         self.podgroups = PodGroupReconciler(self.custom, book, self.informers["PodGroup"].get)
         self._priorities: dict[str, int] = {}
-        # pod uid -> (node, assignment annotation or None): being bound or bound by us, not yet seen bound by
-        # the watch
-        self._bound: dict[str, tuple[str, str | None]] = {}
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
         self._known_nodes: set[str] = set()  # nodes the cycle has been given
         self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
         self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
-        self._lock_waiters: set[str] = set()  # pods whose last bind waited for a node's bind lock
         self.locks = NodeLockView(self.informers["Node"], self.informers["Pod"], lock_timeout_s)
-        self._lock = threading.Lock()
         # Set when something arrived that a cycle should act on soon (see `wait_for_work`).
         self._work = threading.Event()
+        self.binds = AsyncBinds(
+            self.binder,
+            self.locks,
+            node=self.informers["Node"].get,
+            pod=self.informers["Pod"].get,
+            events=self.events,
+            wake=self._work.set,
+            lock_timeout_s=lock_timeout_s,
+            whole_gpu_lock=whole_gpu_lock,
+            workers=bind_workers,
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> KubeCluster:
@@ -218,12 +212,7 @@ class KubeCluster:
         self.events.put(ev)
         if self._wakes(ev):
             self._work.set()
-        # A bind waiting for a node's lock goes as soon as the watch shows it free.
-        node = ev.obj.get("metadata", {}).get("name") if ev.kind == "Node" else None
-        if ev.kind == "Pod":
-            node = (ev.obj.get("spec") or {}).get("nodeName")
-        if node and self.binds.waits_for(node):
-            self._release(node)
+        self.binds.watched(ev)
 
     def _wakes(self, ev: ResourceEvent) -> bool:
         """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a node
@@ -265,7 +254,7 @@ class KubeCluster:
                 if ev.kind in _FORWARDED:
                     out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
         out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
-        self._release_parked()
+        self.binds.release_parked()
         if self.podgrouper and self.writable:
             # Every group that changed in this drain is decided once and written, and handed to the cycle
             # ahead of everything else, so no gang is seen without its minMember.
@@ -337,98 +326,16 @@ class KubeCluster:
         out.append(event)
 
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
-        node = assignment.node
-        lock = bool(assignment.gpus) and self.needs_lock(pod, node)
-        park = False
-        if lock:
-            holder = self.locks.holder(node)
-            if holder is not None and holder.uid != pod.uid:
-                if not holder.ours:
-                    with self._lock:  # a turn in a queue, not a scheduling failure: not reported as one
-                        self._lock_waiters.add(pod.uid)
-                    msg = f"node {node} is busy: waiting for the device plugin to allocate {holder.key}"
-                    raise BindError(msg, node_busy=True)
-                park = True  # behind a pod we bound there (of the same gang, say): its turn comes next
-        task = BindTask(pod.namespace, pod.name, pod.uid, node, assignment if assignment.gpus else None, lock)
-        with self._lock:
-            self._bound[pod.uid] = (node, assignment.to_annotation() if assignment.gpus else None)
-            self._lock_waiters.discard(pod.uid)
-        if park:
-            self.binds.park(task)
-        else:
-            if lock:
-                self.locks.taken(node, pod.uid, pod.key)
-            self.binds.submit(task)
-        # A lock taken here does not make the node busy for the cycle: later binds of that node wait in line
-        # in the binder, as the kubelet admits a node's pods one at a time anyway.
-        return BindResult(in_flight=True)
+        return self.binds.bind(pod, assignment)
 
     def needs_lock(self, pod: PodInfo, node: str) -> bool:
-        """Whether the device plugin must find this GPU pod by the node's bind lock: fractional pods always
-        (only Tessera's device plugin serves them); whole GPUs where Tessera's device plugin runs (the node
-        advertises its slice resource) and serves whole GPUs too."""
-        if pod.request.is_fractional:
-            return True
-        if not self.whole_gpu_lock:
-            return False
-        status = (self.informers["Node"].get(node) or {}).get("status") or {}
-        return GPU_SLICE_RESOURCE in (status.get("allocatable") or status.get("capacity") or {})
+        return self.binds.needs_lock(pod, node)
 
     def bind_outcomes(self) -> list[BindOutcome]:
-        with self._lock:
-            out, self._outcomes = self._outcomes, []
-        return out
+        return self.binds.outcomes()
 
     def binds_in_flight(self) -> int:
         return len(self.binds)
-
-    def _bind_now(self, task: BindTask) -> ApiBindResult:
-        """A binder thread's work: the API requests of one bind."""
-        meta = None
-        if task.lock:
-            meta = (self.informers["Node"].get(task.node) or {}).get("metadata")
-        return self.binder.bind(
-            task.namespace, task.name, task.uid, task.node, task.assignment, lock=task.lock, node_meta=meta
-        )
-
-    def _bind_done(self, task: BindTask, result: ApiBindResult) -> None:
-        if result.ok:
-            with self._lock:
-                self._outcomes.append(BindOutcome(task.uid))
-            return
-        self._work.set()  # a failed bind: its pod waits again
-        if task.lock:
-            self.locks.pod_gone(task.uid)  # the lock is not (or no longer) ours for this pod
-        with self._lock:
-            self._bound.pop(task.uid, None)
-            (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(task.uid)
-            self._outcomes.append(BindOutcome(task.uid, result.reason, node_busy=result.busy))
-        # The pod as the API has it (unbound): whoever assumed it bound sees it pending again.
-        obj = self.informers["Pod"].get(task.key)
-        if obj is not None and (obj.get("metadata") or {}).get("uid") == task.uid:
-            self.events.put(ResourceEvent("Pod", "MODIFIED", obj, obj))
-
-    def _release(self, node: str) -> None:
-        """The next bind waiting for `node`'s lock goes once the lock is free: not held for a pod the device
-        plugin has not served, and gone from the node as the watch shows it (taking it is then one request;
-        a lock that never goes is waited for until the binds behind it expire)."""
-        with self._lock:  # informer threads and the cycle both call this: one release at a time
-            annotations = ((self.informers["Node"].get(node) or {}).get("metadata") or {}).get("annotations")
-            if self.locks.holder(node) is not None or BIND_LOCK in (annotations or {}):
-                return
-            task = self.binds.release(node)
-            if task is not None:
-                self.locks.taken(node, task.uid, task.key)
-
-    def _release_parked(self) -> None:
-        """Binds waiting for a node's lock: the next goes once it is free; those waiting too long fail."""
-        for node in self.binds.parked_nodes():
-            self._release(node)
-        for task in self.binds.expire(self.lock_timeout_s):
-            busy = self.locks.holder(task.node)
-            who = busy.key if busy is not None else "another pod"
-            reason = f"node {task.node} is busy: waited {self.lock_timeout_s:.0f}s for the device plugin to allocate {who}"
-            self._bind_done(task, ApiBindResult(False, reason, busy=True))
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
@@ -436,11 +343,8 @@ class KubeCluster:
             raise EvictError(result.reason)
 
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
-        with self._lock:
-            if pod.uid in self._lock_waiters:
-                if reason == Reason.BIND_FAILED:
-                    return
-                self._lock_waiters.discard(pod.uid)
+        if self.binds.waits_in_line(pod.uid, reason):
+            return  # its turn in a node's bind lock queue, not a scheduling failure
         self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
 
     def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
@@ -500,19 +404,13 @@ class KubeCluster:
         meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
         uid = str(meta.get("uid", ""))
         if ev.type == "DELETED":
-            with self._lock:
-                self._bound.pop(uid, None)
-                self._lock_waiters.discard(uid)
+            self.binds.forget(uid)
             if self.podgrouper:
                 self.podgroups.forget(obj)
             self.locks.pod_gone(uid)
             self.pending.forget(uid)
             return [WatchEvent("Pod", "DELETED", obj)]
-        with self._lock:
-            bound_to = self._bound.get(uid)
-            if bound_to is not None and spec.get("nodeName"):
-                del self._bound[uid]
-                bound_to = None
+        bound_to = self.binds.shown_at(uid, bound=bool(spec.get("nodeName")))
         ours = spec.get("schedulerName") == self.scheduler_name
         if not ours and not spec.get("nodeName"):
             return []
