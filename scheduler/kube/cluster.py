@@ -56,7 +56,7 @@ from scheduler.kube.podgrouper.book import Decision, GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder, ObjectRef
-from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
+from scheduler.kube.status import PendingPodReporter, StatusPublisher
 from scheduler.model import PodInfo
 
 log = logging.getLogger(__name__)
@@ -93,8 +93,6 @@ class KubeCluster:
         self.pending = PendingPodReporter(
             self.core, self.recorder, lambda key: self.informers["Pod"].get(key)
         )
-        self.queue_status = QueueStatusWriter(self.custom, lambda key: self.informers["Queue"].get(key))
-        self.group_status = PodGroupStatusWriter(self.custom, lambda key: self.informers["PodGroup"].get(key))
         self.podgrouper = podgrouper
         # Every cache keeps its objects slimmed (`informer.slim`): no managedFields, strings shared.
         targets = [
@@ -133,6 +131,9 @@ class KubeCluster:
         }
         if self.kai is not None:
             self.kai.attach(self.informers)
+        self.status = StatusPublisher(
+            self.custom, self.informers["Queue"], self.informers["PodGroup"], self.kai
+        )
         self.owners = OwnerReader(
             api_client,
             pods=self.informers["Pod"].get,
@@ -348,45 +349,14 @@ class KubeCluster:
         self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
 
     def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
-        queue_cache, group_cache = self.informers["Queue"], self.informers["PodGroup"]
-        for name, status in queues.items():
-            if queue_cache.get(name) is not None:  # the implicit default queue has no object to write to
-                self.queue_status.write(name, status)
-            elif self.kai is not None:
-                self.kai.write_queue_status(name, status)
-        for key, group_status in groups.items():
-            if group_cache.get(key) is not None:
-                namespace, name = key.split("/", 1)
-                self.group_status.write(namespace, name, group_status)
-            elif self.kai is not None:
-                self.kai.write_podgroup_status(key, group_status)
-        for group in group_cache.snapshot():
-            # The cycle reports only groups with pods: one whose pods are all gone runs nothing any more.
-            meta = group.get("metadata") or {}
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
-            if key not in groups and _claims_pods(group):
-                self.group_status.write(str(meta.get("namespace")), str(meta.get("name")), PodGroupStatus())
-        if self.kai is not None:
-            self.kai.reset_idle_groups(groups)
+        self.status.publish(queues, groups)
 
     def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
         key = f"{namespace}/{name}" if namespace else name
         obj = self.informers[kind].get(key) if kind in self.informers else None
         if obj is None and self.kai is not None:
             obj = self.kai.find(kind, key)
-        if obj is None:
-            log.warning("%s %s: %s", kind, key, message)
-            return
-        ref = ObjectRef.of({"kind": kind, **obj})
-        self.recorder.record(
-            ObjectRef(
-                kind, namespace or "default", name, ref.uid, ref.api_version, cluster_scoped=not namespace
-            ),
-            reason,
-            message,
-            type_="Warning",
-            rate_limited=True,
-        )
+        self.recorder.warn(obj, kind, namespace, name, reason, message)
 
     # ---- pod events --------------------------------------------------------------------------------------
     def _on_priority_class(self, ev: ResourceEvent) -> None:
@@ -464,14 +434,6 @@ class KubeCluster:
 
     def _write_groups(self) -> list[WatchEvent]:
         return [WatchEvent("PodGroup", t, obj) for t, obj in self.podgroups.flush()]
-
-
-def _claims_pods(group: Obj) -> bool:
-    """Whether a PodGroup's status says some of its pods run or why they wait."""
-    status = group.get("status") or {}
-    return bool(
-        status.get("running") or status.get("conditions") or status.get("phase") not in (None, "Pending")
-    )
 
 
 def _copy_pod(obj: Obj) -> Obj:
