@@ -27,7 +27,9 @@ from scheduler.jobs import Job
 from scheduler.memo import Memo
 from scheduler.model import PodInfo
 from scheduler.placement.incremental import IncrementalPlacer
+from scheduler.placement.live_workload import WorkloadLearner
 from scheduler.placement.registry import DEFAULT_POLICY, make_policy
+from scheduler.placement.workload import TypicalWorkload
 from scheduler.queues.usage_history import TimeBasedFairShare, UsageParams
 from scheduler.queues.usage_store import MemoryUsageStore, UsageStore
 from scheduler.reasons import PendingReason, Reason
@@ -79,6 +81,9 @@ class Scheduler:
             self.xp, max_gpus=self.config.max_gpus_per_node, capacity=self.config.expected_nodes
         )
         self.policy = make_policy(self.config.policy)
+        # A policy that measures fragmentation learns its typical workload from the pods in the cache.
+        caps = self.policy.capabilities
+        self.learner = WorkloadLearner(caps.workload_coverage) if caps.typical_workload else None
         # Kept across cycles, so its per-demand scores stay warm.
         self.placer = IncrementalPlacer(self.cache.state, self.policy)
         # Victim searches try many plans: whether they fit is asked of a row-local policy (its scores kept
@@ -99,11 +104,20 @@ class Scheduler:
         params = self.config.usage
         self.fairshare = TimeBasedFairShare(params, usage_store or MemoryUsageStore()) if params else None
 
+    def fix_workload(self, workload: TypicalWorkload) -> None:
+        """Hand the policy a known typical workload (a benchmark's): kept as given, never relearned."""
+        self.learner = None
+        self.policy.set_typical_workload(workload)
+
     def run_cycle(self) -> CycleResult:
         t0 = time.perf_counter()
         now = self.cluster.now()
         self._contained_failures = []
         self.cache.apply(self.cluster.drain_events())
+        if self.learner is not None:
+            learned = self.learner.observe(self.cache.pods, self.cache.state)
+            if learned is not None:
+                self.policy.set_typical_workload(learned)
         # Binds that were in flight: confirmed, or forgotten (a gang undone whole) before the session opens.
         settled = Deferred()
         self.cache.inflight.settle(self.cluster.bind_outcomes(), self.cache, self.cluster, settled)

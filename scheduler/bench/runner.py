@@ -241,15 +241,15 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
 
 def give_typical_workload(sched: Scheduler, pods: list[dict[str, Any]]) -> None:
     """Fragmentation-aware policies (fgd) measure fragments against a typical workload; as in the FGD
-    paper and `tessera replay`, it is taken from the workload itself. Without it they learn it from the
-    pods they are asked about, which the benchmark would then measure too."""
+    paper and `tessera replay`, it is taken from the workload itself, and kept (the live scheduler learns
+    it from its pods, `live_workload.py`: binpack's placement until it has seen enough of them)."""
     if not sched.policy.capabilities.typical_workload:
         return
     from scheduler.objects import parse_pod
     from scheduler.placement.workload import TypicalWorkload
     from scheduler.state.demand import demand_for
 
-    sched.policy.set_typical_workload(TypicalWorkload.from_demands(demand_for(parse_pod(p)) for p in pods))
+    sched.fix_workload(TypicalWorkload.from_demands(demand_for(parse_pod(p)) for p in pods))
 
 
 def backend_label(xp: Any) -> str:

@@ -48,7 +48,7 @@ class FgdNameOrderPolicy(FgdPolicy):
 
     name: ClassVar[str] = "fgd-name"
 
-    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+    def trained_scores(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
         xp = state.xp
         primary = self.primary_scores(state, d)
         n = int(primary.shape[0])

@@ -159,6 +159,6 @@ class FragFitPolicy(FragmentPolicy):
             gain = gain + (extra[:, None] if len(gain.shape) == 2 else extra)
         return 100.0 / (1.0 + xp.exp(-gain / float(MILLI_PER_GPU)))
 
-    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+    def trained_scores(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
         primary = self.primary_scores(state, d)
         return primary + self.pull * self._bestfit.score_nodes(state, d, feasible, fit) / 100.0

@@ -1,7 +1,13 @@
 """`FragmentPolicy`: the machinery the fragment-driven policies (`fgd`, `fragfit`, `wastefit`) share.
 
-The typical workload (given, or learned from the pods asked about), the node views the fragment kernels
-(`fragment.py`) read, and a per-shape score cache. Subclasses define `transform` (dF -> score).
+The typical workload, the node views the fragment kernels (`fragment.py`) read, and a per-shape score
+cache. Subclasses define `transform` (dF -> score) and may refine `trained_scores`.
+
+Workload: the replay and the benchmark hand over the trace's; the live scheduler hands over what it learns
+from the pods it knows (`live_workload.py`), once it has seen enough of them. Until a policy has one it
+places as `binpack` does: fragmentation measured against a guess is worse than none (a workload learned
+from a restarted scheduler's first few pods spread fractions over a small cluster's GPUs and stranded a
+whole-GPU pod).
 
 Caching: scores depend only on a node's own state, so they are kept per pod shape (CPU, milli, devices,
 models) and refreshed only on rows whose `row_version` moved since the shape was last scored. A full
@@ -13,7 +19,6 @@ the kernels; otherwise (a row whose cached GPU the caller's fit rules out) it is
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -35,9 +40,10 @@ from scheduler.placement.fragment_classes import (
     one_device_after,
     size_state,
 )
+from scheduler.placement.level_policy import BinpackPolicy
 from scheduler.placement.policy import Array, Capabilities, changed_since, scatter_rows
 from scheduler.placement.tiebreak import with_tiebreak
-from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload, WorkloadArrays
+from scheduler.placement.workload import DEFAULT_COVERAGE, TypicalWorkload, WorkloadArrays
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 
@@ -50,8 +56,6 @@ PARTIAL_REFRESH_SHARE = 8
 # -inf anyway): a shape asked rarely finds dozens of rows changed, most of them full by then (on the
 # benchmark about 1 in 6 still fits), and the fraction kernels' cost grows with rows x GPUs x types.
 FIT_FIRST_MIN_ROWS = 12
-# Without a given workload the policy learns one from the pods it sees, rebuilt at these counts.
-_RELEARN_EVERY = 512
 
 
 # Collapse identical nodes only when they are at most this share of the rows (else scoring every row is
@@ -110,10 +114,9 @@ class FragmentPolicy(BasePolicy):
     name: ClassVar[str] = "fragment"
     _arrays: WorkloadArrays | None = field(default=None, init=False, repr=False)
     _cache: dict[tuple[Any, ...], _Entry] = field(default_factory=dict, init=False, repr=False)
-    _seen: Counter[TaskType] = field(default_factory=Counter, init=False, repr=False)
-    _learned_at: int = field(default=0, init=False, repr=False)
     _capacity: int = field(default=-1, init=False, repr=False)
     _bestfit: BestFitPolicy = field(default_factory=BestFitPolicy, init=False, repr=False)
+    _untrained: BinpackPolicy = field(default_factory=BinpackPolicy, init=False, repr=False)
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
@@ -122,22 +125,13 @@ class FragmentPolicy(BasePolicy):
     # ------------------------------------------------------------------------------------ workload
     def set_typical_workload(self, workload: TypicalWorkload) -> None:
         self.workload = workload
-        self._seen.clear()
-        self._learned_at = 0
         self._arrays = None
         self._cache.clear()
 
-    def _learn(self, d: PodDemand) -> None:
-        """No workload given (live scheduler): learn it from the pods asked about."""
-        self._seen[TaskType.of(d)] += 1
-        n = sum(self._seen.values())
-        # Relearned at 1, 2, 4 ... 512 pods, then every 512: a workload learned from the first pod alone
-        # would otherwise steer the next 511 decisions (the demo's whole run).
-        if self.workload is None or n - self._learned_at >= min(_RELEARN_EVERY, self._learned_at):
-            self._learned_at = n
-            self.workload = TypicalWorkload.from_counts(self._seen, self.coverage)
-            self._arrays = None
-            self._cache.clear()
+    @property
+    def trained(self) -> bool:
+        """It has a workload to measure fragmentation against (else it places as `binpack`)."""
+        return self.workload is not None and bool(self.workload.types)
 
     def _workload_arrays(self, state: NodeArrays) -> WorkloadArrays:
         if self._arrays is None or self._arrays.models_seen != len(state.models):
@@ -165,8 +159,9 @@ class FragmentPolicy(BasePolicy):
             need = xp.zeros_like(cpu)
         elif not d.gpu_mib:  # milli only: the same need on every node
             need = xp.full(cpu.shape, d.gpu_milli, dtype=xp.int64)
-        else:
-            need = xp.max(pick(gpu_need(state, d)[0]), axis=1)
+        else:  # a share of memory: the milli it takes on the row's GPUs (absent slots have no memory)
+            milli = xp.where(state.present, gpu_need(state, d)[0], xp.zeros((), dtype=xp.int64))
+            need = xp.max(pick(milli), axis=1)
         return NodeView(free, cpu, access, need, pick(state.free_mem), model)
 
     @staticmethod
@@ -318,14 +313,19 @@ class FragmentPolicy(BasePolicy):
         return (d.cpu_milli, d.num_gpus, d.gpu_milli, d.gpu_mib, d.models)
 
     def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        if not self.trained:
+            return self._untrained.score_nodes(state, d, feasible, fit)
+        return self.trained_scores(state, d, feasible, fit)
+
+    def trained_scores(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+        """`score_nodes` once the policy has a workload."""
         primary = self.primary_scores(state, d)
         return with_tiebreak(self._bestfit, state, d, feasible, fit, primary) if self.tie_break else primary
 
     def primary_scores(self, state: NodeArrays, d: PodDemand) -> Array:
-        """float64[N] policy scores for every row, from the per-shape cache (-inf: does not fit)."""
+        """float64[N] policy scores for every row, from the per-shape cache (-inf: does not fit). Only
+        with a workload (`trained`)."""
         xp = state.xp
-        if self.workload is None or not self.workload.types or self._learned_at:
-            self._learn(d)
         if state.capacity != self._capacity:
             self._capacity = state.capacity
             self._cache.clear()
@@ -351,6 +351,8 @@ class FragmentPolicy(BasePolicy):
 
     def pick_gpus(self, state: NodeArrays, row: int, d: PodDemand, fit: Array) -> list[int]:
         xp = state.xp
+        if not self.trained:
+            return self._untrained.pick_gpus(state, row, d, fit)
         if is_fraction(d):
             entry = self._cache.get(self._key(d))
             if entry is not None and entry.gpu is not None and entry.version == state.version:

@@ -17,12 +17,10 @@ from scheduler.placement.wastefit import WasteFitPolicy
 PolicyFactory = Callable[[], PlacementPolicy]
 
 # The placement of the live scheduler, the chart, `tessera simulate` and `tessera bench` unless told
-# otherwise. `wastefit` is the best on every published trace variant (`scheduler/replay/README.md`) and now
-# costs ~1.4 x a `binpack` decision (docs/performance.md), but learned live from a handful of pods it can
-# strand a whole-GPU pod on a small cluster (the faults scenario: 2 nodes x 2 GPUs, 1 run in 4) and it
-# makes consolidation move pods ~6 x as often on the built-in demo: `binpack` stays the default until the
-# live policy trusts a learned workload only once it has seen enough of it (docs/performance.md).
-DEFAULT_POLICY = "binpack"
+# otherwise: the best on every published trace variant (`scheduler/replay/README.md`), at ~1.4 x a `binpack`
+# decision (docs/performance.md). Live, it places as `binpack` until it has seen enough distinct pods to
+# trust the typical workload it learns from them (`live_workload.py`).
+DEFAULT_POLICY = "wastefit"
 
 _REGISTRY: dict[str, PolicyFactory] = {
     "binpack": BinpackPolicy,

@@ -221,10 +221,10 @@ class WasteFitPolicy(FragFitPolicy):
         waste = 0.5 * cpu_left / MAX_SPEC_CPU + 0.5 * gpu_left / MAX_SPEC_GPU
         return self.pull * xp.trunc((1.0 - waste) * NODE_SCORE_MAX) / 100.0
 
-    def score_nodes(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
+    def trained_scores(self, state: NodeArrays, d: PodDemand, feasible: Array, fit: Array) -> Array:
         if self.raw_blend:  # the blend is in the cached scores (`row_term`): nothing over all rows here
             return self.primary_scores(state, d)
-        return super().score_nodes(state, d, feasible, fit)
+        return super().trained_scores(state, d, feasible, fit)
 
     def transform(
         self, xp: ArrayNamespace, before: Array, after: Array, view: NodeView, d: PodDemand

@@ -84,16 +84,6 @@ def test_collapsed_full_refresh_equals_row_by_row(trace: tuple[Path, Path], back
             state.place(p)
 
 
-def test_fgd_learns_workload_when_none_given(trace: tuple[Path, Path]) -> None:
-    xp = namespace("numpy")
-    nodes, pods = load_nodes(trace[0]).rows, load_pods(trace[1]).rows
-    state = build_state(xp, nodes)
-    policy = make_policy("fgd")  # as the live scheduler builds it: no typical workload
-    p = place_one(state, policy, pods[0].demand())
-    assert p is not None
-    assert isinstance(policy, FgdPolicy) and policy.workload is not None and len(policy.workload) == 1
-
-
 def test_fgd_picks_the_gpu_that_fragments_least() -> None:
     """One node, GPUs with 1000 / 500 / 300 free, typical work 300-milli fractions and whole GPUs: a
     300-milli pod belongs on the 300 GPU, a 500-milli pod on the 500 GPU (the free GPU stays whole)."""

@@ -142,26 +142,6 @@ def test_registered_and_replays(trace: tuple[Path, Path]) -> None:
     assert 0 < result.failed < result.attempted
 
 
-def test_learns_workload_when_none_given(trace: tuple[Path, Path]) -> None:
-    """The live scheduler builds the policy without a workload: the table comes from what it learns."""
-    xp = namespace("numpy")
-    nodes, pods = load_nodes(trace[0]).rows, load_pods(trace[1]).rows
-    state = build_state(xp, nodes)
-    policy = make_policy("wastefit")
-    for pod in pods[:20]:
-        p = place_one(state, policy, pod.demand())
-        if p is not None:
-            state.place(p)
-            state.commit()
-    assert isinstance(policy, WasteFitPolicy) and policy.workload is not None
-    assert float(policy.waste_table(xp)[1000]) == 0.0
-    # Relearned at 1, 2, 4, 8, 16 pods seen: the workload is the first 16 pods', not the first pod's.
-    assert policy._learned_at == 16
-    first16 = {TaskType.of(pod.demand()) for pod in pods[:16]}
-    assert set(policy.workload.types) <= first16 and len(first16) > 1
-    assert len(policy.workload.types) > 1
-
-
 @pytest.mark.parametrize("backend", ["numpy", "strict"])
 def test_best_fit_blend_is_the_raw_best_fit_score_of_each_row(trace: tuple[Path, Path], backend: str) -> None:
     """The blend is best fit's raw score x pull / 100 on each row: the policy's score without it plus
