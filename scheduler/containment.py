@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.api.gpu_request import GPURequest
-from scheduler.api.keys import DEFAULT_QUEUE, SCHEDULER_NAME
+from scheduler.api.keys import DEFAULT_QUEUE, KAI_POD_GROUP, POD_GROUP, SCHEDULER_NAME
 from scheduler.jobs import Job, job_key
 from scheduler.model import PodInfo, PodPhase
 
@@ -118,7 +118,8 @@ def retry_after(strikes: int) -> int:
 # ------------------------------------------------------------------------------------------ invalid pods
 def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
     """What can be read of a pod the parser refused, with `reason` as its error: enough to report it on
-    the pod (pending, `InvalidRequest`) and to account a bound one where it runs. None without a name."""
+    the pod (pending, `InvalidRequest`), to account a bound one where it runs, and to keep it in its gang
+    (a gang with an unreadable member is not started without it). None without a name."""
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
         return None
@@ -140,6 +141,7 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         else {}
     )
     uid = meta.get("uid") if isinstance(meta.get("uid"), str) and meta.get("uid") else None
+    group = kept.get(POD_GROUP) or kept.get(KAI_POD_GROUP)
     return PodInfo(
         uid=uid or f"{namespace}/{meta['name']}",
         namespace=namespace,
@@ -153,5 +155,6 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         ours=spec.get("schedulerName") == SCHEDULER_NAME,
         error=reason,
         annotations=kept,
+        group=f"{namespace}/{group}" if group else None,
         terminating=bool(meta.get("deletionTimestamp")),
     )

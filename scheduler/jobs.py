@@ -29,6 +29,9 @@ class Job:
     stale_grace_s: float = 60.0
     succeeded: int = 0  # members that finished successfully: they count toward minMember
     reserved: list[PodInfo] = field(default_factory=list)  # pipelined this cycle: placed, bound later
+    # Pending members set aside because they cannot be read or their request is invalid: they stay in
+    # the gang (it does not start without them, see `allocate`), told why.
+    invalid: list[PodInfo] = field(default_factory=list)
     # Where its pods must or should sit together (PodGroup spec, else the first pod's annotations).
     topology: TopologyConstraint | None = None
 

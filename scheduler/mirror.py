@@ -248,6 +248,10 @@ class ClusterMirror:
             if pod.terminating and not old.terminating:  # being deleted: what it holds leaves the plan
                 self._take_pod(ev, replace(old, terminating=True))
             return  # keep the version we could read: it says what the pod holds, and where
+        if old is not None and old.group is not None and not _annotations_readable(ev.obj):
+            # Its pod-group annotation cannot be read: it stays in the gang it was in, so the gang is not
+            # started (or kept pipelined) without it.
+            pod = replace(pod, group=old.group)
         self._take_pod(ev, pod)
 
     def _take_pod(self, ev: WatchEvent, pod: PodInfo) -> None:
@@ -423,3 +427,8 @@ class ClusterMirror:
 
 def _without_assignment(annotations: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in annotations.items() if k != GPU_ASSIGNMENT}
+
+
+def _annotations_readable(obj: Any) -> bool:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return isinstance(meta, Mapping) and isinstance(meta.get("annotations") or {}, Mapping)

@@ -75,6 +75,7 @@ def _schedulable(session: Session) -> list[Job]:
             if p.error:
                 session.set_reason(p, Reason.INVALID_REQUEST, p.error)
         job.reserved += [p for p in job.pending if p.uid in session.pipelined]  # placed, waiting for victims
+        job.invalid = [p for p in job.pending if p.error]
         job.pending = [p for p in job.pending if not p.error and p.uid not in session.pipelined]
         if not job.pending:
             continue
@@ -99,6 +100,18 @@ def _tell_unplaced(session: Session, job: Job) -> None:
         _tell_all(session, job, Reason.UNSCHEDULABLE, msg)
 
 
+def _incomplete(job: Job) -> str:
+    """Why a gang with too few members to place waits: too few exist, or some cannot be read (or ask for
+    what cannot be given) and the gang does not start without them."""
+    exist = len(job.pending) + len(job.running)
+    if not job.invalid:
+        return f"gang {job.key} needs {job.min_member} pods; only {exist} exist"
+    names = ", ".join(p.key for p in job.invalid[:3]) + (", ..." if len(job.invalid) > 3 else "")
+    verb = "is" if len(job.invalid) == 1 else "are"
+    return (f"gang {job.key} needs {job.min_member} pods; only {exist} can be scheduled: {names} {verb} "
+            "invalid (each is told why)")  # fmt: skip
+
+
 def _tell_all(session: Session, job: Job, reason: Reason, message: str) -> None:
     for p in job.pending:
         session.set_reason(p, reason, message)
@@ -112,9 +125,7 @@ class Allocate:
         order = JobOrder(session, _schedulable(session))
         for job in order.jobs():
             if job.is_gang and len(job.pending) < job.need:
-                exist = len(job.pending) + len(job.running)
-                msg = f"gang {job.key} needs {job.min_member} pods; only {exist} exist"
-                _tell_all(session, job, Reason.GANG_INCOMPLETE, msg)
+                _tell_all(session, job, Reason.GANG_INCOMPLETE, _incomplete(job))
                 continue
             verdict = admissible(session, job)
             if verdict is not None:

@@ -46,14 +46,45 @@ class BindReserved:
         for uid, key in session.reserved.items():
             pod, job, found = pods_by_uid.get(uid), job_of.get(uid), reservations.get(key)
             if pod is None or job is None or found is None:
-                continue
-            if found.uid is not None and (why := self._queue_changed(session, job, found)):
-                self._drop(session, key, found, why)
-                continue
+                continue  # its group (if any) misses it: dropped whole below
             groups.setdefault(found.group or key, []).append((pod, job, key, found))
-        for members in groups.values():
+        for group, members in groups.items():
+            if (why := self._unbindable(session, group, members, reservations)) is not None:
+                for key, res in reservations.items():  # a gang's places go together
+                    if (res.group or key) == group:
+                        self._drop(session, key, res, why)
+                continue
             self._settle(session, cluster, members)
         session.reserved.clear()
+
+    def _unbindable(
+        self, session: Session, group: str, members: list[tuple[PodInfo, Job, str, Reservation]],
+        reservations: dict[str, Reservation],
+    ) -> str | None:  # fmt: skip
+        """Why the pods of one reservation group (a gang's pipelined members) may not be bound, else None.
+        They are bound all together or not at all: every place of the group must be claimed by a valid
+        member still in the group, admitted to its queue, and together with the members that run (or have
+        succeeded) they must reach the gang's minMember as it is now (a PodGroup edited while they waited,
+        a member that became invalid or left the gang)."""
+        claimed = {key for _, _, key, _ in members}
+        missing = sorted(
+            key for key, res in reservations.items() if (res.group or key) == group and key not in claimed
+        )
+        if missing:
+            places = "its place" if len(missing) == 1 else "their places"
+            return f"{', '.join(missing)} of its gang can no longer take {places}"
+        for pod, job, _, res in members:
+            if res.uid is not None and job.key != group:
+                return f"{pod.key} is no longer a member of {group}"
+            if pod.error is not None:
+                return f"{pod.key} is invalid: {pod.error}"
+            if res.uid is not None and (why := self._queue_changed(session, job, res)):
+                return why
+        job = members[0][1]
+        present = len(job.running) + job.succeeded + len(members)
+        if job.is_gang and present < job.min_member:
+            return f"gang {job.key} needs {job.min_member} members; with these it would run {present}"
+        return None
 
     @staticmethod
     def _queue_changed(session: Session, job: Job, res: Reservation) -> str | None:

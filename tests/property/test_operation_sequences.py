@@ -146,9 +146,8 @@ def _found(test: Callable[..., None]) -> Callable[..., None]:
     return test
 
 
-# CI draws the same sequences every run (seed 0), so a red CI is a change and not the draw. Drawing at
-# random (TESSERA_PROPERTY_RANDOM=1) currently finds an open bug: a gang can run below minMember after
-# hostile edits (seen as "gang ns/g7 runs 2 of 3"; one case kept below as a strict xfail).
+# CI draws the same sequences every run (seed 0), so a red CI is a change and not the draw; drawing at
+# random (TESSERA_PROPERTY_RANDOM=1) explores.
 _draws = (lambda test: test) if os.environ.get("TESSERA_PROPERTY_RANDOM") else seed(0)
 
 
@@ -169,9 +168,21 @@ def test_operation_sequences_keep_every_invariant(world: dict, script: list[Op])
         w.cycle()
 
 
-# Found by a CI run (3 December 2026), not fixed yet: a gang of two whose members' labels are made a list
-# (unreadable: InvalidRequest) on a one-GPU cluster ends with one member running. The bind echo's crash on
-# such labels is fixed (`mirror._bind_echo`); the gang invariant still fails, on main before that too.
+def _play(nodes: list[tuple[str, int]], script: list[Op]) -> World:
+    w = World(nodes, {}, STATS)
+    w.cycle()
+    for op in script:
+        w.do(op)
+        w.cycle()
+    return w
+
+
+# Pipelined gangs (placed behind pods still terminating, bound once they are gone) were bound by
+# `bind_reserved` without asking whether the gang could still run whole: each sequence below ran a gang
+# below its minMember.
+
+# A member's labels made a list (unreadable: InvalidRequest) while the gang of two waited: the member left
+# the gang (an unreadable pod had no group), its place was dropped alone, and the other one was bound.
 GANG_WITH_UNREADABLE_LABELS: list[Op] = [
     ("submit", ("whole", "", 1), "default", "train", 0),
     ("delete", 0, False), ("tick", 1), ("tick", 20),
@@ -182,10 +193,48 @@ GANG_WITH_UNREADABLE_LABELS: list[Op] = [
 ]  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="known: a gang member with unreadable labels (see the comment above)")
 def test_a_gang_whose_members_turn_unreadable_never_runs_below_min_member() -> None:
-    w = World([("A100", 1)], {}, STATS)
-    w.cycle()
-    for op in GANG_WITH_UNREADABLE_LABELS:
-        w.do(op)
-        w.cycle()
+    w = _play([("A100", 1)], GANG_WITH_UNREADABLE_LABELS)
+    pods = w.sim.pods
+    assert not pods["ns/g2-1"].obj["spec"].get("nodeName")  # waits with its gang, told why
+    assert pods["ns/g2-1"].reason is not None and "ns/g2-0 is invalid" in pods["ns/g2-1"].reason[1], pods[
+        "ns/g2-1"
+    ].reason
+    assert pods["ns/g2-0"].reason is not None and pods["ns/g2-0"].reason[0] == "InvalidRequest"
+    assert not w.sched.cache.ledger.reserved  # both places given back
+
+
+# The PodGroup's minMember raised (2 to 3) while its two members waited for pods to terminate: both were
+# bound, a gang of three running two.
+GANG_WITH_MIN_MEMBER_RAISED: list[Op] = [
+    ("submit", ("fraction", "0.1", 1), "default", "train", 0),
+    ("submit", ("whole", "", 1), "default", "train", 0),
+    ("delete", 0, False), ("delete", 0, False),
+    ("gang", ("whole", "", 1), "default", 2, 0),
+    ("group_edit", 0, 3),
+    ("tick", 40),
+]  # fmt: skip
+
+
+def test_a_pipelined_gang_whose_min_member_grows_is_not_bound() -> None:
+    w = _play([("A100", 3)], GANG_WITH_MIN_MEMBER_RAISED)
+    pods = w.sim.pods
+    assert not any(pods[k].obj["spec"].get("nodeName") for k in ("ns/g3-0", "ns/g3-1"))
+    assert pods["ns/g3-0"].reason is not None and "needs 3" in pods["ns/g3-0"].reason[1]
+
+
+# The node of one pipelined member deleted while both waited: that member's place was dropped with the
+# node, and the other member was bound alone on the node that stayed.
+GANG_WITH_A_NODE_DELETED: list[Op] = [
+    *[("submit", ("whole", "", 1), "default", "train", 0)] * 2,
+    ("delete", 0, False), ("delete", 1, False),
+    ("gang", ("whole", "", 1), "default", 2, 0),
+    ("node_delete", 1),
+    ("tick", 40),
+]  # fmt: skip
+
+
+def test_a_pipelined_gang_that_loses_a_node_is_not_bound_in_part() -> None:
+    w = _play([("A100", 1), ("A100", 1)], GANG_WITH_A_NODE_DELETED)
+    assert not any(w.sim.pods[k].obj["spec"].get("nodeName") for k in ("ns/g3-0", "ns/g3-1"))
+    assert not w.sched.cache.ledger.reserved
