@@ -1,76 +1,45 @@
 """The Kubernetes adapter: the `Cluster` interface of the scheduling loop over a real API server.
 
-Informers keep watch caches of Pods, Nodes, Queues, PodGroups, GPUNodeReports, Topologies and
-PriorityClasses and feed a queue that `drain_events` hands to the cycle. Before a pod event reaches the
-cycle the adapter:
-- drops unbound pods of other schedulers (only pods of ours and pods holding node resources matter);
-- puts the pod in its PodGroup: the podgrouper derives the group from the pod's owners and keeps the
-  PodGroup in step with its workload (`podgrouper/reconciler.py`); a PodGroup it writes is sent ahead of
-  the pod so a gang is never seen without its minMember. Finished pods keep their group, so stale-gang
-  eviction counts a member that succeeded (a pod whose group says nothing more than the pod itself gets no
-  PodGroup object: it is its own job);
-- fills `spec.priority` from the PriorityClass when the API server left it out;
-- shows pods it is binding or bound as bound (on their node, with their assignment) until the watch catches
-  up, so the cycle never sees an assumed placement undone by a stale event (which would double-allocate
-  the GPU share). A pod it evicted is shown as it is: terminating (graceful deletion) until it is gone; the
-  cycle keeps it releasing meanwhile, and binds the pod it made room for only then.
-
-Binds are asynchronous: `bind` decides from the watch caches what it can (is the node's bind lock held? does
-this pod need it?), hands the API requests to a pool of binder threads (`bind_pool.py`) and returns at once;
-each outcome is handed to the next cycle by `bind_outcomes`, and a failed bind also re-sends the pod as the
-API has it (unbound), so whatever the cycle assumed is undone. The bind lock is taken only where the device
-plugin needs it to recognise the pod: fractional pods, and whole-GPU pods on nodes served by Tessera's device
-plugin (the node advertises `tessera.dev/gpu-slice`) when it serves whole GPUs too (`whole_gpu_lock`).
+`KubeCluster` composes the parts, each in the module named after it, and wires them together:
+- informers (`informer.py`) keep watch caches of Pods, Nodes, Queues, PodGroups, GPUNodeReports, Topologies
+  and PriorityClasses (and KAI Scheduler's kinds, `kai_compat.py`) and feed a queue (`event_queue.py`);
+- `drain_events` hands the cycle what the queue holds, as the watch translation (`translate.py`) says the
+  cycle should see it, with the PodGroups the podgrouper (`podgrouper/`) wrote ahead of everything else;
+- binds are asynchronous (`bind_pool.py`): `bind` returns at once, `bind_outcomes` tells the next cycle;
+  the requests of one bind are `binder.py`'s, the node bind locks as the cycle sees them `lock_view.py`'s;
+- evictions go through the Eviction API (`evictor.py`); pending reasons, Queue and PodGroup status are
+  written back only where they differ (`status.py`); warnings become Events on their objects (`recorder.py`).
 """
 
 from __future__ import annotations
 
-import copy
-import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, cast
 
 from kubernetes import client
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import (
-    BIND_LOCK,
-    GPU_ASSIGNMENT,
-    GPU_SLICE_RESOURCE,
-    GROUP,
-    KAI_POD_GROUP,
-    POD_GROUP,
-    QUEUE_LABEL,
-    SCHEDULER_NAME,
-    VERSION,
-)
+from scheduler.api.keys import GROUP, SCHEDULER_NAME, VERSION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, BindOutcome, BindResult, EvictError, Kind, WatchEvent
+from scheduler.cluster import BindOutcome, BindResult, EvictError, WatchEvent
 from scheduler.kube.backoff import Backoff
-from scheduler.kube.bind_pool import BindPool, BindTask
+from scheduler.kube.bind_pool import AsyncBinds
 from scheduler.kube.binder import Binder
-from scheduler.kube.binder import BindResult as ApiBindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget, slim
 from scheduler.kube.kai_compat import KaiCompat
-from scheduler.kube.lock_view import NodeLockView, only_lock_changed
-from scheduler.kube.podgrouper.book import Decision, GroupBook
+from scheduler.kube.lock_view import NodeLockView
+from scheduler.kube.podgrouper.book import GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
-from scheduler.kube.recorder import EventRecorder, ObjectRef
-from scheduler.kube.status import PendingPodReporter, PodGroupStatusWriter, QueueStatusWriter
+from scheduler.kube.recorder import EventRecorder
+from scheduler.kube.status import PendingPodReporter, StatusPublisher
+from scheduler.kube.translate import WatchTranslator, wakes_cycle
 from scheduler.model import PodInfo
-from scheduler.reasons import Reason
-
-log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
-_FORWARDED: tuple[Kind, ...] = ("Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "Topology")
 
 
 class KubeCluster:
@@ -93,21 +62,9 @@ class KubeCluster:
         self.custom = client.CustomObjectsApi(api_client)
         sched = client.SchedulingV1Api(api_client)
         self.scheduler_name = scheduler_name
+        self.podgrouper = podgrouper
         self.events = EventQueue()
         self.recorder = EventRecorder(self.core, instance=identity, min_interval_s=event_interval_s)
-        self.binder = Binder(self.core, lock_timeout_s=lock_timeout_s)
-        self.lock_timeout_s = lock_timeout_s
-        self.whole_gpu_lock = whole_gpu_lock
-        self.binds = BindPool(self._bind_now, self._bind_done, workers=bind_workers)
-        self._outcomes: list[BindOutcome] = []
-        self.evictor = Evictor(self.core, self.recorder)
-        # Status writers compare with the objects' current status in the watch caches (informers below).
-        self.pending = PendingPodReporter(
-            self.core, self.recorder, lambda key: self.informers["Pod"].get(key)
-        )
-        self.queue_status = QueueStatusWriter(self.custom, lambda key: self.informers["Queue"].get(key))
-        self.group_status = PodGroupStatusWriter(self.custom, lambda key: self.informers["PodGroup"].get(key))
-        self.podgrouper = podgrouper
         # Every cache keeps its objects slimmed (`informer.slim`): no managedFields, strings shared.
         targets = [
             WatchTarget("Node", self.core.list_node, transform=slim),
@@ -159,21 +116,39 @@ class KubeCluster:
             ),
         )
         self.podgroups = PodGroupReconciler(self.custom, book, self.informers["PodGroup"].get)
-        self._priorities: dict[str, int] = {}
-        # pod uid -> (node, assignment annotation or None): being bound or bound by us, not yet seen bound by
-        # the watch
-        self._bound: dict[str, tuple[str, str | None]] = {}
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
-        self._known_nodes: set[str] = set()  # nodes the cycle has been given
-        self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
-        self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
-        self._lock_waiters: set[str] = set()  # pods whose last bind waited for a node's bind lock
         self.locks = NodeLockView(self.informers["Node"], self.informers["Pod"], lock_timeout_s)
-        self._lock = threading.Lock()
         # Set when something arrived that a cycle should act on soon (see `wait_for_work`).
         self._work = threading.Event()
+        self.binder = Binder(self.core, lock_timeout_s=lock_timeout_s)
+        self.binds = AsyncBinds(
+            self.binder,
+            self.locks,
+            node=self.informers["Node"].get,
+            pod=self.informers["Pod"].get,
+            events=self.events,
+            wake=self._work.set,
+            lock_timeout_s=lock_timeout_s,
+            whole_gpu_lock=whole_gpu_lock,
+            workers=bind_workers,
+        )
+        self.evictor = Evictor(self.core, self.recorder)
+        # Status writers compare with the objects' current status in the watch caches.
+        self.pending = PendingPodReporter(self.core, self.recorder, self.informers["Pod"].get)
+        self.status = StatusPublisher(
+            self.custom, self.informers["Queue"], self.informers["PodGroup"], self.kai
+        )
+        self.translator = WatchTranslator(
+            scheduler_name=scheduler_name,
+            binds=self.binds,
+            locks=self.locks,
+            pending=self.pending,
+            recorder=self.recorder,
+            podgroups=self.podgroups if podgrouper else None,
+            kai=self.kai,
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> KubeCluster:
@@ -195,9 +170,7 @@ class KubeCluster:
         """Queue every cached object as ADDED (nodes first), for a scheduler rebuilt from scratch. Events
         still queued are dropped: the caches already contain them."""
         self.events.drain()
-        self._known_nodes.clear()
-        self._parked.clear()
-        self._parked_at.clear()
+        self.translator.reset()
         self.locks.reset_shown()
         kai_kinds = self.kai.kinds if self.kai is not None else ()
         for kind in (
@@ -215,27 +188,11 @@ class KubeCluster:
 
     # ---- waking the loop ---------------------------------------------------------------------------------
     def _received(self, ev: ResourceEvent) -> None:
+        """An informer's event (on its thread)."""
         self.events.put(ev)
-        if self._wakes(ev):
+        if wakes_cycle(ev, self.scheduler_name):
             self._work.set()
-        # A bind waiting for a node's lock goes as soon as the watch shows it free.
-        node = ev.obj.get("metadata", {}).get("name") if ev.kind == "Node" else None
-        if ev.kind == "Pod":
-            node = (ev.obj.get("spec") or {}).get("nodeName")
-        if node and self.binds.waits_for(node):
-            self._release(node)
-
-    def _wakes(self, ev: ResourceEvent) -> bool:
-        """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a node
-        added or gone. Not the echo of our own binds, nor node heartbeats or bind locks."""
-        if ev.kind == "Pod":
-            spec = ev.obj.get("spec") or {}
-            return ev.type == "DELETED" or (
-                spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName")
-            )
-        if ev.kind == "Node":  # a new node (a lock of ours changing is the binder's business, not a cycle's)
-            return ev.type != "MODIFIED"
-        return ev.kind in ("Queue", "PodGroup")
+        self.binds.watched(ev)
 
     def wake(self) -> None:
         """End a `wait_for_work` now (the loop is stopping)."""
@@ -256,179 +213,28 @@ class KubeCluster:
         return time.time()
 
     def drain_events(self) -> list[WatchEvent]:
-        out: list[WatchEvent] = []
-        for ev in self.events.drain():
-            try:
-                self._translate(ev, out)
-            except Exception as exc:  # a malformed object must not lose the other events of this drain
-                log.warning("%s %s: %s; passed on unchanged", ev.kind, ev.key, exc)
-                if ev.kind in _FORWARDED:
-                    out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+        out = self.translator.translate(self.events.drain())
         out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
-        self._release_parked()
+        self.binds.release_parked()
         if self.podgrouper and self.writable:
             # Every group that changed in this drain is decided once and written, and handed to the cycle
             # ahead of everything else, so no gang is seen without its minMember.
-            out[:0] = self._write_groups()
+            out[:0] = self.translator.written_podgroups()
         if self.kai is not None and self.writable:
             self.kai.flush_warnings()
         return out
 
-    def _translate(self, ev: ResourceEvent, out: list[WatchEvent]) -> None:
-        """One informer event into what the cycle should see (appended to `out`)."""
-        if ev.kind == "PriorityClass":
-            self._on_priority_class(ev)
-            out.append(WatchEvent("PriorityClass", ev.type, ev.obj))  # PodGroups name them too
-        elif ev.kind == "Pod":
-            for event in self._pod_events(ev):
-                self._route(event, out)
-        elif ev.kind == "Node":
-            name = str((ev.obj.get("metadata") or {}).get("name"))
-            if ev.type == "DELETED":
-                self.locks.forget(name)
-                self._known_nodes.discard(name)
-                for uid in self._parked.pop(name, {}):
-                    self._parked_at.pop(uid, None)
-                out.append(WatchEvent("Node", "DELETED", ev.obj))
-            elif (
-                ev.type == "MODIFIED"
-                and only_lock_changed(ev.old, ev.obj)
-                and not self.locks.shown_tainted(name, ev.obj)
-            ):
-                pass  # our own bind lock came or went: the cycle's picture of the node is unchanged
-            else:
-                out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
-                self._known_nodes.add(name)
-                for uid, parked in self._parked.pop(name, {}).items():
-                    self._parked_at.pop(uid, None)
-                    out.append(parked)
-        elif ev.kind == "GPUNodeReport" and ev.type != "DELETED":
-            # Like a bound pod, a node's report waits for its node: applied before it, it would be lost.
-            self._route(WatchEvent("GPUNodeReport", ev.type, ev.obj), out)
-        elif ev.kind in _FORWARDED:
-            if ev.kind == "PodGroup" and self.podgrouper:  # re-created if deleted, an edit undone
-                self.podgroups.podgroup_changed(ev.key, deleted=ev.type == "DELETED")
-            out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
-            if self.kai is not None and ev.kind in ("Queue", "PodGroup"):
-                self.kai.after_native(ev, out)
-        elif self.kai is not None and ev.kind in self.kai.kinds:
-            self.kai.translate(ev, out)
-
-    def _route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
-        """Forward a pod's or a GPUNodeReport's event, or park it until its node has reached the cycle: a bound
-        pod seen before its node could not be accounted on it (its GPU share would be given away twice), a
-        report before its node would be dropped (an unhealthy GPU used). Watches arrive in any order."""
-        if event.kind == "GPUNodeReport":
-            uid = f"GPUNodeReport/{(event.obj.get('metadata') or {}).get('name')}"
-            node = (event.obj.get("spec") or {}).get("node")
-        elif event.kind == "Pod":
-            uid = str((event.obj.get("metadata") or {}).get("uid", ""))
-            node = (event.obj.get("spec") or {}).get("nodeName")
-        else:
-            out.append(event)
-            return
-        earlier = self._parked_at.pop(uid, None)
-        if earlier is not None:
-            self._parked.get(earlier, {}).pop(uid, None)
-        if event.type != "DELETED" and node and node not in self._known_nodes:
-            self._parked.setdefault(node, {})[uid] = event
-            self._parked_at[uid] = node
-            return
-        out.append(event)
-
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
-        node = assignment.node
-        lock = bool(assignment.gpus) and self.needs_lock(pod, node)
-        park = False
-        if lock:
-            holder = self.locks.holder(node)
-            if holder is not None and holder.uid != pod.uid:
-                if not holder.ours:
-                    with self._lock:  # a turn in a queue, not a scheduling failure: not reported as one
-                        self._lock_waiters.add(pod.uid)
-                    msg = f"node {node} is busy: waiting for the device plugin to allocate {holder.key}"
-                    raise BindError(msg, node_busy=True)
-                park = True  # behind a pod we bound there (of the same gang, say): its turn comes next
-        task = BindTask(pod.namespace, pod.name, pod.uid, node, assignment if assignment.gpus else None, lock)
-        with self._lock:
-            self._bound[pod.uid] = (node, assignment.to_annotation() if assignment.gpus else None)
-            self._lock_waiters.discard(pod.uid)
-        if park:
-            self.binds.park(task)
-        else:
-            if lock:
-                self.locks.taken(node, pod.uid, pod.key)
-            self.binds.submit(task)
-        # A lock taken here does not make the node busy for the cycle: later binds of that node wait in line
-        # in the binder, as the kubelet admits a node's pods one at a time anyway.
-        return BindResult(in_flight=True)
+        return self.binds.bind(pod, assignment)
 
     def needs_lock(self, pod: PodInfo, node: str) -> bool:
-        """Whether the device plugin must find this GPU pod by the node's bind lock: fractional pods always
-        (only Tessera's device plugin serves them); whole GPUs where Tessera's device plugin runs (the node
-        advertises its slice resource) and serves whole GPUs too."""
-        if pod.request.is_fractional:
-            return True
-        if not self.whole_gpu_lock:
-            return False
-        status = (self.informers["Node"].get(node) or {}).get("status") or {}
-        return GPU_SLICE_RESOURCE in (status.get("allocatable") or status.get("capacity") or {})
+        return self.binds.needs_lock(pod, node)
 
     def bind_outcomes(self) -> list[BindOutcome]:
-        with self._lock:
-            out, self._outcomes = self._outcomes, []
-        return out
+        return self.binds.outcomes()
 
     def binds_in_flight(self) -> int:
         return len(self.binds)
-
-    def _bind_now(self, task: BindTask) -> ApiBindResult:
-        """A binder thread's work: the API requests of one bind."""
-        meta = None
-        if task.lock:
-            meta = (self.informers["Node"].get(task.node) or {}).get("metadata")
-        return self.binder.bind(
-            task.namespace, task.name, task.uid, task.node, task.assignment, lock=task.lock, node_meta=meta
-        )
-
-    def _bind_done(self, task: BindTask, result: ApiBindResult) -> None:
-        if result.ok:
-            with self._lock:
-                self._outcomes.append(BindOutcome(task.uid))
-            return
-        self._work.set()  # a failed bind: its pod waits again
-        if task.lock:
-            self.locks.pod_gone(task.uid)  # the lock is not (or no longer) ours for this pod
-        with self._lock:
-            self._bound.pop(task.uid, None)
-            (self._lock_waiters.add if result.busy else self._lock_waiters.discard)(task.uid)
-            self._outcomes.append(BindOutcome(task.uid, result.reason, node_busy=result.busy))
-        # The pod as the API has it (unbound): whoever assumed it bound sees it pending again.
-        obj = self.informers["Pod"].get(task.key)
-        if obj is not None and (obj.get("metadata") or {}).get("uid") == task.uid:
-            self.events.put(ResourceEvent("Pod", "MODIFIED", obj, obj))
-
-    def _release(self, node: str) -> None:
-        """The next bind waiting for `node`'s lock goes once the lock is free: not held for a pod the device
-        plugin has not served, and gone from the node as the watch shows it (taking it is then one request;
-        a lock that never goes is waited for until the binds behind it expire)."""
-        with self._lock:  # informer threads and the cycle both call this: one release at a time
-            annotations = ((self.informers["Node"].get(node) or {}).get("metadata") or {}).get("annotations")
-            if self.locks.holder(node) is not None or BIND_LOCK in (annotations or {}):
-                return
-            task = self.binds.release(node)
-            if task is not None:
-                self.locks.taken(node, task.uid, task.key)
-
-    def _release_parked(self) -> None:
-        """Binds waiting for a node's lock: the next goes once it is free; those waiting too long fail."""
-        for node in self.binds.parked_nodes():
-            self._release(node)
-        for task in self.binds.expire(self.lock_timeout_s):
-            busy = self.locks.holder(task.node)
-            who = busy.key if busy is not None else "another pod"
-            reason = f"node {task.node} is busy: waited {self.lock_timeout_s:.0f}s for the device plugin to allocate {who}"
-            self._bind_done(task, ApiBindResult(False, reason, busy=True))
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
@@ -436,148 +242,16 @@ class KubeCluster:
             raise EvictError(result.reason)
 
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
-        with self._lock:
-            if pod.uid in self._lock_waiters:
-                if reason == Reason.BIND_FAILED:
-                    return
-                self._lock_waiters.discard(pod.uid)
+        if self.binds.waits_in_line(pod.uid, reason):
+            return  # its turn in a node's bind lock queue, not a scheduling failure
         self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
 
     def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
-        queue_cache, group_cache = self.informers["Queue"], self.informers["PodGroup"]
-        for name, status in queues.items():
-            if queue_cache.get(name) is not None:  # the implicit default queue has no object to write to
-                self.queue_status.write(name, status)
-            elif self.kai is not None:
-                self.kai.write_queue_status(name, status)
-        for key, group_status in groups.items():
-            if group_cache.get(key) is not None:
-                namespace, name = key.split("/", 1)
-                self.group_status.write(namespace, name, group_status)
-            elif self.kai is not None:
-                self.kai.write_podgroup_status(key, group_status)
-        for group in group_cache.snapshot():
-            # The cycle reports only groups with pods: one whose pods are all gone runs nothing any more.
-            meta = group.get("metadata") or {}
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
-            if key not in groups and _claims_pods(group):
-                self.group_status.write(str(meta.get("namespace")), str(meta.get("name")), PodGroupStatus())
-        if self.kai is not None:
-            self.kai.reset_idle_groups(groups)
+        self.status.publish(queues, groups)
 
     def warn(self, kind: str, namespace: str | None, name: str, reason: str, message: str) -> None:
         key = f"{namespace}/{name}" if namespace else name
         obj = self.informers[kind].get(key) if kind in self.informers else None
         if obj is None and self.kai is not None:
             obj = self.kai.find(kind, key)
-        if obj is None:
-            log.warning("%s %s: %s", kind, key, message)
-            return
-        ref = ObjectRef.of({"kind": kind, **obj})
-        self.recorder.record(
-            ObjectRef(
-                kind, namespace or "default", name, ref.uid, ref.api_version, cluster_scoped=not namespace
-            ),
-            reason,
-            message,
-            type_="Warning",
-            rate_limited=True,
-        )
-
-    # ---- pod events --------------------------------------------------------------------------------------
-    def _on_priority_class(self, ev: ResourceEvent) -> None:
-        name = str(ev.obj.get("metadata", {}).get("name"))
-        if ev.type == "DELETED":
-            self._priorities.pop(name, None)
-        else:
-            try:
-                self._priorities[name] = int(ev.obj.get("value", 0))
-            except (TypeError, ValueError):
-                log.warning("PriorityClass %s has a non-integer value; ignored", name)
-
-    def _pod_events(self, ev: ResourceEvent) -> list[WatchEvent]:
-        obj = ev.obj
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        uid = str(meta.get("uid", ""))
-        if ev.type == "DELETED":
-            with self._lock:
-                self._bound.pop(uid, None)
-                self._lock_waiters.discard(uid)
-            if self.podgrouper:
-                self.podgroups.forget(obj)
-            self.locks.pod_gone(uid)
-            self.pending.forget(uid)
-            return [WatchEvent("Pod", "DELETED", obj)]
-        with self._lock:
-            bound_to = self._bound.get(uid)
-            if bound_to is not None and spec.get("nodeName"):
-                del self._bound[uid]
-                bound_to = None
-        ours = spec.get("schedulerName") == self.scheduler_name
-        if not ours and not spec.get("nodeName"):
-            return []
-        out: list[WatchEvent] = []
-        enriched: Obj | None = None
-        if bound_to is not None:  # being bound (or the watch is behind): show it where it goes
-            enriched = _copy_pod(obj)
-            enriched["spec"]["nodeName"] = bound_to[0]
-            if bound_to[1] is not None:
-                enriched["metadata"]["annotations"] = {**(enriched["metadata"].get("annotations") or {}),
-                                                       GPU_ASSIGNMENT: bound_to[1]}  # fmt: skip
-        if self.scheduler_name != SCHEDULER_NAME and (ours or spec.get("schedulerName") == SCHEDULER_NAME):
-            # The cycle knows "ours" as the built-in name: translate a configured --scheduler-name to it.
-            enriched = enriched or _copy_pod(obj)
-            enriched["spec"]["schedulerName"] = SCHEDULER_NAME if ours else f"not-{SCHEDULER_NAME}"
-        if "priority" not in spec and spec.get("priorityClassName") in self._priorities:
-            enriched = enriched or _copy_pod(obj)
-            enriched["spec"]["priority"] = self._priorities[spec["priorityClassName"]]
-        decision = self._group_of(obj) if ours and self.podgrouper else None
-        if decision is not None and decision.group is not None:
-            enriched = enriched or _copy_pod(obj)
-            enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = decision.group
-        elif decision is not None and (decision.queue or decision.priority_class):
-            # Its own job, whose group gives it another queue or priority class (a Deployment's replica
-            # is `inference`): the cycle sees them on the pod, no PodGroup object is needed.
-            enriched = enriched or _copy_pod(obj)
-            if decision.queue:
-                enriched["metadata"]["labels"] = {**(enriched["metadata"].get("labels") or {}),
-                                                  QUEUE_LABEL: decision.queue}  # fmt: skip
-            if decision.priority_class:
-                enriched["spec"]["priorityClassName"] = cls = decision.priority_class
-                value = self._priorities.get(cls)
-                if value is None and cls in PRIORITY_CLASSES:
-                    value = PRIORITY_CLASSES[cls].value
-                if value is not None:
-                    enriched["spec"]["priority"] = value
-        out.append(WatchEvent("Pod", ev.type, enriched or obj))
-        return out
-
-    def _group_of(self, pod: Obj) -> Decision | None:
-        """The podgrouper's decision for the pod (None: named by the user, the cycle reads it from the pod)."""
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        if annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP):
-            return None
-        decision = self.podgroups.observe(pod)
-        for warning in decision.warnings:
-            self.recorder.record(
-                ObjectRef.of(pod), "PodGrouperWarning", warning, type_="Warning", rate_limited=True
-            )
-        return decision
-
-    def _write_groups(self) -> list[WatchEvent]:
-        return [WatchEvent("PodGroup", t, obj) for t, obj in self.podgroups.flush()]
-
-
-def _claims_pods(group: Obj) -> bool:
-    """Whether a PodGroup's status says some of its pods run or why they wait."""
-    status = group.get("status") or {}
-    return bool(
-        status.get("running") or status.get("conditions") or status.get("phase") not in (None, "Pending")
-    )
-
-
-def _copy_pod(obj: Obj) -> Obj:
-    out = dict(obj)
-    out["metadata"] = copy.deepcopy(obj.get("metadata") or {})
-    out["spec"] = dict(obj.get("spec") or {})
-    return out
+        self.recorder.warn(obj, kind, namespace, name, reason, message)

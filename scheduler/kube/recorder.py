@@ -114,6 +114,31 @@ class EventRecorder:
             self._sent[key] = _Sent(name, message, count, now)
         return True
 
+    def warn(
+        self,
+        obj: dict[str, Any] | None,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        reason: str,
+        message: str,
+    ) -> None:
+        """A rate-limited Warning on the object a cycle's warning is about, as the watch cache has it (`obj`);
+        an object not (or no longer) cached has nothing to carry it: the warning is only logged."""
+        if obj is None:
+            log.warning("%s %s: %s", kind, f"{namespace}/{name}" if namespace else name, message)
+            return
+        ref = ObjectRef.of({"kind": kind, **obj})
+        self.record(
+            ObjectRef(
+                kind, namespace or "default", name, ref.uid, ref.api_version, cluster_scoped=not namespace
+            ),
+            reason,
+            message,
+            type_="Warning",
+            rate_limited=True,
+        )
+
     def forget(self, uid: str) -> None:
         """Drop aggregation state of an object that is gone."""
         with self._lock:

@@ -9,13 +9,16 @@ wrote), the same write is not sent again.
 
 Queue and PodGroup status is replaced whole (a JSON patch `add /status`): a merge patch would keep map keys
 the new status no longer has. A condition keeps its `lastTransitionTime` while its status stays the same.
+
+`StatusPublisher` hands each status the cycle publishes to its writer: Tessera's object when there is one,
+else the KAI Scheduler object it was translated from (`kai_compat.py`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +31,8 @@ from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.kube.binder import api_reason, finish
+from scheduler.kube.informer import Informer
+from scheduler.kube.kai_compat import KaiCompat
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -226,3 +231,45 @@ class PendingPodReporter:
     def forget(self, uid: str) -> None:
         self._in_flight.forget(uid)
         self.recorder.forget(uid)
+
+
+class StatusPublisher:
+    """The status of every Queue and PodGroup the cycle reports, and an emptied one for groups it no longer
+    reports (`publish`)."""
+
+    def __init__(
+        self, custom: client.CustomObjectsApi, queues: Informer, groups: Informer, kai: KaiCompat | None
+    ) -> None:
+        self.queues, self.groups, self.kai = queues, groups, kai
+        # The writers compare with the objects' current status in the watch caches.
+        self.queue_status = QueueStatusWriter(custom, queues.get)
+        self.group_status = PodGroupStatusWriter(custom, groups.get)
+
+    def publish(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:
+        for name, status in queues.items():
+            if self.queues.get(name) is not None:  # the implicit default queue has no object to write to
+                self.queue_status.write(name, status)
+            elif self.kai is not None:
+                self.kai.write_queue_status(name, status)
+        for key, group_status in groups.items():
+            if self.groups.get(key) is not None:
+                namespace, name = key.split("/", 1)
+                self.group_status.write(namespace, name, group_status)
+            elif self.kai is not None:
+                self.kai.write_podgroup_status(key, group_status)
+        for group in self.groups.snapshot():
+            # The cycle reports only groups with pods: one whose pods are all gone runs nothing any more.
+            meta = group.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            if key not in groups and _claims_pods(group):
+                self.group_status.write(str(meta.get("namespace")), str(meta.get("name")), PodGroupStatus())
+        if self.kai is not None:
+            self.kai.reset_idle_groups(groups)
+
+
+def _claims_pods(group: Obj) -> bool:
+    """Whether a PodGroup's status says some of its pods run or why they wait."""
+    status = group.get("status") or {}
+    return bool(
+        status.get("running") or status.get("conditions") or status.get("phase") not in (None, "Pending")
+    )

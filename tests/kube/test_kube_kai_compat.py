@@ -473,7 +473,7 @@ def test_after_each_drain_the_cycle_holds_tesseras_object_else_kais(ops: list[st
 
     def drain() -> None:
         out: list[WatchEvent] = []
-        for ev in queued:  # as KubeCluster._translate dispatches them
+        for ev in queued:  # as WatchTranslator._translate dispatches them
             if ev.kind == "Queue":
                 out.append(WatchEvent("Queue", ev.type, ev.obj))
                 kai.after_native(ev, out)

@@ -1,0 +1,258 @@
+"""Watch events into what the scheduling cycle should see.
+
+Before an informer's event reaches the cycle (`KubeCluster.drain_events`) the translator:
+- drops unbound pods of other schedulers (only pods of ours and pods holding node resources matter);
+- puts the pod in its PodGroup: the podgrouper derives the group from the pod's owners and keeps the
+  PodGroup in step with its workload (`podgrouper/reconciler.py`); a PodGroup it writes is sent ahead of
+  the pod so a gang is never seen without its minMember. Finished pods keep their group, so stale-gang
+  eviction counts a member that succeeded (a pod whose group says nothing more than the pod itself gets no
+  PodGroup object: it is its own job);
+- fills `spec.priority` from the PriorityClass when the API server left it out;
+- shows pods being bound or bound (`AsyncBinds.shown_at`) as bound (on their node, with their assignment)
+  until the watch catches up, so the cycle never sees an assumed placement undone by a stale event (which
+  would double-allocate the GPU share). A pod evicted is shown as it is: terminating (graceful deletion)
+  until it is gone; the cycle keeps it releasing meanwhile, and binds the pod it made room for only then;
+- holds a bound pod or a GPUNodeReport back until its node has reached the cycle (`NodeGate`);
+- shows a node whose bind lock someone else holds tainted (`lock_view.py`), and hides the events of our own
+  bind locks coming and going;
+- hands KAI Scheduler's kinds to `KaiCompat` (docs/kai-compat.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any, cast
+
+from scheduler.api.keys import GPU_ASSIGNMENT, KAI_POD_GROUP, POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME
+from scheduler.api.priority import PRIORITY_CLASSES
+from scheduler.cluster import Kind, WatchEvent
+from scheduler.kube.bind_pool import AsyncBinds
+from scheduler.kube.event_queue import ResourceEvent
+from scheduler.kube.kai_compat import KaiCompat
+from scheduler.kube.lock_view import NodeLockView, only_lock_changed
+from scheduler.kube.podgrouper.book import Decision
+from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
+from scheduler.kube.recorder import EventRecorder, ObjectRef
+from scheduler.kube.status import PendingPodReporter
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+FORWARDED: tuple[Kind, ...] = ("Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "Topology")
+
+
+def wakes_cycle(ev: ResourceEvent, scheduler_name: str) -> bool:
+    """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a node
+    added or gone. Not the echo of our own binds, nor node heartbeats or bind locks."""
+    if ev.kind == "Pod":
+        spec = ev.obj.get("spec") or {}
+        return ev.type == "DELETED" or (
+            spec.get("schedulerName") == scheduler_name and not spec.get("nodeName")
+        )
+    if ev.kind == "Node":  # a new node (a lock of ours changing is the binder's business, not a cycle's)
+        return ev.type != "MODIFIED"
+    return ev.kind in ("Queue", "PodGroup")
+
+
+class NodeGate:
+    """Forwards a pod's or a GPUNodeReport's event, or parks it until its node has reached the cycle: a bound
+    pod seen before its node could not be accounted on it (its GPU share would be given away twice), a
+    report before its node would be dropped (an unhealthy GPU used). Watches arrive in any order."""
+
+    def __init__(self) -> None:
+        self._known: set[str] = set()  # nodes the cycle has been given
+        self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
+        self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
+
+    def route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
+        if event.kind == "GPUNodeReport":
+            uid = f"GPUNodeReport/{(event.obj.get('metadata') or {}).get('name')}"
+            node = (event.obj.get("spec") or {}).get("node")
+        elif event.kind == "Pod":
+            uid = str((event.obj.get("metadata") or {}).get("uid", ""))
+            node = (event.obj.get("spec") or {}).get("nodeName")
+        else:
+            out.append(event)
+            return
+        earlier = self._parked_at.pop(uid, None)
+        if earlier is not None:
+            self._parked.get(earlier, {}).pop(uid, None)
+        if event.type != "DELETED" and node and node not in self._known:
+            self._parked.setdefault(node, {})[uid] = event
+            self._parked_at[uid] = node
+            return
+        out.append(event)
+
+    def node_seen(self, name: str, out: list[WatchEvent]) -> None:
+        """The cycle was given node `name` (appended to `out` already): what waited for it follows."""
+        self._known.add(name)
+        for uid, parked in self._parked.pop(name, {}).items():
+            self._parked_at.pop(uid, None)
+            out.append(parked)
+
+    def node_gone(self, name: str) -> None:
+        self._known.discard(name)
+        for uid in self._parked.pop(name, {}):
+            self._parked_at.pop(uid, None)
+
+    def reset(self) -> None:
+        """The cycle's state is rebuilt from scratch: it knows no node yet."""
+        self._known.clear()
+        self._parked.clear()
+        self._parked_at.clear()
+
+
+class WatchTranslator:
+    def __init__(
+        self,
+        *,
+        scheduler_name: str,
+        binds: AsyncBinds,
+        locks: NodeLockView,
+        pending: PendingPodReporter,
+        recorder: EventRecorder,
+        podgroups: PodGroupReconciler | None,  # None: the podgrouper is off
+        kai: KaiCompat | None,
+    ) -> None:
+        self.scheduler_name = scheduler_name
+        self.binds, self.locks, self.pending, self.recorder = binds, locks, pending, recorder
+        self.podgroups, self.kai = podgroups, kai
+        self.gate = NodeGate()
+        self._priorities: dict[str, int] = {}  # PriorityClass name -> value
+
+    def translate(self, events: list[ResourceEvent]) -> list[WatchEvent]:
+        out: list[WatchEvent] = []
+        for ev in events:
+            try:
+                self._translate(ev, out)
+            except Exception as exc:  # a malformed object must not lose the other events of this drain
+                log.warning("%s %s: %s; passed on unchanged", ev.kind, ev.key, exc)
+                if ev.kind in FORWARDED:
+                    out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+        return out
+
+    def written_podgroups(self) -> list[WatchEvent]:
+        """The PodGroups the podgrouper decided since the last call, written, as the cycle should see them."""
+        if self.podgroups is None:
+            return []
+        return [WatchEvent("PodGroup", t, obj) for t, obj in self.podgroups.flush()]
+
+    def reset(self) -> None:
+        """The cycle's state is rebuilt from scratch (`KubeCluster.replay`)."""
+        self.gate.reset()
+
+    def _translate(self, ev: ResourceEvent, out: list[WatchEvent]) -> None:
+        """One informer event into what the cycle should see (appended to `out`)."""
+        if ev.kind == "PriorityClass":
+            self._on_priority_class(ev)
+            out.append(WatchEvent("PriorityClass", ev.type, ev.obj))  # PodGroups name them too
+        elif ev.kind == "Pod":
+            for event in self._pod_events(ev):
+                self.gate.route(event, out)
+        elif ev.kind == "Node":
+            name = str((ev.obj.get("metadata") or {}).get("name"))
+            if ev.type == "DELETED":
+                self.locks.forget(name)
+                self.gate.node_gone(name)
+                out.append(WatchEvent("Node", "DELETED", ev.obj))
+            elif (
+                ev.type == "MODIFIED"
+                and only_lock_changed(ev.old, ev.obj)
+                and not self.locks.shown_tainted(name, ev.obj)
+            ):
+                pass  # our own bind lock came or went: the cycle's picture of the node is unchanged
+            else:
+                out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
+                self.gate.node_seen(name, out)
+        elif ev.kind == "GPUNodeReport" and ev.type != "DELETED":
+            # Like a bound pod, a node's report waits for its node: applied before it, it would be lost.
+            self.gate.route(WatchEvent("GPUNodeReport", ev.type, ev.obj), out)
+        elif ev.kind in FORWARDED:
+            if ev.kind == "PodGroup" and self.podgroups is not None:  # re-created if deleted, an edit undone
+                self.podgroups.podgroup_changed(ev.key, deleted=ev.type == "DELETED")
+            out.append(WatchEvent(cast(Kind, ev.kind), ev.type, ev.obj))
+            if self.kai is not None and ev.kind in ("Queue", "PodGroup"):
+                self.kai.after_native(ev, out)
+        elif self.kai is not None and ev.kind in self.kai.kinds:
+            self.kai.translate(ev, out)
+
+    def _on_priority_class(self, ev: ResourceEvent) -> None:
+        name = str(ev.obj.get("metadata", {}).get("name"))
+        if ev.type == "DELETED":
+            self._priorities.pop(name, None)
+        else:
+            try:
+                self._priorities[name] = int(ev.obj.get("value", 0))
+            except (TypeError, ValueError):
+                log.warning("PriorityClass %s has a non-integer value; ignored", name)
+
+    def _pod_events(self, ev: ResourceEvent) -> list[WatchEvent]:
+        obj = ev.obj
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        uid = str(meta.get("uid", ""))
+        if ev.type == "DELETED":
+            self.binds.forget(uid)
+            if self.podgroups is not None:
+                self.podgroups.forget(obj)
+            self.locks.pod_gone(uid)
+            self.pending.forget(uid)
+            return [WatchEvent("Pod", "DELETED", obj)]
+        bound_to = self.binds.shown_at(uid, bound=bool(spec.get("nodeName")))
+        ours = spec.get("schedulerName") == self.scheduler_name
+        if not ours and not spec.get("nodeName"):
+            return []
+        out: list[WatchEvent] = []
+        enriched: Obj | None = None
+        if bound_to is not None:  # being bound (or the watch is behind): show it where it goes
+            enriched = _copy_pod(obj)
+            enriched["spec"]["nodeName"] = bound_to[0]
+            if bound_to[1] is not None:
+                enriched["metadata"]["annotations"] = {**(enriched["metadata"].get("annotations") or {}),
+                                                       GPU_ASSIGNMENT: bound_to[1]}  # fmt: skip
+        if self.scheduler_name != SCHEDULER_NAME and (ours or spec.get("schedulerName") == SCHEDULER_NAME):
+            # The cycle knows "ours" as the built-in name: translate a configured --scheduler-name to it.
+            enriched = enriched or _copy_pod(obj)
+            enriched["spec"]["schedulerName"] = SCHEDULER_NAME if ours else f"not-{SCHEDULER_NAME}"
+        if "priority" not in spec and spec.get("priorityClassName") in self._priorities:
+            enriched = enriched or _copy_pod(obj)
+            enriched["spec"]["priority"] = self._priorities[spec["priorityClassName"]]
+        decision = self._group_of(obj) if ours and self.podgroups is not None else None
+        if decision is not None and decision.group is not None:
+            enriched = enriched or _copy_pod(obj)
+            enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = decision.group
+        elif decision is not None and (decision.queue or decision.priority_class):
+            # Its own job, whose group gives it another queue or priority class (a Deployment's replica
+            # is `inference`): the cycle sees them on the pod, no PodGroup object is needed.
+            enriched = enriched or _copy_pod(obj)
+            if decision.queue:
+                enriched["metadata"]["labels"] = {**(enriched["metadata"].get("labels") or {}),
+                                                  QUEUE_LABEL: decision.queue}  # fmt: skip
+            if decision.priority_class:
+                enriched["spec"]["priorityClassName"] = cls = decision.priority_class
+                value = self._priorities.get(cls)
+                if value is None and cls in PRIORITY_CLASSES:
+                    value = PRIORITY_CLASSES[cls].value
+                if value is not None:
+                    enriched["spec"]["priority"] = value
+        out.append(WatchEvent("Pod", ev.type, enriched or obj))
+        return out
+
+    def _group_of(self, pod: Obj) -> Decision | None:
+        """The podgrouper's decision for the pod (None: named by the user, the cycle reads it from the pod)."""
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP) or self.podgroups is None:
+            return None
+        decision = self.podgroups.observe(pod)
+        for warning in decision.warnings:
+            self.recorder.record(
+                ObjectRef.of(pod), "PodGrouperWarning", warning, type_="Warning", rate_limited=True
+            )
+        return decision
+
+
+def _copy_pod(obj: Obj) -> Obj:
+    out = dict(obj)
+    out["metadata"] = copy.deepcopy(obj.get("metadata") or {})
+    out["spec"] = dict(obj.get("spec") or {})
+    return out
