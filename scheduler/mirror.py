@@ -3,7 +3,8 @@
 Nodes live in the `ClusterState` arrays; pods, queues and pod groups in dicts. A pod holding resources is
 accounted in the ledger exactly once: from its `tessera.dev/gpu-assignment` when it has one (ours, so a
 restarted scheduler rebuilds the same picture), else whole GPUs taken on its node's free slots (pods of
-other schedulers, NVIDIA's device plugin). Every pod change is told to the job index.
+other schedulers, NVIDIA's device plugin). Every pod change is told to the job index; the echo of our own
+bind is applied in place (`bind_echo.py`).
 
 Each watch event is handled on its own (containment boundary 1, see `scheduler/containment.py`): an
 object that cannot be used is marked and reported, never allowed to stop the events after it. Nodes change
@@ -22,10 +23,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.accounting import Unaccountable, from_assignment, from_request
-from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.api.topology import Topology
+from scheduler.bind_echo import bind_echo
 from scheduler.cluster import WatchEvent
 from scheduler.containment import failure, invalid_pod, one_line
 from scheduler.error_log import ErrorLog, Problems
@@ -33,8 +34,8 @@ from scheduler.gpu_identity import GPUIdentities
 from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
-from scheduler.model import Placement, PodInfo, PodPhase
-from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue, started_s
+from scheduler.model import Placement, PodInfo
+from scheduler.objects import InvalidObject, parse_node, parse_pod
 from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
@@ -233,7 +234,8 @@ class ClusterMirror:
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:
-        if self._bind_echo(ev):
+        if (echoed := bind_echo(ev, self.pods, self.ledger)) is not None:
+            self.index.touch(job_key(echoed))  # its job's pods changed phase (see bind_echo.py)
             return
         self._take_pod(ev, parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib()))
 
@@ -292,38 +294,6 @@ class ClusterMirror:
         return replace(
             pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error
         )
-
-    def _bind_echo(self, ev: WatchEvent) -> bool:
-        """The API's answer to our own bind (same pod, on the node we chose, now Running): update the phase
-        in place instead of parsing the whole pod again. Anything else that changed takes the full path."""
-        if ev.type != "MODIFIED":
-            return False
-        meta = ev.obj.get("metadata") or {}
-        uid = str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
-        old = self.pods.get(uid)
-        if (
-            old is None
-            or old.phase != PodPhase.BOUND
-            or uid not in self.ledger
-            or meta.get("deletionTimestamp")
-        ):
-            return False
-        phase = str((ev.obj.get("status") or {}).get("phase") or "Pending")
-        if (ev.obj.get("spec") or {}).get("nodeName") != old.node or phase not in ("Pending", "Running"):
-            return False
-        raw_annotations, raw_labels = meta.get("annotations") or {}, meta.get("labels") or {}
-        if not isinstance(raw_annotations, Mapping) or not isinstance(raw_labels, Mapping):
-            return False  # malformed: the full path reports it and keeps what the pod holds
-        annotations = {str(k): str(v) for k, v in raw_annotations.items()}
-        if _without_assignment(annotations) != _without_assignment(old.annotations):
-            return False
-        if pod_queue({str(k): str(v) for k, v in raw_labels.items()}) != old.queue:
-            return False
-        old.phase = PodPhase.RUNNING if phase == "Running" else PodPhase.BOUND
-        old.started_s = started_s(ev.obj)
-        old.annotations = annotations
-        self.index.touch(job_key(old))
-        return True
 
     def forget_pod(self, uid: str) -> None:
         for waiting in self.awaiting_node.values():
@@ -423,10 +393,6 @@ class ClusterMirror:
             self.errors.add(f"pod {pod.key}: {exc}")
             return
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
-
-
-def _without_assignment(annotations: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in annotations.items() if k != GPU_ASSIGNMENT}
 
 
 def _annotations_readable(obj: Any) -> bool:
