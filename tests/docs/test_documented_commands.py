@@ -171,6 +171,7 @@ def test_options_of_slow_and_cluster_commands_parse(c: Command) -> None:
 
 
 @pytest.mark.skipif(not SLOW, reason="slow documented commands run with TESSERA_DOCS_SLOW=1")
+@pytest.mark.timeout(3600)  # the suite's 300 s would stop a replay with --consolidate on a busy machine
 @pytest.mark.parametrize("c", _unique("slow"), ids=lambda c: c.where)
 def test_slow_commands_run(c: Command, workdir: Path) -> None:
     done = shell(c.text, workdir, timeout=3600)
