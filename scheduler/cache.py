@@ -63,15 +63,15 @@ class Cache:
 
     @property
     def queues(self) -> dict[str, Queue]:
-        return self.mirror.queues
+        return self.mirror.specs.queues
 
     @property
     def podgroups(self) -> dict[str, PodGroup]:
-        return self.mirror.podgroups
+        return self.mirror.specs.podgroups
 
     @property
     def topologies(self) -> dict[str, Topology]:
-        return self.mirror.topologies
+        return self.mirror.specs.topologies
 
     @property
     def errors(self) -> list[str]:

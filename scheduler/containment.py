@@ -59,6 +59,13 @@ def one_line(exc: BaseException) -> str:
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
 
 
+def object_name(obj: Any) -> str:
+    """The name of an object that may be malformed, to report it by ("?" when it has none)."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return str(name)[:253] if name else "?"
+
+
 def failure(exc: BaseException) -> str:
     """An unexpected failure as one line that names its kind (a bug, not the user's input)."""
     return f"{type(exc).__name__}: {one_line(exc)}"

@@ -1,9 +1,11 @@
 """The scheduler's mirror of the cluster, kept current from watch events.
 
-Nodes live in the `ClusterState` arrays; pods, queues and pod groups in dicts. A pod holding resources is
-accounted in the ledger exactly once: from its `tessera.dev/gpu-assignment` when it has one (ours, so a
-restarted scheduler rebuilds the same picture), else whole GPUs taken on its node's free slots (pods of
-other schedulers, NVIDIA's device plugin). Every pod change is told to the job index.
+Nodes live in the `ClusterState` arrays, pods in a dict; queues, pod groups, topologies and priority
+classes in `SchedulingSpecs` (`scheduling_specs.py`). A pod holding resources is accounted in the ledger
+exactly once: from its `tessera.dev/gpu-assignment` when it has one (ours, so a restarted scheduler
+rebuilds the same picture), else whole GPUs taken on its node's free slots (pods of other schedulers,
+NVIDIA's device plugin). Every pod change is told to the job index; the echo of our own bind is applied
+in place (`bind_echo.py`).
 
 Each watch event is handled on its own (containment boundary 1, see `scheduler/containment.py`): an
 object that cannot be used is marked and reported, never allowed to stop the events after it. Nodes change
@@ -22,19 +24,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.accounting import Unaccountable, from_assignment, from_request
-from scheduler.api.keys import GPU_ASSIGNMENT
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import Queue
-from scheduler.api.topology import Topology
+from scheduler.bind_echo import bind_echo
 from scheduler.cluster import WatchEvent
-from scheduler.containment import failure, invalid_pod, one_line
+from scheduler.containment import failure, invalid_pod, object_name, one_line
 from scheduler.error_log import ErrorLog, Problems
 from scheduler.gpu_identity import GPUIdentities
 from scheduler.job_index import JobIndex
 from scheduler.jobs import job_key
 from scheduler.ledger import Ledger
-from scheduler.model import Placement, PodInfo, PodPhase
-from scheduler.objects import InvalidObject, parse_node, parse_pod, pod_queue, started_s
+from scheduler.model import Placement, PodInfo
+from scheduler.objects import InvalidObject, parse_node, parse_pod
+from scheduler.scheduling_specs import SPEC_KINDS, SchedulingSpecs
 from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
@@ -43,25 +43,17 @@ log = logging.getLogger(__name__)
 _EXPECTED = (InvalidObject, ValidationError, ValueError)  # bad input; anything else is a bug of ours
 
 
-def _name(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    return str(name)[:253] if name else "?"
-
-
 class ClusterMirror:
     def __init__(self, ledger: Ledger, errors: ErrorLog) -> None:
         self.ledger = ledger
         self.state = ledger.state
         self.errors = errors
         self.pods: dict[str, PodInfo] = {}  # by uid
-        self.queues: dict[str, Queue] = {}
-        self.podgroups: dict[str, PodGroup] = {}  # namespace/name
         self.problems = Problems()
-        self.topologies: dict[str, Topology] = {}  # their levels are columns of the state's `domain`
-        self.priority_classes: dict[str, int] = {}  # the cluster's PriorityClasses: name -> value
+        # Queues, PodGroups, Topologies and PriorityClasses: scheduling_specs.py keeps them.
+        self.specs = specs = SchedulingSpecs(self.state, self.problems)
         self.index = JobIndex(
-            ledger, self.podgroups, self.queues, self.problems.podgroups, self.priority_classes
+            ledger, specs.podgroups, specs.queues, self.problems.podgroups, specs.priority_classes
         )
         # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
         self.gpu_identities = GPUIdentities()
@@ -83,16 +75,10 @@ class ClusterMirror:
                     self._on_pod(ev)
                 elif ev.kind == "Node":
                     self._on_node(ev)
-                elif ev.kind == "Queue":
-                    self._on_queue(ev)
-                elif ev.kind == "PodGroup":
-                    self._on_podgroup(ev)
                 elif ev.kind == "GPUNodeReport":
                     self._on_gpunodereport(ev)
-                elif ev.kind == "PriorityClass":
-                    self._on_priority_class(ev)
-                elif ev.kind == "Topology":
-                    self._on_topology(ev)
+                elif ev.kind in SPEC_KINDS:
+                    self.specs.apply(ev, self.index)
             except Exception as exc:  # one object, whatever went wrong with it: see scheduler/containment.py
                 self._unusable(ev, exc)
         try:
@@ -108,7 +94,7 @@ class ClusterMirror:
     def _unusable(self, ev: WatchEvent, exc: Exception) -> None:
         """Mark the object of `ev`, which could not be handled: an invalid pod, a node that takes no pod,
         an invalid queue or pod group; a report is only logged."""
-        name = _name(ev.obj)
+        name = object_name(ev.obj)
         if isinstance(exc, _EXPECTED):
             reason = one_line(exc)
             log.warning("%s %s cannot be used: %s", ev.kind, name, reason)
@@ -121,15 +107,8 @@ class ClusterMirror:
                 self._invalid_pod(ev, reason)
             elif ev.kind == "Node" and ev.type != "DELETED":
                 self._unusable_node(name, reason)
-            elif ev.kind == "Queue" and ev.type != "DELETED":
-                self.problems.queues[name] = f"queue {name} is invalid: {reason}"
-                self.index.touch_queue(name)  # its pods are told why (or keep their last valid spec)
-            elif ev.kind == "PodGroup" and ev.type != "DELETED":
-                meta = ev.obj.get("metadata") if isinstance(ev.obj, Mapping) else None
-                ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-                key = f"{ns if isinstance(ns, str) and ns else 'default'}/{name}"
-                self.problems.podgroups[key] = f"PodGroup {key} is invalid: {reason}"
-                self.index.touch(key)
+            elif ev.kind in SPEC_KINDS:
+                self.specs.unusable(ev, name, reason, self.index)
         except Exception:
             log.exception("marking %s %s as unusable failed", ev.kind, name)
 
@@ -150,7 +129,7 @@ class ClusterMirror:
 
     # ----------------------------------------------------------------------------------------- nodes
     def _on_node(self, ev: WatchEvent) -> None:
-        name = _name(ev.obj)
+        name = object_name(ev.obj)
         if ev.type == "DELETED":
             self._node_deleted(name)
             return
@@ -233,7 +212,8 @@ class ClusterMirror:
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:
-        if self._bind_echo(ev):
+        if (echoed := bind_echo(ev, self.pods, self.ledger)) is not None:
+            self.index.touch(job_key(echoed))  # its job's pods changed phase (see bind_echo.py)
             return
         self._take_pod(ev, parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib()))
 
@@ -293,38 +273,6 @@ class ClusterMirror:
             pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error
         )
 
-    def _bind_echo(self, ev: WatchEvent) -> bool:
-        """The API's answer to our own bind (same pod, on the node we chose, now Running): update the phase
-        in place instead of parsing the whole pod again. Anything else that changed takes the full path."""
-        if ev.type != "MODIFIED":
-            return False
-        meta = ev.obj.get("metadata") or {}
-        uid = str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
-        old = self.pods.get(uid)
-        if (
-            old is None
-            or old.phase != PodPhase.BOUND
-            or uid not in self.ledger
-            or meta.get("deletionTimestamp")
-        ):
-            return False
-        phase = str((ev.obj.get("status") or {}).get("phase") or "Pending")
-        if (ev.obj.get("spec") or {}).get("nodeName") != old.node or phase not in ("Pending", "Running"):
-            return False
-        raw_annotations, raw_labels = meta.get("annotations") or {}, meta.get("labels") or {}
-        if not isinstance(raw_annotations, Mapping) or not isinstance(raw_labels, Mapping):
-            return False  # malformed: the full path reports it and keeps what the pod holds
-        annotations = {str(k): str(v) for k, v in raw_annotations.items()}
-        if _without_assignment(annotations) != _without_assignment(old.annotations):
-            return False
-        if pod_queue({str(k): str(v) for k, v in raw_labels.items()}) != old.queue:
-            return False
-        old.phase = PodPhase.RUNNING if phase == "Running" else PodPhase.BOUND
-        old.started_s = started_s(ev.obj)
-        old.annotations = annotations
-        self.index.touch(job_key(old))
-        return True
-
     def forget_pod(self, uid: str) -> None:
         for waiting in self.awaiting_node.values():
             waiting.discard(uid)
@@ -332,57 +280,6 @@ class ClusterMirror:
         if old is not None:
             self.index.unindex(old)
         self.ledger.release(uid)
-
-    # ------------------------------------------------------------------------------ queues and groups
-    def _on_queue(self, ev: WatchEvent) -> None:
-        """A Queue that fails validation is reported (`problems.queues`) and keeps its last valid spec, if
-        it had one: its running pods stay charged to it, and its pods stay schedulable as they were."""
-        if ev.type == "DELETED":
-            name = _name(ev.obj)
-            self.queues.pop(name, None)
-            self.problems.queues.pop(name, None)
-            self.index.touch_queue(name)  # its running pods are charged to `default` from now on
-            return
-        q = Queue.model_validate(ev.obj)
-        self.queues[q.name] = q
-        self.problems.queues.pop(q.name, None)
-        self.index.touch_queue(q.name)
-
-    def _on_topology(self, ev: WatchEvent) -> None:
-        if ev.type == "DELETED":
-            name = str((ev.obj.get("metadata") or {}).get("name", ""))
-            self.topologies.pop(name, None)
-        else:
-            t = Topology.model_validate(ev.obj)
-            self.topologies[t.name] = t
-        self.state.set_topologies({name: t.label_keys for name, t in self.topologies.items()})
-
-    def _on_podgroup(self, ev: WatchEvent) -> None:
-        """Like queues: an invalid PodGroup update keeps the last valid one; a new invalid one leaves its
-        pods out of scheduling, told why (`JobIndex`)."""
-        if ev.type == "DELETED":
-            meta = ev.obj.get("metadata") or {}
-            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-            self.podgroups.pop(key, None)
-            self.problems.podgroups.pop(key, None)
-            self.index.touch(key)
-            return
-        g = PodGroup.model_validate(ev.obj)
-        key = f"{g.metadata.namespace or 'default'}/{g.metadata.name}"
-        self.index.touch(key)
-        self.podgroups[key] = g
-        self.problems.podgroups.pop(key, None)
-
-    def _on_priority_class(self, ev: WatchEvent) -> None:
-        name = str((ev.obj.get("metadata") or {}).get("name", ""))
-        value = ev.obj.get("value")
-        if ev.type == "DELETED":
-            self.priority_classes.pop(name, None)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            self.priority_classes[name] = value
-        else:
-            raise ValueError(f"value {value!r} is not an integer")
-        self.index.touch_all()  # a PodGroup naming it may now have another priority
 
     # ------------------------------------------------------------------------------------ accounting
     def max_gpu_memory_mib(self) -> int | None:
@@ -423,10 +320,6 @@ class ClusterMirror:
             self.errors.add(f"pod {pod.key}: {exc}")
             return
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
-
-
-def _without_assignment(annotations: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in annotations.items() if k != GPU_ASSIGNMENT}
 
 
 def _annotations_readable(obj: Any) -> bool:

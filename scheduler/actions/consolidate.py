@@ -22,7 +22,8 @@ from typing import Any
 from scheduler.actions.allocate import admissible
 from scheduler.actions.domain_consolidation import DomainConsolidation
 from scheduler.actions.ordering import jobs_in_order
-from scheduler.actions.victims import RowFit, Victim, candidates, evict
+from scheduler.actions.row_fit import RowFit
+from scheduler.actions.victims import Victim, candidates, evict
 from scheduler.actions.views import capacity_blocked, label, place_now, static_rows, waiting_jobs
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.budget import Meter

@@ -13,7 +13,8 @@ from functools import partial
 
 from scheduler.actions import min_runtime
 from scheduler.actions.ordering import jobs_in_order
-from scheduler.actions.victims import Victim, VictimSearch, candidates
+from scheduler.actions.victim_search import VictimSearch
+from scheduler.actions.victims import Victim, candidates
 from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
 from scheduler.cluster import Cluster
 from scheduler.jobs import Job

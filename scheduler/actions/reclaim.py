@@ -26,7 +26,8 @@ from scheduler.actions.queue_checks import (
     reclaimable,
     victim_candidate,
 )
-from scheduler.actions.victims import Victim, VictimSearch, candidates, victim_order
+from scheduler.actions.victim_search import VictimSearch
+from scheduler.actions.victims import Victim, candidates, victim_order
 from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
 from scheduler.budget import Meter
 from scheduler.cluster import Cluster

@@ -35,11 +35,11 @@ from scheduler.api.keys import API_VERSION, KAI_GROUP, KAI_PODGROUP_VERSION, KAI
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.cluster import WatchEvent
+from scheduler.containment import one_line
 from scheduler.kube.binder import api_reason
 from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.informer import Informer, WatchTarget, slim
 from scheduler.kube.recorder import EventRecorder, ObjectRef
-from scheduler.mirror import one_line
 from scheduler.webhook.admission import QueueKind, QueueLookup
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,90 @@
+"""Whether one pod fits on a node once some victims are gone, by arithmetic on that node's row.
+
+A victim search asks this for many sets of victims per node (`victim_search.py`, `consolidate.py`): the
+node's free capacity and the pod's need per GPU are read from the arrays once (`RowFit.of`), and each set
+is judged by adding what it frees (`freed_on`) without evicting or scoring anything. Only the plan chosen
+is tried for real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.actions.victims import Victim
+from scheduler.ledger import Holding
+from scheduler.placement.filters import gpu_need
+from scheduler.session import Session
+from scheduler.state.demand import PodDemand
+
+Freed = tuple[dict[int, tuple[int, int]], int, int]  # per GPU slot (milli, MiB); CPU milli; memory MiB
+
+
+@dataclass
+class RowFit:
+    """One node's free capacity, to tell by arithmetic whether a pod fits once some victims are gone."""
+
+    ok: bool
+    free_milli: list[int]
+    free_mib: list[int]
+    usable: list[bool]
+    need_milli: list[int]
+    need_mib: list[int]
+    cpu: int
+    mem: int
+
+    @classmethod
+    def of(cls, session: Session, d: PodDemand, row: int, static: Any) -> RowFit:
+        """Row `row` now; `static`: bool[N] nodes that could host the pod if they were empty."""
+        s, xp = session.state, session.xp
+        exclude = session.excluded(d)
+        ok = bool(static[row]) and (exclude is None or not bool(exclude[row]))
+        milli, mib = gpu_need(s.take_rows([row]), d)
+        free_mib = xp.minimum(s.free_mib[row, :], s.report_free_mib[row, :])
+        return cls(
+            ok=ok,
+            free_milli=[int(x) for x in s.host(s.free_milli[row, :])],
+            free_mib=[int(x) for x in s.host(free_mib)],
+            usable=[bool(x) for x in s.host(s.present[row, :] & s.healthy[row, :])],
+            need_milli=[int(x) for x in s.host(milli[0, :])],
+            need_mib=[int(x) for x in s.host(mib[0, :])],
+            cpu=int(s.free_cpu[row]),
+            mem=int(s.free_mem[row]),
+        )
+
+    def fits(self, d: PodDemand, freed: dict[int, tuple[int, int]], cpu: int, mem: int) -> bool:
+        if not self.ok or self.cpu + cpu < d.cpu_milli or self.mem + mem < d.memory_mib:
+            return False
+        if not d.uses_gpu:
+            return True
+        gpus = 0
+        for j, usable in enumerate(self.usable):
+            if not usable:
+                continue
+            milli, mib = freed.get(j, (0, 0))
+            if (
+                self.free_milli[j] + milli >= self.need_milli[j]
+                and self.free_mib[j] + mib >= self.need_mib[j]
+            ):
+                gpus += 1
+        return gpus >= d.num_gpus
+
+
+def freed_on(held: Mapping[str, Holding], row: int, victims: list[Victim]) -> Freed:
+    """What the victims' pods on `row` free there (a pod shared by two units, an elastic member and its
+    whole gang, counted once); `held`: the ledger's holdings by pod uid."""
+    freed: dict[int, tuple[int, int]] = {}
+    cpu = mem = 0
+    seen: set[str] = set()
+    for v in victims:
+        for p in v.pods:
+            pl = held[p.uid].placement
+            if pl.node != row or p.uid in seen:
+                continue
+            seen.add(p.uid)
+            cpu, mem = cpu + pl.cpu_milli, mem + pl.memory_mib
+            for g in pl.gpus:
+                m, b = freed.get(g.slot, (0, 0))
+                freed[g.slot] = (m + g.milli, b + g.mib)
+    return freed, cpu, mem
