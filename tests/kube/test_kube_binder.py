@@ -80,15 +80,21 @@ def test_bind_without_lock_is_one_request_carrying_the_assignment(
 
 
 def _settled_meta(scene: Scene, name: str) -> dict[str, Any]:
-    """The node's metadata once the controllers' first write to a new node (the TTL controller's
-    annotation) has landed: a copy read before it is stale by the time the binder patches, as a watch cache
-    can be, which `test_a_stale_cached_node_is_read_again` covers; here the cache is meant current."""
+    """The node's metadata once the controllers' first writes to a new node (the TTL controller's
+    annotation among them) have landed and it has stayed unchanged for a second: a copy read before them is stale by the time the binder patches, as a watch cache can be,
+    which `test_a_stale_cached_node_is_read_again` covers; here the cache is meant current. (Under load a
+    controller wrote the node after the TTL annotation, and the lock PATCH got a 422.)"""
     deadline = time.monotonic() + 20
-    while True:
-        meta: dict[str, Any] = scene.node_obj(name)["metadata"]
-        if TTL_ANNOTATION in (meta.get("annotations") or {}) or time.monotonic() > deadline:
-            return meta
-        time.sleep(0.05)
+    meta: dict[str, Any] = scene.node_obj(name)["metadata"]
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now: dict[str, Any] = scene.node_obj(name)["metadata"]
+        if now.get("resourceVersion") != meta.get("resourceVersion"):
+            meta, since = now, time.monotonic()
+        elif TTL_ANNOTATION in (meta.get("annotations") or {}) and time.monotonic() - since >= 1.0:
+            break
+    return meta
 
 
 def test_bind_with_lock_takes_it_from_the_cached_node_then_binds(
