@@ -81,8 +81,9 @@ def test_bind_without_lock_is_one_request_carrying_the_assignment(
 
 def _settled_meta(scene: Scene, name: str) -> dict[str, Any]:
     """The node's metadata once the controllers' first writes to a new node (the TTL controller's
-    annotation among them) have landed and it has stayed unchanged for a second: a copy read before them is stale by the time the binder patches, as a watch cache can be,
-    which `test_a_stale_cached_node_is_read_again` covers; here the cache is meant current. (Under load a
+    annotation among them) have landed and it has stayed unchanged for a second: a copy read before them
+    is stale by the time the binder patches, as a watch cache can be, which
+    `test_a_stale_cached_node_is_read_again` covers; here the cache is meant current. (Under load a
     controller wrote the node after the TTL annotation, and the lock PATCH got a 422.)"""
     deadline = time.monotonic() + 20
     meta: dict[str, Any] = scene.node_obj(name)["metadata"]
