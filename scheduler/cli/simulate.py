@@ -36,7 +36,8 @@ def _fmt(res: dict[str, float], key: str = "gpu") -> str:
 def print_summary(console: Console, s: dict[str, Any]) -> None:
     g = s["gpus"]
     console.print(
-        f"[bold]Tessera simulation[/]: {s['sim_time_s']:.0f} s simulated in {s['wall_s']:.2f} s wall "
+        f"[bold]Tessera simulation[/] (placement {s['policy']}): {s['sim_time_s']:.0f} s simulated in "
+        f"{s['wall_s']:.2f} s wall "
         f"({s['cycles']} cycles, {s['placements']} placements, {s['placements_per_s']} placements/s)"
     )
     console.print(

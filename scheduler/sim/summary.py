@@ -62,6 +62,7 @@ def summarize(sim: SimCluster, scheduler: Scheduler, result: SimResult) -> dict[
         })  # fmt: skip
     cycles = sorted(result.cycle_s) or [0.0]
     return {
+        "policy": scheduler.config.policy,
         "sim_time_s": round(result.end_s, 1),
         "wall_s": round(result.wall_s, 3),
         "cycles": result.cycles,

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli.main import app
+from scheduler.placement.registry import DEFAULT_POLICY
 from scheduler.sim.duration import parse_duration
 
 runner = CliRunner()
@@ -52,6 +53,7 @@ def test_builtin_demo_json():
     result = runner.invoke(app, ["simulate", "--until", "10m", "-o", "json"])
     assert result.exit_code == 0, result.output
     s = json.loads(result.stdout)
+    assert s["policy"] == DEFAULT_POLICY == "wastefit"  # the best on the published traces is the default
     assert s["gpus"]["capacity"] == 352
     assert 0 < s["gpus"]["allocated"] <= 352 and s["gpus"]["allocated_pct"] > 20
     assert {q["name"] for q in s["queues"]} >= {
@@ -84,6 +86,7 @@ def test_builtin_demo_table_is_readable():
     result = runner.invoke(app, ["simulate", "--until", "5m"])
     assert result.exit_code == 0, result.output
     assert "GPUs allocated" in result.output and "Queues (GPUs)" in result.output
+    assert "(placement wastefit)" in result.output
 
 
 def test_user_manifests(tmp_path):
