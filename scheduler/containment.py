@@ -33,9 +33,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.api.gpu_request import GPURequest
-from scheduler.api.keys import DEFAULT_QUEUE, KAI_POD_GROUP, POD_GROUP, SCHEDULER_NAME
+from scheduler.api.keys import DEFAULT_QUEUE, SCHEDULER_NAME
 from scheduler.jobs import Job, job_key
 from scheduler.model import PodInfo, PodPhase
+from scheduler.objects import pod_group
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,6 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         else {}
     )
     uid = meta.get("uid") if isinstance(meta.get("uid"), str) and meta.get("uid") else None
-    group = kept.get(POD_GROUP) or kept.get(KAI_POD_GROUP)
     return PodInfo(
         uid=uid or f"{namespace}/{meta['name']}",
         namespace=namespace,
@@ -162,6 +162,6 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         ours=spec.get("schedulerName") == SCHEDULER_NAME,
         error=reason,
         annotations=kept,
-        group=f"{namespace}/{group}" if group else None,
+        group=pod_group(namespace, kept),
         terminating=bool(meta.get("deletionTimestamp")),
     )

@@ -277,6 +277,17 @@ def pod_queue(labels: Mapping[str, str]) -> str:
     return labels.get(QUEUE_LABEL) or labels.get(KAI_QUEUE_LABEL) or DEFAULT_QUEUE
 
 
+def pod_group_name(annotations: Mapping[str, Any]) -> str | None:
+    """The PodGroup a pod names by annotation, Tessera's before KAI's; None: none."""
+    return annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP) or None
+
+
+def pod_group(namespace: str, annotations: Mapping[str, str]) -> str | None:
+    """`pod_group_name` as the job key (namespace/name)."""
+    name = pod_group_name(annotations)
+    return f"{namespace}/{name}" if name else None
+
+
 _NO_GPU = GPURequest()  # immutable: shared by every pod that asks for no GPU (or whose request is invalid)
 
 
@@ -357,7 +368,6 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         )
         for t in _items(spec.get("tolerations"), "spec.tolerations")
     )
-    group_name = annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP)
     return PodInfo(
         uid=str(meta.get("uid") or f"{namespace}/{name}"),
         namespace=namespace,
@@ -371,7 +381,7 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         node_selector=selector,
         tolerations=tolerations,
         gpu_models=models,
-        group=f"{namespace}/{group_name}" if group_name else None,
+        group=pod_group(namespace, annotations),
         created_s=_created_s(meta),
         started_s=started_s(obj),
         phase=_phase(obj),

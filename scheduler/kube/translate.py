@@ -24,7 +24,7 @@ import copy
 import logging
 from typing import Any, cast
 
-from scheduler.api.keys import GPU_ASSIGNMENT, KAI_POD_GROUP, POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME
+from scheduler.api.keys import GPU_ASSIGNMENT, POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.cluster import Kind, WatchEvent
 from scheduler.kube.bind_pool import AsyncBinds
@@ -35,6 +35,7 @@ from scheduler.kube.podgrouper.book import Decision
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.kube.status import PendingPodReporter
+from scheduler.objects import pod_group_name
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ class WatchTranslator:
     def _group_of(self, pod: Obj) -> Decision | None:
         """The podgrouper's decision for the pod (None: named by the user, the cycle reads it from the pod)."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        if annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP) or self.podgroups is None:
+        if pod_group_name(annotations) or self.podgroups is None:
             return None
         decision = self.podgroups.observe(pod)
         for warning in decision.warnings:
