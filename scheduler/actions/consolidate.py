@@ -22,7 +22,7 @@ from typing import Any
 from scheduler.actions.allocate import admissible
 from scheduler.actions.domain_consolidation import DomainConsolidation
 from scheduler.actions.ordering import jobs_in_order
-from scheduler.actions.row_fit import RowFit
+from scheduler.actions.row_fit import RowFit, freed_on
 from scheduler.actions.victims import Victim, candidates, evict
 from scheduler.actions.views import capacity_blocked, label, place_now, static_rows, waiting_jobs
 from scheduler.api.keys import MILLI_PER_GPU
@@ -169,7 +169,7 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo, meter:
     for r in by_node:
         if bool(static[r]):
             fit = RowFit.of(session, d, r, static)
-            if fit.fits(d, *_freed(ledger, by_node[r])):
+            if fit.fits(d, *freed_on(ledger.pods, r, by_node[r])):
                 fits[r] = fit
     order = sorted(fits, key=lambda r: (-sum(s.node_gpu_row(r)), r))[:MAX_ROWS]
     best: Plan | None = None
@@ -192,20 +192,6 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo, meter:
     return True
 
 
-def _freed(
-    ledger: Ledger, victims: list[Victim] | tuple[Victim, ...]
-) -> tuple[dict[int, tuple[int, int]], int, int]:
-    freed: dict[int, tuple[int, int]] = {}
-    cpu = mem = 0
-    for v in victims:
-        pl = _held(ledger, v)
-        cpu, mem = cpu + pl.cpu_milli, mem + pl.memory_mib
-        for g in pl.gpus:
-            m, b = freed.get(g.slot, (0, 0))
-            freed[g.slot] = (m + g.milli, b + g.mib)
-    return freed, cpu, mem
-
-
 def _plan_on(
     session: Session, tx: Transaction, job: Job, pod: PodInfo, row: int, fit: RowFit,
     units: list[Victim], meter: Meter, best: Plan | None,
@@ -221,7 +207,7 @@ def _plan_on(
         for group in combinations(units, size):  # the most expendable sets of this size first
             if meter.exhausted or tried >= MAX_SETS_PER_ROW:
                 return None
-            if not fit.fits(d, *_freed(ledger, group)):  # arithmetic: no trial, no work spent
+            if not fit.fits(d, *freed_on(ledger.pods, row, list(group))):  # arithmetic: no trial, no work
                 continue
             tried += 1
             meter.spend()
