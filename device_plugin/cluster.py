@@ -17,6 +17,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED
+from scheduler.api.meta import json_pointer
 
 JSON_PATCH = "application/json-patch+json"
 
@@ -89,11 +90,6 @@ class PodCluster(Protocol):
     def release_bind_lock(self, node: str, raw: str) -> bool:
         """Remove the node's lock only if it still has the value `raw`; False if it changed meanwhile."""
         ...
-
-
-def _pointer(key: str) -> str:
-    # RFC 6901: "~" -> "~0", "/" -> "~1".
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _one_line(exc: ApiException) -> str:
@@ -187,7 +183,7 @@ class KubePodCluster:
         ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": pod.uid}]
         if pod.annotations:
             ops.append(
-                {"op": "add", "path": f"/metadata/annotations/{_pointer(GPU_ALLOCATED)}", "value": when}
+                {"op": "add", "path": f"/metadata/annotations/{json_pointer(GPU_ALLOCATED)}", "value": when}
             )
         else:
             ops.append({"op": "add", "path": "/metadata/annotations", "value": {GPU_ALLOCATED: when}})
@@ -195,6 +191,6 @@ class KubePodCluster:
             raise ClusterError(f"pod {pod.namespace}/{pod.name} was deleted or replaced while allocating")
 
     def release_bind_lock(self, node: str, raw: str) -> bool:
-        path = f"/metadata/annotations/{_pointer(BIND_LOCK)}"
+        path = f"/metadata/annotations/{json_pointer(BIND_LOCK)}"
         ops = [{"op": "test", "path": path, "value": raw}, {"op": "remove", "path": path}]
         return self._json_patch(self._api.patch_node, ops, node)

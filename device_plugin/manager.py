@@ -56,7 +56,6 @@ class DevicePluginManager:
         self._failures = 0
         self._retry_at = 0.0
         self.registrations = 0  # successful Register calls
-        self._done = threading.Event()
 
     def request_stop(self) -> None:
         self._stopping.set()
@@ -78,9 +77,6 @@ class DevicePluginManager:
                 self._stopping.wait(self.config.watch_interval_s)
         finally:
             self._shutdown()
-
-    def wait_stopped(self, timeout_s: float) -> bool:
-        return self._done.wait(timeout_s)
 
     def _tick(self) -> None:
         for ep in self.endpoints:
@@ -132,4 +128,3 @@ class DevicePluginManager:
             self._backend.close()
         except Exception as exc:
             log.error("closing NVML failed: %s", exc)
-        self._done.set()

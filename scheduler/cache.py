@@ -1,4 +1,4 @@
-"""What the scheduler keeps between cycles, in three parts (see docs/architecture.md):
+"""What the scheduler keeps between cycles, in four parts (see docs/architecture.md):
 
 - `ledger` (`scheduler/ledger.py`): who holds what: the cluster arrays, the pods' and reserved places,
   charged to queues through usage listeners;

@@ -177,10 +177,6 @@ class Ledger:
         self._swap(self.pods, uid, replace(old, kind=HoldKind.BOUND))
         return True
 
-    def is_assumed(self, uid: str) -> bool:
-        held = self.pods.get(uid)
-        return held is not None and held.kind is HoldKind.ASSUMED
-
     def start_releasing(self, uid: str) -> Holding | None:
         """Pod `uid` was evicted (or is being deleted): its place leaves the plan, the pod stays on its GPU
         until it is gone (`release`). Returns what it held."""

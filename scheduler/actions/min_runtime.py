@@ -81,11 +81,3 @@ def split(
         return free, None
     session.retry_by(first.until)
     return free, Protection(count, first.until, first.first, first.min_runtime_s, first.started_s)
-
-
-def protected_until_s(session: Session, victim: Victim, min_runtime_s: float) -> float | None:
-    """Unix time `victim` stops being protected (None: it may go now); for the dashboard and tests."""
-    if victim.elastic:
-        return None
-    now = session.epoch_s
-    return protected_until(job_started_s(victim.pods, now), min_runtime_s, now)

@@ -13,7 +13,6 @@ from scheduler.model import PodInfo
 from scheduler.placement.filters import gpu_need, node_checks
 from scheduler.placement.policy import Array
 from scheduler.reasons import MAKING_ROOM_HELPS, Reason, Wait
-from scheduler.resources import Resources, pod_request
 from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
 from scheduler.state.node_arrays import NodeArrays
@@ -50,13 +49,6 @@ def place_now(session: Session, job: Job) -> int:
     """How many members to place together now: minMember's worth, else one (an elastic gang grows one member
     at a time, as in `allocate`)."""
     return max(need_now(session, job), 1)
-
-
-def request_of(pods: list[PodInfo]) -> Resources:
-    total = Resources()
-    for p in pods:
-        total = total + pod_request(p)
-    return total
 
 
 def empty_capacity(state: NodeArrays, d: PodDemand) -> Array:

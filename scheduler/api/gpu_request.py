@@ -48,10 +48,6 @@ class GPURequest(BaseModel):
     def is_fractional(self) -> bool:
         return self.kind in ("fraction", "memory")
 
-    @property
-    def total_milli(self) -> int:
-        return self.num_devices * self.milli
-
     def describe(self) -> str:
         if self.kind == "none":
             return "no GPU"

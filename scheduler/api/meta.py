@@ -1,4 +1,4 @@
-"""Minimal Kubernetes object metadata shared by the CRD models."""
+"""Minimal Kubernetes object metadata shared by the CRD models, and how a metadata key is named in a patch."""
 
 from __future__ import annotations
 
@@ -24,3 +24,9 @@ class Condition(BaseModel):
     reason: str = ""
     message: str = ""
     last_transition_time: str | None = Field(default=None, alias="lastTransitionTime")
+
+
+def json_pointer(key: str) -> str:
+    """`key` as one JSON Pointer segment (RFC 6901: "~" -> "~0", "/" -> "~1"), e.g. an annotation key in a
+    JSON patch path."""
+    return key.replace("~", "~0").replace("/", "~1")

@@ -12,13 +12,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from scheduler.api.cli import check_choice, check_writable, fail
+from scheduler.api.duration import parse_duration
 from scheduler.backend import BACKENDS, BackendError
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.placement.registry import DEFAULT_POLICY, policy_names
 from scheduler.queues.usage_history import UsageParams
 from scheduler.sim.builtin import BUILTIN_UNTIL_S, builtin_manifests
 from scheduler.sim.cluster import SimCluster
-from scheduler.sim.duration import parse_duration
 from scheduler.sim.loader import ManifestError, load_files
 from scheduler.sim.runner import SimResult, run_simulation
 from scheduler.sim.summary import summarize, to_json

@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.bind_lock import BindLock, allocation_confirmed
 from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT
+from scheduler.api.meta import json_pointer
 from scheduler.kube import raw
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,6 @@ class BindResult:
     reason: str = ""
     retry: bool = True  # worth trying again in a later cycle
     busy: bool = False  # the node's bind lock is held by another pod: wait for it, nothing is wrong
-
-
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def api_reason(exc: ApiException) -> str:
@@ -147,7 +144,7 @@ class Binder:
             guard = {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
             add: dict[str, Any]
             if meta.get("annotations"):
-                add = {"op": "add", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}", "value": lock}
+                add = {"op": "add", "path": f"/metadata/annotations/{json_pointer(BIND_LOCK)}", "value": lock}
             else:
                 add = {"op": "add", "path": "/metadata/annotations", "value": {BIND_LOCK: lock}}
             try:
@@ -206,7 +203,7 @@ class Binder:
                     return False
                 ops = [
                     {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-                    {"op": "remove", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}"},
+                    {"op": "remove", "path": f"/metadata/annotations/{json_pointer(BIND_LOCK)}"},
                 ]
                 raw.request(self.api, "PATCH", raw.node_path(node), ops, content_type=raw.JSON_PATCH)
                 return True

@@ -227,14 +227,8 @@ class KubeCluster:
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         return self.binds.bind(pod, assignment)
 
-    def needs_lock(self, pod: PodInfo, node: str) -> bool:
-        return self.binds.needs_lock(pod, node)
-
     def bind_outcomes(self) -> list[BindOutcome]:
         return self.binds.outcomes()
-
-    def binds_in_flight(self) -> int:
-        return len(self.binds)
 
     def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
         result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)

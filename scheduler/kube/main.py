@@ -20,6 +20,7 @@ from kubernetes import client, config
 
 from scheduler.api import cli as house
 from scheduler.api.cli import CommandError, HouseCommand, VersionOption, check_choice, first_line, new_app
+from scheduler.api.duration import parse_duration
 from scheduler.api.keys import SCHEDULER_NAME, WHOLE_GPU_RESOURCE
 from scheduler.budget import BudgetLimits
 from scheduler.cycle import SchedulerConfig
@@ -30,7 +31,6 @@ from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.metrics import SchedulerMetrics
 from scheduler.placement.registry import policy_names
 from scheduler.queues.usage_history import UsageParams
-from scheduler.sim.duration import parse_duration
 from scheduler.webhook.admission import AdmissionConfig
 from scheduler.webhook.server import WebhookServer
 

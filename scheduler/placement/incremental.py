@@ -25,11 +25,10 @@ import bisect
 import random
 from dataclasses import dataclass, field
 
-from scheduler.backend import ArrayNamespace
 from scheduler.model import Placement
 from scheduler.placement.filters import feasible
 from scheduler.placement.placer import TieBreak, best_row, placement_at
-from scheduler.placement.policy import Array, PlacementPolicy
+from scheduler.placement.policy import Array, PlacementPolicy, scatter_rows
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
@@ -52,16 +51,6 @@ class _Entry:
     # The key of the last row `top` held when made (None: it held every feasible row).
     bound: Key | None = None
     made: bool = False  # `top` was made since the last full pass
-
-
-def _scatter(xp: ArrayNamespace, dst: Array, rows: list[int], src: Array) -> None:
-    """dst[rows] = src. The array API has no integer-array assignment: numpy and CuPy have it (one op);
-    elsewhere (array-api-strict) row by row, rows being few."""
-    if len(rows) > 1 and getattr(xp, "__name__", "") != "array_api_strict":
-        dst[xp.asarray(rows, dtype=xp.int64), ...] = src
-        return
-    for i, r in enumerate(rows):
-        dst[r, ...] = src[i, ...]
 
 
 class IncrementalPlacer:
@@ -100,12 +89,12 @@ class IncrementalPlacer:
         if rows:
             xp, view = s.xp, s.take_rows(rows)
             mask, fit = feasible(view, d)
-            _scatter(xp, entry.mask, rows, mask)
+            scatter_rows(xp, entry.mask, rows, mask)
             if d.uses_gpu:
-                _scatter(xp, entry.fit, rows, fit)
+                scatter_rows(xp, entry.fit, rows, fit)
             if entry.score is not None:
                 scores = self._masked_scores(view, d, mask, fit)
-                _scatter(xp, entry.score, rows, scores)
+                scatter_rows(xp, entry.score, rows, scores)
                 if entry.made:
                     _retop(entry, rows, s.host(scores).tolist())
         entry.version = s.version

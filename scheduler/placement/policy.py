@@ -90,9 +90,15 @@ def changed_since(state: NodeArrays, since: int) -> Array:
     return xp.nonzero(state.row_version > since)[0]
 
 
-def scatter_rows(xp: ArrayNamespace, dst: Array, rows: Array, src: Array) -> None:
-    """dst[rows] = src for an int64 index array `rows`. The array API has no integer-array assignment:
-    numpy and CuPy do it in one op, array-api-strict row by row."""
+def scatter_rows(xp: ArrayNamespace, dst: Array, rows: Array | list[int], src: Array) -> None:
+    """dst[rows] = src, `rows` an int64 index array or a list of row numbers. The array API has no
+    integer-array assignment: numpy and CuPy do it in one op, array-api-strict row by row (and so does a
+    single listed row, which needs no index array)."""
+    if isinstance(rows, list):
+        if len(rows) == 1:
+            dst[rows[0], ...] = src[0, ...]
+            return
+        rows = xp.asarray(rows, dtype=xp.int64)
     if getattr(xp, "__name__", "") != "array_api_strict":
         dst[rows, ...] = src
         return

@@ -17,52 +17,15 @@ in the *expected eventual waste* of that GPU's free milli under the arrival dist
   (a whole GPU is no waste: whole-GPU pods take it), so opening one costs W(1000 - s). A fraction's
   score on each GPU is fragfit's minus `waste_weight` x dW, outside the sigmoid so that large
   differences are not flattened; the node's score is its best GPU's, and the pod goes on that GPU.
-* The best-fit pull is weaker than fragfit's (1 instead of 3) and blends best fit's *raw* score (x pull /
-  100), not fragfit's min-max normalisation over the feasible nodes: the raw score is the row's own, so it
-  sits in the cached scores and a decision re-scores only the rows changed since (the normalisation's
-  min and max moved on 88% of decisions and cost a pass over every node each time: `tessera bench` 2.1 x
-  binpack's cost with it; without it, and with the kernels' own speed-ups, ~1.4 x, `docs/performance.md`).
-  Quality, unallocated % at 100%, raw
-  against normalised: default trace seeds 42-44 3.8818 / 3.8784, seeds 45-47 3.9023 / 3.8798 (raw pull
-  0.5 / 2: 3.9201 / 3.9005); seeds 42-44 multigpu50 2.34 / 2.33, gpushare40 5.30 / 5.30, cpu250 6.25 /
-  6.29, gpuspec33 4.94 / 4.88 (sd there ~0.1).
-* Like fragfit, a placement on a GPU model that model-constrained pods will need is charged as extra
-  fragment (`scarcity.py`): gpuspec33 14.42 without it (seed 42), 5.63 with it (seeds 42-51; fgd 13.09
-  on 42-44, the paper's FGD 12.16); no effect where no pod constrains the model.
-* Overflow: where the learned workload's pinned pods alone want more of a model than the cluster has
-  (pressure > 1), every milli another fraction takes there is a milli of pinned demand that will not be
-  placed, i.e. waste at 100% arrived. That charge sits inside the sigmoid (slope 0.025 score units per
-  milli at 0), where the waste term's 1.6 per milli outweighs it: the waste saved by filling a gap on
-  the overflowing model won. So a fraction on a model at pressure p is also charged, in the waste term's
-  own currency, `overflow_weight` x min(1, p - 1) x the milli it takes (1 at the pressure cap of 2).
-  Nothing changes at pressure <= 1, nor for whole-GPU pods (they are charged as in fragfit). Of the 24
-  published pod lists only gpuspec33 has such a model (T4, pressure 1.34; gpuspec25's T4 is at 0.91), so
-  the other 23 replay exactly as before. gpuspec33, seed 45, at 100% arrived: without the charge 52
-  GPUs' worth of unconstrained fractions sat on the 842 T4s (51,710 milli) and 303,400 milli of T4-only
-  pods failed; with it 480 milli and 251,910 (fragfit: 440 and 255,710). Tuning on seeds 45-47 (fragfit
-  4.86 / 4.81 / 4.80, mean 4.82; wastefit without the rule 5.54 / 5.55 / 5.62), seed 45 first: the
-  charge k x p x taken on every constrained model, for unconstrained pods only, k 0.03 / 0.1 / 0.3 / 1:
-  5.36 / 4.89 / 4.90 / 4.81; for every pod, k 0.1 / 1: 4.89 / 4.86. But at p < 1 it costs: k = 1, every
-  pod, gpuspec25 4.29 against 4.22, gpuspec10 4.10 / 4.03 against 4.00 / 3.95 (seeds 45 / 46; the lists'
-  pressures are 0.1-0.91), unconstrained pods only 4.28, 4.04; scaling the waste term for unconstrained
-  pods to 0 on rows by min(1, p): 15.83 (a fresh GPU elsewhere then looks worse than the scarce model);
-  `waste_weight` 0: 4.92; the issue's candidate, `waste_weight` x max(0, 1 - s x the pinned share of GPU
-  pods), s 1 / 2 / 3: 4.79 / 4.80 / 4.92 (gpuspec25, s 1 / 2: 4.23 / 4.22, 4.22 without): it works too,
-  but it moves every gpuspec list, where the overflow charge leaves the other 23 lists exactly as they
-  were. Charged only past p = 1, seeds 45-47: min(1, p - 1) x taken 4.77 / 4.86 / 4.83 (mean 4.82,
-  kept), a step (1 x taken where p > 1) 4.81 / 4.86 / 4.82. Held out, seeds 42-44: 4.91 / 4.75 / 4.99
-  (mean 4.88; fragfit 4.86, 4.86 / 4.79 / 4.94).
+* The best-fit pull is weaker than fragfit's and blends best fit's *raw* score (the row's own, so it
+  stays in the cached scores); a placement on a GPU model that model-constrained pods will need is
+  charged as extra fragment (`scarcity.py`); where the learned workload's pinned pods alone want more of
+  a model than the cluster has, a fraction there is also charged for the pinned demand it displaces.
 
 The size distribution comes from the un-inflated pod list with every task type (the fragment keeps the
 usual 95% typical workload), which the protocol gives every policy; the live scheduler, which learns its
-workload, builds the table from what it has learned.
-
-Measured on openb, tune 1.3, unallocated GPU % at 100% arrived: seeds 42-51 fragfit 4.18, wastefit 3.90
-(sd 0.04, below fragfit and below 4.0 on every seed). Tuning on seeds 43-45 (fragfit 4.18 there): the
-waste term inside the sigmoid at 1/4/8/16/32/64 x the gain: 4.08/4.03/4.00/3.97/3.95/4.42 (saturates);
-outside it at 0.2/0.4/0.8/1.6/3.2 score units per milli: 4.01/3.96/3.92/3.93/3.93; then pull 0/0.5/1/3/6:
-4.08/3.90/3.90/3.93/3.97; eps 0.0005..0.002 within 0.03; eps growing as the cluster fills: no gain;
-without the scarcity scaling 4.10; the fragment over every task type instead of 95%: 3.91.
+workload, builds the table from what it has learned. Why each term and weight is what it is, with the
+replay figures that chose them: docs/wastefit.md.
 """
 
 from __future__ import annotations

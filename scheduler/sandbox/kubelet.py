@@ -38,6 +38,7 @@ from google.protobuf.json_format import MessageToDict
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from scheduler.api.duration import parse_duration
 from scheduler.api.keys import SIM_DURATION
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.informer import Informer, WatchTarget
@@ -45,7 +46,6 @@ from scheduler.sandbox import podstatus
 from scheduler.sandbox.admission import AdmissionError, check_fit
 from scheduler.sandbox.devices import DeviceManager
 from scheduler.sandbox.node import MERGE_PATCH, NodeSpec, NodeStatus
-from scheduler.sim.duration import parse_duration
 
 log = logging.getLogger("tessera.sandbox.kubelet")
 Obj = dict[str, Any]

@@ -19,13 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from scheduler.api.assignment import GPUAssignment
+from scheduler.api.duration import parse_duration
 from scheduler.api.keys import GPU_ASSIGNMENT, SIM_ARRIVAL, SIM_DURATION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.cluster import BindError, BindOutcome, BindResult, EventType, Kind, WatchEvent
 from scheduler.model import PodInfo
 from scheduler.objects import has_controller
-from scheduler.sim.duration import parse_duration
 from scheduler.sim.loader import Manifests
 
 SIM_RECREATE = "tessera.dev/sim-recreate"
@@ -261,10 +261,6 @@ class SimCluster:
         rec.obj["status"] = {**rec.obj.get("status", {}), "phase": "Succeeded"}
         self.log.append({"time_s": at_s, "type": "Completed", "action": "", "pod": key, "message": ""})
         self._emit("Pod", "MODIFIED", rec.obj)
-
-    @property
-    def pending_arrivals(self) -> int:
-        return len(self._arrivals)
 
     def _emit(self, kind: Kind, type_: EventType, obj: Mapping[str, Any]) -> None:
         self._events.append(WatchEvent(kind, type_, copy.deepcopy(dict(obj))))

@@ -5,9 +5,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from scheduler.api.duration import parse_duration
 from scheduler.cli.main import app
 from scheduler.placement.registry import DEFAULT_POLICY
-from scheduler.sim.duration import parse_duration
 
 runner = CliRunner()
 

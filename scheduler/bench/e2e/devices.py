@@ -19,16 +19,13 @@ from kubernetes.client.rest import ApiException
 
 from scheduler.api.bind_lock import BindLock
 from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED
+from scheduler.api.meta import json_pointer
 from scheduler.bench.e2e.load import BindWatch
 from scheduler.kube import raw as rawapi
 from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.informer import Informer, WatchTarget
 
 WORKERS = 32  # nodes served at a time
-
-
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 class DevicePluginStandIn:
@@ -109,8 +106,8 @@ class DevicePluginStandIn:
             mark = {"metadata": {"annotations": {GPU_ALLOCATED: now}}}
             pod = rawapi.pod_path(lock.namespace, lock.name)
             rawapi.request(self.api, "PATCH", pod, mark, content_type=rawapi.MERGE_PATCH)
-            ops = [{"op": "test", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}", "value": raw},
-                   {"op": "remove", "path": f"/metadata/annotations/{_pointer(BIND_LOCK)}"}]  # fmt: skip
+            ops = [{"op": "test", "path": f"/metadata/annotations/{json_pointer(BIND_LOCK)}", "value": raw},
+                   {"op": "remove", "path": f"/metadata/annotations/{json_pointer(BIND_LOCK)}"}]  # fmt: skip
             rawapi.request(self.api, "PATCH", rawapi.node_path(node), ops, content_type=rawapi.JSON_PATCH)
             served = 1
         except ApiException as exc:

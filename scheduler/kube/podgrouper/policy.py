@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from scheduler.api.duration import parse_duration
 from scheduler.api.keys import DEFAULT_QUEUE, KAI_QUEUE_LABEL, QUEUE_LABEL
 from scheduler.api.topology import constraint_from_annotations
 from scheduler.kube.podgrouper.model import (
@@ -32,7 +33,6 @@ from scheduler.kube.podgrouper.model import (
     name_of,
     spec,
 )
-from scheduler.sim.duration import parse_duration
 
 QUEUE_KEYS = (QUEUE_LABEL, KAI_QUEUE_LABEL)
 PRIORITY_LABEL = "priorityClassName"
