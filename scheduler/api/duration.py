@@ -52,7 +52,7 @@ def parse_duration(raw: str | float | int) -> float:
     """Seconds of a duration as people write it ("30s", "10m", "1h30m", "1.5h", "2d", "90"); raises
     ValueError with the offending text on anything else, negative or not finite."""
     if isinstance(raw, int | float):
-        value: float | None = float(raw)
+        value = float(raw)
     else:
         text = raw.strip().lower().replace(" ", "")
         if not text:
@@ -62,9 +62,10 @@ def parse_duration(raw: str | float | int) -> float:
         try:
             value = float(text)
         except ValueError:
-            value = _sum_of_parts(text, _UNITS_WITH_DAYS)
-        if value is None:
-            raise ValueError(f"{raw!r} is not a duration (use e.g. 30s, 10m, 1h30m)")
+            parts = _sum_of_parts(text, _UNITS_WITH_DAYS)
+            if parts is None:
+                raise ValueError(f"{raw!r} is not a duration (use e.g. 30s, 10m, 1h30m)") from None
+            value = parts
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{raw!r} must be a finite, non-negative duration")
     return value
