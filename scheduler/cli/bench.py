@@ -10,13 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.api.cli import check_choice, fail, new_app, warning_line
-from scheduler.backend import BACKENDS, BackendError
 from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
 from scheduler.bench.topology import TopologySpec, run_with_peer
 from scheduler.bench.workload import CORES_PER_GPU, mean_demand
 from scheduler.cli import bench_e2e
 from scheduler.placement.registry import DEFAULT_POLICY, policy_names
+from scheduler.state.backend import BACKENDS, BackendError
 
 PODS_PER_NODE = 2  # the default load: 10,000 init and 10,000 measured pods on 5,000 nodes
 MAX_FILL = 0.9  # init pods may ask for at most this share of the cluster's GPUs (and cores)

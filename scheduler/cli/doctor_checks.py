@@ -17,7 +17,7 @@ from scheduler.api.queue import Queue
 from scheduler.cli.cluster_reader import ClusterReader, Obj, ReadError
 from scheduler.cli.doctor_components import check_nodes, check_webhook
 from scheduler.cli.doctor_findings import DoctorOptions, Finding, capped, timestamp
-from scheduler.objects import pod_queue
+from scheduler.model.parse import pod_queue
 from scheduler.queues.tree import QueueTree
 
 CRDS = ("queues", "podgroups", "gpunodereports", "topologies")

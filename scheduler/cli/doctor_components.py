@@ -17,7 +17,7 @@ from scheduler.api.keys import (
 from scheduler.api.report import GPUNodeReport
 from scheduler.cli.cluster_reader import ClusterReader, Obj, ReadError
 from scheduler.cli.doctor_findings import STALE_REPORT_S, DoctorOptions, Finding, capped, timestamp
-from scheduler.gpu_memory import memory_from_product
+from scheduler.model.gpu_memory import memory_from_product
 
 
 def _tessera_webhooks(reader: ClusterReader) -> list[Obj]:

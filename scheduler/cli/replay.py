@@ -21,11 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from scheduler.api.cli import check_writable, fail
-from scheduler.backend import BACKENDS, BackendError, get_namespace
 from scheduler.placement.registry import policy_names
 from scheduler.replay.protocol import DEFAULT_TUNE, arrival_order, capacity_milli
 from scheduler.replay.runner import PolicyResult, run_policy
 from scheduler.replay.trace import Loaded, RowError, TraceError, TraceNode, TracePod, load_nodes, load_pods
+from scheduler.state.backend import BACKENDS, BackendError, get_namespace
 
 DEFAULT_NODES = Path("../shared/traces/openb/openb_node_list_gpu_node.csv")
 DEFAULT_PODS = Path("../shared/traces/openb/openb_pod_list_default.csv")

@@ -13,7 +13,6 @@ from rich.table import Table
 
 from scheduler.api.cli import check_choice, check_writable, fail
 from scheduler.api.duration import parse_duration
-from scheduler.backend import BACKENDS, BackendError
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.placement.registry import DEFAULT_POLICY, policy_names
 from scheduler.queues.usage_history import UsageParams
@@ -23,6 +22,7 @@ from scheduler.sim.loader import ManifestError, load_files
 from scheduler.sim.runner import SimResult, run_simulation
 from scheduler.sim.summary import summarize, to_json
 from scheduler.sim.usage_report import DAY_S, QueueTimeline
+from scheduler.state.backend import BACKENDS, BackendError
 from scheduler.ui.fmt import gpus
 
 OUTPUTS = ("table", "json")

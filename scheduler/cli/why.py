@@ -22,7 +22,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.cli.cluster_reader import ClusterReader, KubeReader, ReadError
 from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
-from scheduler.objects import parse_pod
+from scheduler.model.parse import parse_pod
 from scheduler.queues.tree import QueueTree
 from scheduler.ui.fmt import gpus
 

@@ -24,7 +24,7 @@ from scheduler.api.keys import GROUP, SCHEDULER_NAME, VERSION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindOutcome, BindResult, EvictError, WatchEvent
+from scheduler.cache.cluster import BindOutcome, BindResult, EvictError, WatchEvent
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.bind_pool import AsyncBinds
 from scheduler.kube.binder import Binder
@@ -39,7 +39,7 @@ from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder
 from scheduler.kube.status import PendingPodReporter, StatusPublisher
 from scheduler.kube.translate import WatchTranslator, wakes_cycle
-from scheduler.model import PodInfo
+from scheduler.model.types import PodInfo
 
 
 class KubeCluster:

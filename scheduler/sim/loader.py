@@ -16,7 +16,7 @@ import yaml
 
 from scheduler.api.kai import is_kai, translate
 from scheduler.api.keys import KAI_SCHEDULER_NAME, SCHEDULER_NAME, TRANSLATED_FROM
-from scheduler.containment import one_line
+from scheduler.cache.containment import one_line
 
 SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

@@ -451,7 +451,7 @@ def test_after_each_drain_the_cycle_holds_tesseras_object_else_kais(ops: list[st
     """Informer caches change at once, their events are drained later (as in the adapter). After every
     drain the cycle holds Tessera's Queue if it exists; else the KAI one's translation if it is usable,
     never a stale Tessera object; else nothing."""
-    from scheduler.cluster import WatchEvent
+    from scheduler.cache.cluster import WatchEvent
     from scheduler.kube.event_queue import ResourceEvent
     from scheduler.kube.kai_compat import KaiCompat
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.gpu_memory import memory_from_product
-from scheduler.objects import parse_node
-from tests.scheduler.helpers import A100, cluster, node, phase, pod, queue, run
+from scheduler.model.gpu_memory import memory_from_product
+from scheduler.model.parse import parse_node
+from tests.framework.helpers import A100, cluster, node, phase, pod, queue, run
 
 
 def test_a_queue_with_a_missing_parent_is_a_root_with_a_warning() -> None:
