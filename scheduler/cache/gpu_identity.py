@@ -109,8 +109,9 @@ class GPUIdentities:
             state.set_gpu_health(row, gpu.index, gpu.health != "Unhealthy")
             state.set_reported_used(row, gpu.index, gpu.memory_used_mib)
 
-    def on_report(self, state: ClusterState, event_type: str, obj: Mapping[str, Any]) -> None:
-        """A report was added, changed or deleted: complete its node again if it is known."""
+    def on_report(self, state: ClusterState, event_type: str, obj: Mapping[str, Any]) -> str:
+        """A report was added, changed or deleted: complete its node again if it is known. Returns the
+        node's name."""
         report = GPUNodeReport.model_validate(obj)  # a ValidationError is the caller's to report
         name = report.spec.node
         if event_type == "DELETED":
@@ -120,12 +121,13 @@ class GPUIdentities:
         declared = self._declared.get(name)
         row = state.row_of(name)
         if declared is None or row is None:
-            return  # the Node event completes it when it comes
+            return name  # the Node event completes it when it comes
         node = self.complete(declared)
         if node != state.nodes[row]:
             log.info("node %s: GPU identity from its GPUNodeReport: %s", name, ",".join(node.gpu_uuids))
             state.add_node(node)  # an update: keeps what is allocated there
         self.measure(state, name)
+        return name
 
     def forget(self, name: str) -> None:
         """The Node is gone (its report, if any, stays: the same GPUs come back with the node)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler.cache.accounting import Unaccountable, from_assignment, from_request
+from scheduler.cache.accounting import Unaccountable, from_assignment, from_request, sized, unsized
 from scheduler.cache.bind_echo import bind_echo
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.containment import failure, invalid_pod, object_name, one_line
@@ -63,6 +63,14 @@ class ClusterMirror:
         self.awaiting_node: dict[str, set[str]] = {}
         # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
         self._deferred: dict[str, tuple[PodInfo, Placement]] = {}
+        # Running pods holding GPU shares whose MiB are not known yet (their node's GPU memory is still to
+        # come, from its GPUNodeReport), by node name: filled in when it comes (`_size`).
+        self.unsized: dict[str, set[str]] = {}
+        # Running pods whose GPUs could not be charged (an assignment that cannot be read or over-commits
+        # its GPU, too few free GPUs for a pod of another scheduler), with the GPU slots they occupy (None:
+        # unknown, all of the node's). Those GPUs take no new pod until every pod there is charged; tried
+        # again after every batch of events (`_recharge`).
+        self.uncharged: dict[str, tuple[PodInfo, frozenset[int] | None]] = {}
         self._max_mem: int | None = None
         self._max_mem_key = -1
 
@@ -85,6 +93,8 @@ class ClusterMirror:
                 self._unusable(ev, exc)
         try:
             self._flush()
+            if self.uncharged or self.state.blocked:
+                self._recharge()
             if self.gone:
                 self._drop_empty_gone()
             if self.state.draining:
@@ -127,7 +137,12 @@ class ClusterMirror:
                 try:
                     self.ledger.hold(uid, pl)
                 except OvercommitError as exc:
-                    self.errors.add(f"pod {pod.key}: {exc}")
+                    self._uncharged(pod, pl, str(exc))
+                else:
+                    self._held(pod, pl)
+        else:
+            for _, (pod, pl) in items:
+                self._held(pod, pl)
 
     # ----------------------------------------------------------------------------------------- nodes
     def _on_node(self, ev: WatchEvent) -> None:
@@ -152,6 +167,7 @@ class ClusterMirror:
             pod = self.pods.get(uid)
             if pod is not None and pod.holds_resources and pod.node == node.name and uid not in self.ledger:
                 self._account_running(pod)
+        self._size(node.name)
 
     def _node_deleted(self, name: str) -> None:
         """The Node object is gone. Its pods may still run (kubectl delete node; the kubelet registers it
@@ -208,9 +224,10 @@ class ClusterMirror:
             self.state.update_node(replace(node, unschedulable=True))
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
-        self.gpu_identities.on_report(self.state, ev.type, ev.obj)
-        for name in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
-            self._mask(name)
+        name = self.gpu_identities.on_report(self.state, ev.type, ev.obj)
+        for bad in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
+            self._mask(bad)
+        self._size(name)
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:
@@ -278,6 +295,9 @@ class ClusterMirror:
     def forget_pod(self, uid: str) -> None:
         for waiting in self.awaiting_node.values():
             waiting.discard(uid)
+        for held in self.unsized.values():
+            held.discard(uid)
+        self.uncharged.pop(uid, None)
         old = self.pods.pop(uid, None)
         if old is not None:
             self.index.unindex(old)
@@ -294,15 +314,20 @@ class ClusterMirror:
         return self._max_mem
 
     def _account_running(self, pod: PodInfo, *, defer: bool = False) -> None:
+        """Hold what a pod found running holds, as soon as it is seen: from its assignment (GPU shares in
+        milli at once, their MiB once its node's GPU memory is known), else whole GPUs on its node. A pod
+        whose GPUs cannot be charged blocks them (`_uncharged`)."""
         assert pod.node is not None
         row = self.state.row_of(pod.node)
         if row is None:
             self.awaiting_node.setdefault(pod.node, set()).add(pod.uid)  # accounted when the node arrives
             return
+        self.uncharged.pop(pod.uid, None)  # tried again now
+        unreadable: str | None = None
         try:
             placement = from_assignment(self.state, pod, row)
         except Unaccountable as exc:
-            self.errors.add(str(exc))
+            unreadable = str(exc)
             placement = None
         else:
             if placement is not None and defer:
@@ -311,17 +336,96 @@ class ClusterMirror:
         if placement is None:
             self._flush()  # finding free whole GPUs needs the arrays up to date
             placement = from_request(self.state, pod, row)
-        if placement is None:
-            msg = f"pod {pod.key} runs on {pod.node} but its GPUs cannot be accounted there"
-            log.warning(msg)
-            self.errors.add(msg)
-            return
+        if placement is None or (unreadable is not None and pod.request.is_fractional):
+            # Its GPUs are unknown (an assignment that cannot be read) or taken (too few free for it): the
+            # node's GPUs take no new pod until it is charged or gone.
+            why = unreadable or f"pod {pod.key} runs on {pod.node} but its GPUs cannot be accounted there"
+            self._uncharged(pod, None, why)
+            if placement is None:
+                return
+        elif unreadable is not None:
+            self.errors.add(unreadable)
         try:
             self.ledger.hold(pod.uid, placement)
         except OvercommitError as exc:
-            self.errors.add(f"pod {pod.key}: {exc}")
+            self._uncharged(pod, placement, f"pod {pod.key}: {exc}")
             return
+        self._held(pod, placement)
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
+
+    def _held(self, pod: PodInfo, placement: Placement) -> None:
+        """`pod` holds `placement` now: remember it if its GPUs' memory is still to come."""
+        if pod.node is not None and unsized(self.state, placement):
+            self.unsized.setdefault(pod.node, set()).add(pod.uid)
+
+    def _uncharged(self, pod: PodInfo, placement: Placement | None, why: str) -> None:
+        """A running pod whose GPUs could not be charged: they take no new pod until it is charged or gone
+        (`placement`: where it would be; None: unknown, all of its node's GPUs)."""
+        slots = frozenset(g.slot for g in placement.gpus) if placement is not None else None
+        if placement is not None and not slots:
+            self.errors.add(why)  # CPU or memory only: no GPU to keep new pods off
+            return
+        where = (
+            f"GPU {','.join(map(str, sorted(slots)))} of {pod.node}" if slots else f"the GPUs of {pod.node}"
+        )
+        message = f"{why}; {where} take no new pod until it is charged or gone"
+        log.warning(message)
+        self.errors.add(message)
+        self.uncharged[pod.uid] = (pod, slots)
+
+    def _size(self, name: str) -> None:
+        """Node `name`'s GPU memory may be known now: fill in the MiB of the shares held there without them.
+        A share that no longer fits its GPU (the node's memory is smaller than the assignments say) leaves
+        the pod uncharged, its GPUs blocked, rather than over-committing them."""
+        uids = self.unsized.get(name)
+        row = self.state.row_of(name)
+        if not uids or row is None:
+            return
+        for uid in sorted(uids):
+            held = self.ledger.pods.get(uid) or self.ledger.releasing.get(uid)
+            pod = self.pods.get(uid)
+            if held is None or pod is None or held.placement.node != row:
+                uids.discard(uid)
+                continue
+            if any(int(self.state.total_mib[row, g.slot]) <= 0 for g in held.placement.gpus):
+                continue  # still unknown
+            try:
+                fresh = from_assignment(self.state, pod, row)
+            except Unaccountable:
+                fresh = None
+            placement = fresh if fresh is not None and fresh.gpus else sized(self.state, held.placement)
+            uids.discard(uid)
+            try:
+                self.ledger.resize(uid, placement)
+            except OvercommitError as exc:
+                self.ledger.release(uid)
+                self._uncharged(pod, placement, f"pod {pod.key}: {exc}")
+            self.index.touch(job_key(pod))
+        if not uids:
+            self.unsized.pop(name, None)
+
+    def _recharge(self) -> None:
+        """Try again to charge the pods whose GPUs could not be, and keep new pods off the GPUs of those
+        still not charged."""
+        for uid, (old, _) in list(self.uncharged.items()):
+            pod = self.pods.get(uid)
+            if pod is None or not pod.holds_resources or pod.node != old.node:
+                self.uncharged.pop(uid, None)
+            elif uid not in self.ledger and uid not in self.ledger.releasing:
+                self._account_running(pod)
+                if pod.terminating and uid in self.ledger:
+                    self.ledger.start_releasing(uid)
+        want: dict[int, set[int]] = {}
+        for pod, slots in self.uncharged.values():
+            row = self.state.row_of(pod.node) if pod.node is not None else None
+            node = self.state.nodes[row] if row is not None else None
+            if row is None or node is None:
+                continue
+            want.setdefault(row, set()).update(slots if slots is not None else range(node.gpu_count))
+        for row in sorted(set(self.state.blocked) | set(want)):
+            name = self.state.node_names[row]
+            if self.state.set_blocked(row, want.get(row, set())) and name is not None:
+                self.gpu_identities.measure(self.state, name)  # what its report says of their health
 
 
 def _annotations_readable(obj: Any) -> bool:

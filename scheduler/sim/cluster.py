@@ -31,6 +31,15 @@ from scheduler.sim.loader import Manifests
 SIM_RECREATE = "tessera.dev/sim-recreate"
 SIM_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated time 0, for creationTimestamp
 DEFAULT_GRACE_S = 30.0  # Kubernetes' terminationGracePeriodSeconds default
+RELIST_ORDER: tuple[Kind, ...] = (
+    "Node",
+    "PriorityClass",
+    "Queue",
+    "PodGroup",
+    "GPUNodeReport",
+    "Topology",
+    "Pod",
+)  # the Kubernetes adapter's replay order (scheduler/kube/cluster.py)
 
 
 @dataclass
@@ -59,6 +68,9 @@ class SimCluster:
     _completions: list[tuple[float, int, str]] = field(default_factory=list)
     _deletions: list[tuple[float, int, str, str]] = field(default_factory=list)  # (due, seq, key, uid)
     priority_classes: dict[str, int] = field(default_factory=dict)
+    # The other objects as they are now (Queues, PodGroups, GPUNodeReports, ...), by kind and key: what a
+    # scheduler started afresh lists (`relist`).
+    objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -262,8 +274,36 @@ class SimCluster:
         self.log.append({"time_s": at_s, "type": "Completed", "action": "", "pod": key, "message": ""})
         self._emit("Pod", "MODIFIED", rec.obj)
 
+    def relist(self, kinds: tuple[Kind, ...] = RELIST_ORDER) -> None:
+        """What a scheduler started afresh (a restart, a failover) sees first: every object that exists now,
+        as ADDED, kind by kind in `kinds`' order (the watches of a real one list in any order). Events not
+        drained yet are dropped: the lists hold them."""
+        self._events = []
+        for kind in kinds:
+            if kind == "Node":
+                objs: list[Mapping[str, Any]] = list(self.nodes.values())
+            elif kind == "Pod":
+                objs = [r.obj for r in self.pods.values() if r.obj["metadata"].get("uid")]
+            else:
+                objs = list(self.objects.get(kind, {}).values())
+            for obj in objs:
+                self._events.append(WatchEvent(kind, "ADDED", copy.deepcopy(dict(obj))))
+
     def _emit(self, kind: Kind, type_: EventType, obj: Mapping[str, Any]) -> None:
+        if kind not in ("Node", "Pod"):
+            book = self.objects.setdefault(kind, {})
+            key = _object_key(obj)
+            if type_ == "DELETED":
+                book.pop(key, None)
+            else:
+                book[key] = copy.deepcopy(dict(obj))
         self._events.append(WatchEvent(kind, type_, copy.deepcopy(dict(obj))))
+
+
+def _object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    return f"{meta['namespace']}/{name}" if meta.get("namespace") else name
 
 
 def grace_s(obj: Mapping[str, Any]) -> float:

@@ -60,6 +60,9 @@ class ClusterState:
         # Per row: GPU slots the node no longer has (its GPU count dipped) that pods still hold: kept present
         # but unhealthy, so their holdings stay in the arrays and nothing new goes there; retired once free.
         self.draining: dict[int, set[int]] = {}
+        # Per row: GPU slots where a running pod could not be charged (its hold failed: an assignment that
+        # cannot be read, or that over-commits the GPU): unhealthy, so no new pod goes there until it is.
+        self.blocked: dict[int, set[int]] = {}
         self._allocate(max(capacity, 1), label_cols=8, taint_cols=4)
 
     # ----------------------------------------------------------------------------------------- storage
@@ -191,7 +194,7 @@ class ClusterState:
                 continue
             self.present[row, j] = present
             if present and (not was_present or j in draining):
-                self.healthy[row, j] = True  # new, or back in the count
+                self.healthy[row, j] = j not in self.blocked.get(row, ())  # new, or back in the count
             elif not present:
                 self.healthy[row, j] = False
             draining.discard(j)
@@ -237,6 +240,7 @@ class ClusterState:
         self.valid[row] = False
         self.model[row] = -1
         self.draining.pop(row, None)
+        self.blocked.pop(row, None)
         self.domain[row, :] = -1
         self._free_rows.append(row)
         self.node_epoch += 1
@@ -258,8 +262,29 @@ class ClusterState:
 
     def set_gpu_health(self, row: int, slot: int, healthy: bool) -> None:
         draining = slot in self.draining.get(row, ())
-        self.healthy[row, slot] = healthy and bool(self.present[row, slot]) and not draining
+        blocked = slot in self.blocked.get(row, ())
+        self.healthy[row, slot] = healthy and bool(self.present[row, slot]) and not draining and not blocked
         self._touch(row)
+
+    def set_blocked(self, row: int, slots: set[int]) -> set[int]:
+        """Row `row`'s GPUs `slots` take no new pod (running pods there are not all charged); the others
+        are unblocked. Returns the slots unblocked, whose health the caller sets again (a node report)."""
+        old = self.blocked.get(row, set())
+        slots = {s for s in slots if s < self.max_gpus}
+        if slots == old:
+            return set()
+        for slot in slots - old:
+            self.healthy[row, slot] = False
+        freed = old - slots
+        for slot in freed:
+            draining = slot in self.draining.get(row, ())
+            self.healthy[row, slot] = bool(self.present[row, slot]) and not draining
+        if slots:
+            self.blocked[row] = set(slots)
+        else:
+            self.blocked.pop(row, None)
+        self._touch(row)
+        return freed
 
     def keep_slot(self, row: int, slot: int) -> None:
         """A pod holds GPU `slot`, which the node no longer counts (found so after a restart, during a dip of

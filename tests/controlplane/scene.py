@@ -87,16 +87,19 @@ class Scene:
         gpu_memory_mib: int = 81920,
         gpu_product: str = "NVIDIA-H100-80GB-HBM3",
         device_plugin: bool = True,
+        gpu_labels: bool = True,
     ) -> Obj:
-        """A Node as a kubelet registers it (capacity, allocatable, Ready), created by the admin."""
+        """A Node as a kubelet registers it (capacity, allocatable, Ready), created by the admin.
+        `gpu_labels=False`: no GPU Feature Discovery labels (GPU memory comes only from its GPUNodeReport)."""
         capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
         all_labels = {"kubernetes.io/hostname": name, **(labels or {})}
         if gpus:
             capacity["nvidia.com/gpu"] = str(gpus)
             if device_plugin:  # Tessera's device plugin runs there: it registers its slice resource
                 capacity[GPU_SLICE_RESOURCE] = str(gpus * MILLI_PER_GPU)
-            all_labels.setdefault("nvidia.com/gpu.product", gpu_product)
-            all_labels.setdefault("nvidia.com/gpu.memory", str(gpu_memory_mib))
+            if gpu_labels:
+                all_labels.setdefault("nvidia.com/gpu.product", gpu_product)
+                all_labels.setdefault("nvidia.com/gpu.memory", str(gpu_memory_mib))
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1",
