@@ -259,7 +259,7 @@ class Scheduler:
         problems = self.cache.mirror.problems
         for name, message in problems.nodes.items():
             now[("Node", None, name, "NodeUnusable")] = message
-        for name, message in problems.queues.items():
+        for name, message in (*problems.queues.items(), *session.tree.invalid.items()):
             now[("Queue", None, name, "QueueInvalid")] = message
         for group, message in problems.podgroups.items():
             namespace, _, name = group.partition("/")

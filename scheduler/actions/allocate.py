@@ -79,7 +79,9 @@ def _schedulable(session: Session) -> list[Job]:
         job.pending = [p for p in job.pending if not p.error and p.uid not in session.pipelined]
         if not job.pending:
             continue
-        if (err := session.tree.leaf_error(job.queue)) is not None:
+        # The queue must be a leaf open to the job's namespace (docs/tenancy.md): a cluster without the
+        # webhook learns here that its pods named one they may not use.
+        if (err := session.tree.leaf_error(job.queue, job.pending[0].namespace)) is not None:
             for p in job.pending:
                 session.set_reason(p, Reason.INVALID_QUEUE, err)
             continue

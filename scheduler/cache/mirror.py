@@ -29,7 +29,7 @@ from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.containment import failure, invalid_pod, object_name, one_line
 from scheduler.cache.error_log import ErrorLog, Problems
 from scheduler.cache.gpu_identity import GPUIdentities
-from scheduler.cache.job_index import JobIndex
+from scheduler.cache.job_index import JobIndex, admitted_with
 from scheduler.cache.ledger import Ledger
 from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
 from scheduler.model.jobs import job_key
@@ -262,6 +262,8 @@ class ClusterMirror:
         old = self.pods.get(pod.uid)
         if old is not None and old.holds_resources and pod.holds_resources:
             pod = self._as_admitted(pod, old)
+        elif old is None and pod.holds_resources:
+            pod = self._in_admitted_job(pod)
         self.index.index(pod, old)
         self.pods[pod.uid] = pod
         if pod.holds_resources:
@@ -277,20 +279,39 @@ class ClusterMirror:
             self.ledger.release(pod.uid)
 
     def _as_admitted(self, pod: PodInfo, old: PodInfo) -> PodInfo:
-        """A running pod runs with the request it was bound with: GPU request annotations edited (or made
-        invalid) after the bind change nothing it holds, nor how it is moved or evicted (the webhook
-        refuses such edits; this is for pods it did not see)."""
-        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error) == (
-            old.request, old.cpu_milli, old.memory_mib, old.error,
+        """A running pod runs with the request it was bound with and stays in the job it was bound in: GPU
+        request annotations edited (or made invalid) after the bind change nothing it holds, nor how it is
+        moved or evicted, and a pod-group annotation edited after the bind moves it to no other job (what it
+        holds would be charged to that job's queue). The webhook refuses such edits; this is for pods it did
+        not see."""
+        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error, pod.group) == (
+            old.request, old.cpu_milli, old.memory_mib, old.error, old.group,
         ):  # fmt: skip
             return pod
         if pod.error is not None and old.error is None:
             self.errors.add(
                 f"pod {pod.key}: {pod.error} (ignored: it runs with the request it was bound with)"
             )
+        if pod.group != old.group:
+            self.errors.add(
+                f"pod {pod.key}: its pod group changed to {pod.group or 'none'} while it runs (ignored: it "
+                f"stays in {old.group or 'a job of its own'} until it ends)"
+            )
         return replace(
-            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error
-        )
+            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error,
+            group=old.group,
+        )  # fmt: skip
+
+    def _in_admitted_job(self, pod: PodInfo) -> PodInfo:
+        """A pod first seen running (a restarted scheduler) is in the job its assignment records, whatever
+        its pod-group annotation says now."""
+        admission = admitted_with(pod)
+        if admission is None or admission.job == job_key(pod):
+            return pod
+        group = None if admission.job.startswith("pod:") else admission.job
+        if group is not None and not group.startswith(f"{pod.namespace}/"):
+            return pod  # not a group of its namespace: not ours to believe
+        return replace(pod, group=group)
 
     def forget_pod(self, uid: str) -> None:
         for waiting in self.awaiting_node.values():

@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from scheduler.api.assignment import AssignedGPU, GPUAssignment
+from scheduler.api.assignment import Admission, AssignedGPU, GPUAssignment
 from scheduler.cache.cluster import BindError, Cluster, EvictError
 from scheduler.cache.inflight import Answer, BindUnit, Member, resolve
 from scheduler.cache.ledger import Owner
@@ -51,6 +51,7 @@ class Op:
     action: str
     message: str = ""
     beneficiary: str = ""  # the job an eviction or reservation makes room for
+    priority: int = 0  # a placement's: its job's priority, recorded in the assignment (`Admission`)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,16 @@ class Outcome:
 
 def owner_of(job: Job) -> Owner:
     return Owner(job.queue, job.key, not job.preemptible)
+
+
+def _admission(op: Op) -> Admission | None:
+    """What the pod's job is bound with (its queue, job, priority and preemptibility), recorded in its
+    assignment so that it stays so while it runs, across restarts (`JobIndex` pins it)."""
+    if op.owner is None:
+        return None
+    return Admission(
+        queue=op.owner.queue, job=op.owner.job, priority=op.priority, preemptible=not op.owner.nonpreemptible
+    )
 
 
 class Transaction:
@@ -76,7 +87,7 @@ class Transaction:
     def place(self, pod: PodInfo, job: Job, placement: Placement, message: str = "") -> None:
         owner = owner_of(job)
         self.ledger.hold(pod.uid, placement, owner)
-        self.ops.append(Op(OpKind.PLACE, pod, placement, owner, self.action, message))
+        self.ops.append(Op(OpKind.PLACE, pod, placement, owner, self.action, message, priority=job.priority))
 
     def evict(self, pod: PodInfo, message: str, beneficiary: str = "") -> None:
         held = self.ledger.start_releasing(pod.uid)
@@ -213,6 +224,7 @@ class Transaction:
                 node=node.name,
                 gpus=[AssignedGPU(index=g.slot, uuid=node.uuid(g.slot), milli=g.milli, memory_mib=g.mib)
                       for g in op.placement.gpus],
+                admitted=_admission(op),
             )  # fmt: skip
             try:
                 result = cluster.bind(op.pod, assignment)

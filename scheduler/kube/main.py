@@ -27,7 +27,7 @@ from scheduler.framework.budget import BudgetLimits
 from scheduler.framework.metrics import SchedulerMetrics
 from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.kai_compat import access_problem
-from scheduler.kube.queue_index import informer_queue_lookup
+from scheduler.kube.queue_index import informer_namespace_check, informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.placement.registry import policy_names
 from scheduler.queues.usage_history import UsageParams
@@ -266,6 +266,7 @@ def run(
                 if runner.cluster.kai is not None
                 else informer_queue_lookup(runner.cluster.informers["Queue"])
             ),
+            namespace_check=informer_namespace_check(runner.cluster.informers["Queue"]),
         )
         certs = Path(webhook_cert_dir)
         webhook = WebhookServer(admission, certfile=str(certs / "tls.crt"), keyfile=str(certs / "tls.key"),

@@ -75,7 +75,9 @@ def test_a_gpu_whose_running_pod_cannot_be_charged_takes_no_new_pod() -> None:
     sim = _running_on_unlabelled_node()
     rec_a, rec_b = sim.pods["default/a"], sim.pods["default/b"]
     # A fault no component writes (two schedulers' binds crossing): b's assignment names a's GPU too.
-    rec_b.obj["metadata"]["annotations"][GPU_ASSIGNMENT] = rec_a.obj["metadata"]["annotations"][GPU_ASSIGNMENT]
+    rec_b.obj["metadata"]["annotations"][GPU_ASSIGNMENT] = rec_a.obj["metadata"]["annotations"][
+        GPU_ASSIGNMENT
+    ]
     gpu = json.loads(rec_a.obj["metadata"]["annotations"][GPU_ASSIGNMENT])["gpus"][0]["index"]
     sched = restart(sim)
     sim.submit_pod(fraction("new", "0.2"))
