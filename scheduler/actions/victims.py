@@ -87,12 +87,13 @@ def _unit(session: Session, job: Job, pods: list[PodInfo], *, elastic: bool, ord
 
 def _running_preemptible(session: Session) -> list[Victim]:
     out: list[Victim] = []
+    refused = _refused(session)
     for job in session.jobs:
         if not job.preemptible:
             continue
         pods = running_now(session, job)
-        if not pods:
-            continue
+        if not pods or any(p.uid in refused for p in pods):
+            continue  # a budget refused evicting one of its pods lately (`--disruption-budgets respect`)
         extra = len(pods) + job.succeeded - job.min_member if job.is_gang else 0
         if extra > 0:  # elastic: members above minMember may go one by one, the youngest first
             newest = sorted(pods, key=lambda p: (p.created_s, _natural(p.name)), reverse=True)
@@ -100,6 +101,15 @@ def _running_preemptible(session: Session) -> list[Victim]:
         out.append(_unit(session, job, pods, elastic=False))
     out.sort(key=Victim.sort_key)
     return out
+
+
+def _refused(session: Session) -> set[str]:
+    """Pods whose eviction a disruption budget refused lately: no victims until REFUSED_FOR_S has passed
+    (scheduler/framework/eviction.py), so a search picks other victims."""
+    refused = session.cache.refused
+    for uid in [u for u, until in refused.items() if until <= session.now]:
+        del refused[uid]
+    return set(refused)
 
 
 def _natural(name: str) -> tuple[str, int]:

@@ -141,6 +141,8 @@ class JobIndex:
         self.touch(key, changed=not same)
         if is_job_member(pod):
             self._members.setdefault(key, {})[pod.uid] = pod
+        elif pod.terminating and pod.holds_resources:
+            pass  # being deleted: it stays charged to its queue's limit until it is gone (releasing)
         else:  # a finished pod, or not ours: whatever it still holds is nobody's usage
             self.ledger.reown(pod.uid, None)
             if pod.ours and pod.phase is PodPhase.SUCCEEDED:  # still counts toward its gang's minMember

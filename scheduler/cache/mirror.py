@@ -30,7 +30,7 @@ from scheduler.cache.containment import failure, invalid_pod, object_name, one_l
 from scheduler.cache.error_log import ErrorLog, Problems
 from scheduler.cache.gpu_identity import GPUIdentities
 from scheduler.cache.job_index import JobIndex, admitted_with
-from scheduler.cache.ledger import Ledger
+from scheduler.cache.ledger import Ledger, Owner
 from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
 from scheduler.model.jobs import job_key
 from scheduler.model.parse import InvalidObject, parse_node, parse_pod
@@ -272,6 +272,7 @@ class ClusterMirror:
             elif pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
                 if pod.uid not in self.ledger:
                     self._account_running(pod)
+                    self._charge_releasing(pod)
                 self.ledger.start_releasing(pod.uid)
             elif pod.uid not in self.ledger:
                 self._account_running(pod, defer=True)
@@ -373,6 +374,16 @@ class ClusterMirror:
             return
         self._held(pod, placement)
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
+
+    def _charge_releasing(self, pod: PodInfo) -> None:
+        """A pod first seen being deleted (a restarted scheduler) still counts toward its queue's limit until
+        it is gone: charged to the queue its assignment records, else its label's."""
+        if not pod.ours or pod.uid not in self.ledger:
+            return
+        admission = admitted_with(pod)
+        queue = admission.queue if admission is not None else pod.queue
+        job = admission.job if admission is not None else job_key(pod)
+        self.ledger.reown(pod.uid, Owner(queue, job, not pod.preemptible))
 
     def _held(self, pod: PodInfo, placement: Placement) -> None:
         """`pod` holds `placement` now: remember it if its GPUs' memory is still to come."""

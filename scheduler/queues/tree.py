@@ -192,9 +192,10 @@ class QueueTree:
             for node in self.ancestors(name):
                 node.requested = node.requested + res
 
-    def limit_exceeded(self, name: str, extra: Resources) -> str | None:
-        """The first queue on the chain whose limit `extra` more would exceed, as a message."""
-        for node in self.ancestors(name):
+    def limit_exceeded(self, name: str, extra: Resources, *, only_self: bool = False) -> str | None:
+        """The first queue on the chain whose limit `extra` more would exceed, as a message (`only_self`:
+        queue `name`'s own limit only)."""
+        for node in self.ancestors(name)[:1] if only_self else self.ancestors(name):
             for r in RESOURCE_NAMES:
                 limit = node.resource(r).limit
                 if limit >= 0 and node.allocated.get(r) + extra.get(r) > limit + 1e-9:

@@ -251,7 +251,7 @@ class Scene:
         self._stops.append(runner.stop)
         return runner.start() if start else runner
 
-    def kubelet(self, *, grace_s: float = 0.0) -> KubeletStandIn:
+    def kubelet(self, *, grace_s: float | None = 0.0) -> KubeletStandIn:
         """Plays the kubelet (and the device plugin's API writes) for this test's nodes."""
         standin = KubeletStandIn(self.admin, self.tessera.device_plugin_client(), self.nodes, grace_s=grace_s)
         self._stops.append(standin.stop)

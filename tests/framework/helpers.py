@@ -7,6 +7,7 @@ from typing import Any
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.cycle import Scheduler, SchedulerConfig
+from scheduler.framework.eviction import EvictionPolicy
 from scheduler.sim.builtin import node, pod, podgroup, queue
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import Manifests
@@ -30,13 +31,18 @@ __all__ = [
 
 
 def cluster(
-    objects: list[dict[str, Any]], *, policy: str = "binpack", backend: str = "numpy"
+    objects: list[dict[str, Any]],
+    *,
+    policy: str = "binpack",
+    backend: str = "numpy",
+    eviction: EvictionPolicy | None = None,
 ) -> tuple[SimCluster, Scheduler]:
     m = Manifests()
     for o in objects:
         m.objects[o["kind"]].append(o)
     sim = SimCluster.from_manifests(m)
-    return sim, Scheduler(sim, SchedulerConfig(policy=policy, backend=backend))
+    config = SchedulerConfig(policy=policy, backend=backend, eviction=eviction or EvictionPolicy())
+    return sim, Scheduler(sim, config)
 
 
 def run(sim: SimCluster, sched: Scheduler, cycles: int = 1, dt: float = 1.0) -> None:
