@@ -1,10 +1,15 @@
-"""Victims: the units a waiting job may evict, in the order they are taken (`victim_search.py` chooses).
+"""Victims: the units a waiting job may evict, in the order they are taken (the solver, `solver.py`,
+chooses among them).
 
 Victims are units of running preemptible jobs: a gang whole (never in part), or one member of an elastic
 gang above its minMember. They are ordered as KAI Scheduler orders its victims: the queue most over its
 share first (queues interleaved as victims are taken, `victim_order`), inside a queue the lowest priority,
 then elastic extras, then the youngest (`Victim.sort_key`). The list is built once per cycle and shared by
 `reclaim`, `preempt` and `consolidate`; `evict` takes a chosen set in the caller's transaction.
+
+`movable` is the one rule for the pods an action may *move* (consolidation, topology consolidation): a move
+is an eviction that the pod's controller undoes by recreating it, so only pods a controller owns move.
+Reclaim and preempt evict; they take bare pods as victims as KAI does, and plan no place for them.
 """
 
 from __future__ import annotations
@@ -67,6 +72,18 @@ def candidates(session: Session) -> list[Victim]:
         live = (*key, [v for v in everyone if all(p.uid in held for p in v.pods)])
         session.memo.put(LIVE_VICTIMS, live)
     return live[2]
+
+
+def movable(session: Session, job: Job) -> list[Victim]:
+    """Victims that may move out of `job`'s way: preemptible pods that move alone (a job of one pod, a
+    PodGroup of one included, or a member of an elastic gang above its minMember: a gang is never split),
+    of another job, holding GPUs, and owned by a controller (a bare pod evicted is simply gone)."""
+    held = session.ledger.pods
+    return [
+        v for v in candidates(session)
+        if len(v.pods) == 1 and v.job.key != job.key and v.pods[0].controlled
+        and held[v.pods[0].uid].placement.gpus
+    ]  # fmt: skip
 
 
 def _unit(session: Session, job: Job, pods: list[PodInfo], *, elastic: bool, order: int = 0) -> Victim:
