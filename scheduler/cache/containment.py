@@ -26,16 +26,17 @@ next actions and the reports still run.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler.api.gpu_request import GPURequest
-from scheduler.api.keys import DEFAULT_QUEUE, SCHEDULER_NAME
+from scheduler.api.gpu_request import GPURequest, parse_gpu_request
+from scheduler.api.keys import DEFAULT_QUEUE, SCHEDULER_NAME, WHOLE_GPU_RESOURCE
 from scheduler.model.jobs import Job, job_key
-from scheduler.model.parse import pod_group
+from scheduler.model.parse import MIB, pod_group, pod_resources
 from scheduler.model.types import PodInfo, PodPhase
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         else {}
     )
     uid = meta.get("uid") if isinstance(meta.get("uid"), str) and meta.get("uid") else None
+    request, cpu, memory = _readable_request(spec, kept)
     return PodInfo(
         uid=uid or f"{namespace}/{meta['name']}",
         namespace=namespace,
@@ -156,7 +158,9 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         queue=DEFAULT_QUEUE,
         priority=0,
         preemptible=True,
-        request=GPURequest(),
+        request=request,
+        cpu_milli=cpu,
+        memory_mib=memory,
         phase=phase,
         node=node,
         ours=spec.get("schedulerName") == SCHEDULER_NAME,
@@ -165,3 +169,15 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         group=pod_group(namespace, kept),
         terminating=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _readable_request(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[GPURequest, int, int]:
+    """What a pod refused for another reason (its labels, say) asks, where that part can be read: a running
+    one found so by a restarted scheduler is accounted with its CPU, memory and GPUs, not as empty."""
+    try:
+        requests, limits = pod_resources(spec)
+        whole = limits.get(WHOLE_GPU_RESOURCE)
+        request = parse_gpu_request(annotations, {WHOLE_GPU_RESOURCE: whole} if whole is not None else {})
+        return request, math.ceil(requests.get("cpu", 0) * 1000), math.ceil(requests.get("memory", 0) / MIB)
+    except Exception:  # unreadable too: nothing is known of what it asks
+        return GPURequest(), 0, 0

@@ -155,6 +155,7 @@ class ClusterMirror:
         self.gone.discard(node.name)  # registered again: its rows and what its pods hold are kept
         row = self.state.row_of(node.name)
         draining = set(self.state.draining.get(row, ())) if row is not None else set()
+        memory = self._gpu_memory(node.name)
         row = self.state.add_node(node)
         for slot in sorted(self.state.draining.get(row, set()) - draining):
             self.errors.add(
@@ -166,8 +167,8 @@ class ClusterMirror:
         for uid in sorted(self.awaiting_node.pop(node.name, set())):
             pod = self.pods.get(uid)
             if pod is not None and pod.holds_resources and pod.node == node.name and uid not in self.ledger:
-                self._account_running(pod)
-        self._size(node.name)
+                self._account_found(pod)
+        self._size(node.name, memory_changed=memory != self._gpu_memory(node.name))
 
     def _node_deleted(self, name: str) -> None:
         """The Node object is gone. Its pods may still run (kubectl delete node; the kubelet registers it
@@ -224,10 +225,17 @@ class ClusterMirror:
             self.state.update_node(replace(node, unschedulable=True))
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
+        node = (ev.obj.get("spec") or {}).get("node")
+        memory = self._gpu_memory(node) if isinstance(node, str) else None
         name = self.gpu_identities.on_report(self.state, ev.type, ev.obj)
         for bad in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
             self._mask(bad)
-        self._size(name)
+        self._size(name, memory_changed=memory != self._gpu_memory(name))
+
+    def _gpu_memory(self, name: str) -> int | None:
+        row = self.state.row_of(name)
+        node = self.state.nodes[row] if row is not None else None
+        return node.gpu_memory_mib if node is not None else None
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:
@@ -270,10 +278,7 @@ class ClusterMirror:
             if pod.uid in self.ledger.releasing:
                 pass  # evicted, still terminating: it stays releasing until it is gone
             elif pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
-                if pod.uid not in self.ledger:
-                    self._account_running(pod)
-                    self._charge_releasing(pod)
-                self.ledger.start_releasing(pod.uid)
+                self._account_found(pod)
             elif pod.uid not in self.ledger:
                 self._account_running(pod, defer=True)
         elif pod.uid in self.ledger or pod.uid in self.ledger.releasing:
@@ -375,6 +380,16 @@ class ClusterMirror:
         self._held(pod, placement)
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
 
+    def _account_found(self, pod: PodInfo) -> None:
+        """Hold what a pod found holding resources holds (`_account_running`); one being deleted leaves the
+        plan at once, still charged to its queue's limit until it is gone (`_charge_releasing`)."""
+        if pod.uid not in self.ledger:
+            self._account_running(pod)
+            if pod.terminating:
+                self._charge_releasing(pod)
+        if pod.terminating:
+            self.ledger.start_releasing(pod.uid)
+
     def _charge_releasing(self, pod: PodInfo) -> None:
         """A pod first seen being deleted (a restarted scheduler) still counts toward its queue's limit until
         it is gone: charged to the queue its assignment records, else its label's."""
@@ -405,14 +420,21 @@ class ClusterMirror:
         self.errors.add(message)
         self.uncharged[pod.uid] = (pod, slots)
 
-    def _size(self, name: str) -> None:
-        """Node `name`'s GPU memory may be known now: fill in the MiB of the shares held there without them.
-        A share that no longer fits its GPU (the node's memory is smaller than the assignments say) leaves
-        the pod uncharged, its GPUs blocked, rather than over-committing them."""
-        uids = self.unsized.get(name)
+    def _size(self, name: str, *, memory_changed: bool = False) -> None:
+        """Node `name`'s GPU memory may be known now: fill in the MiB of the shares held there without them;
+        when it changed (a memory assumed from the GPU's model, then measured by its node agent), every
+        share held there takes what its GPU has now. A share that no longer fits its GPU (the node's memory
+        is smaller than the assignments say) leaves the pod uncharged, its GPUs blocked, rather than
+        over-committing them."""
+        uids = self.unsized.setdefault(name, set())
         row = self.state.row_of(name)
-        if not uids or row is None:
+        if row is None:
             return
+        if memory_changed:
+            uids.update(
+                uid for table in (self.ledger.pods, self.ledger.releasing) for uid, h in table.items()
+                if h.placement.node == row and h.placement.gpus
+            )  # fmt: skip
         for uid in sorted(uids):
             held = self.ledger.pods.get(uid) or self.ledger.releasing.get(uid)
             pod = self.pods.get(uid)
@@ -427,6 +449,8 @@ class ClusterMirror:
                 fresh = None
             placement = fresh if fresh is not None and fresh.gpus else sized(self.state, held.placement)
             uids.discard(uid)
+            if placement == held.placement:
+                continue
             try:
                 self.ledger.resize(uid, placement)
             except OvercommitError as exc:
@@ -444,9 +468,7 @@ class ClusterMirror:
             if pod is None or not pod.holds_resources or pod.node != old.node:
                 self.uncharged.pop(uid, None)
             elif uid not in self.ledger and uid not in self.ledger.releasing:
-                self._account_running(pod)
-                if pod.terminating and uid in self.ledger:
-                    self.ledger.start_releasing(uid)
+                self._account_found(pod)
         want: dict[int, set[int]] = {}
         for pod, slots in self.uncharged.values():
             row = self.state.row_of(pod.node) if pod.node is not None else None

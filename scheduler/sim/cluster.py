@@ -192,7 +192,7 @@ class SimCluster:
         """Why a budget covering `victim` allows no disruption now (None: none does), as the disruption
         controller counts: healthy pods are running and not being deleted."""
         meta = victim["metadata"]
-        labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+        labels = _labels(victim)
         for key, pdb in sorted(self.budgets.items()):
             namespace = (pdb.get("metadata") or {}).get("namespace") or "default"
             spec = pdb.get("spec") or {}
@@ -202,7 +202,7 @@ class SimCluster:
             covered = [r.obj for r in self.pods.values() if r.obj["metadata"].get("uid")
                        and r.obj["metadata"].get("namespace") == namespace
                        and not r.obj["metadata"].get("deletionTimestamp")
-                       and all((r.obj["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]  # fmt: skip
+                       and all(_labels(r.obj).get(k) == v for k, v in selector.items())]  # fmt: skip
             healthy = sum(1 for o in covered if (o.get("status") or {}).get("phase") == "Running")
             if isinstance(spec.get("minAvailable"), int):
                 allowed = healthy - spec["minAvailable"]
@@ -351,6 +351,11 @@ class SimCluster:
             else:
                 book[key] = copy.deepcopy(dict(obj))
         self._events.append(WatchEvent(kind, type_, copy.deepcopy(dict(obj))))
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = (obj.get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, Mapping) else {}  # unreadable labels select nothing
 
 
 def _object_key(obj: Mapping[str, Any]) -> str:
