@@ -68,7 +68,9 @@ def unsized(state: ClusterState, placement: Placement) -> bool:
 def sized(state: ClusterState, placement: Placement) -> Placement:
     """The same shares, with the MiB their GPUs have now (whole GPUs: all of it; a fraction: what it held,
     or its milli's worth while that was unknown)."""
-    shares = tuple(replace(g, mib=_mib(state, placement.node, g.slot, g.milli, g.mib)) for g in placement.gpus)
+    shares = tuple(
+        replace(g, mib=_mib(state, placement.node, g.slot, g.milli, g.mib)) for g in placement.gpus
+    )
     return replace(placement, gpus=shares)
 
 

@@ -81,7 +81,9 @@ def world_gpu_use(sim: SimCluster, *, terminating: bool = True) -> dict[tuple[st
     return use
 
 
-def assert_arrays_match_world(sim: SimCluster, sched: Scheduler, unknown: frozenset[str] = frozenset()) -> None:
+def assert_arrays_match_world(
+    sim: SimCluster, sched: Scheduler, unknown: frozenset[str] = frozenset()
+) -> None:
     """No GPU over 1000 milli or its memory, counting the pods still terminating on it, and the scheduler's
     arrays (the plan) equal what the other pods of the simulated cluster hold, GPU by GPU (reserved places
     of pods being moved or pipelined included). `unknown`: nodes the scheduler may not know (deleted
