@@ -176,8 +176,12 @@ def _readable_request(spec: Mapping[str, Any], annotations: Mapping[str, str]) -
     one found so by a restarted scheduler is accounted with its CPU, memory and GPUs, not as empty."""
     try:
         requests, limits = pod_resources(spec)
-        whole = limits.get(WHOLE_GPU_RESOURCE)
-        request = parse_gpu_request(annotations, {WHOLE_GPU_RESOURCE: whole} if whole is not None else {})
-        return request, math.ceil(requests.get("cpu", 0) * 1000), math.ceil(requests.get("memory", 0) / MIB)
     except Exception:  # unreadable too: nothing is known of what it asks
         return GPURequest(), 0, 0
+    cpu, memory = math.ceil(requests.get("cpu", 0) * 1000), math.ceil(requests.get("memory", 0) / MIB)
+    whole = limits.get(WHOLE_GPU_RESOURCE)
+    try:
+        request = parse_gpu_request(annotations, {WHOLE_GPU_RESOURCE: whole} if whole is not None else {})
+    except Exception:  # an invalid GPU request: its assignment, if any, says what it holds
+        request = GPURequest()
+    return request, cpu, memory

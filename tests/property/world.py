@@ -73,7 +73,10 @@ APPS = ("web", "etl", "ml")  # pods are labelled app=<one of these>: what budget
 PRIORITIES = ("train", "build", "inference")
 # The reclaim world: a queue below its quota whose pod of one GPU is pending gets it within this long.
 RECLAIM_QUOTAS = {"default": 0, "org": 4, "a": 2, "b": 2, "c": 2}  # leaves: 6 of the 8 GPUs
-RECLAIM_WITHIN_S = 45.0  # a victim's capped grace period (30 s) and a few cycles
+# Two victims' capped grace periods (30 s each) and a few cycles: pods pipelined for another queue before it
+# asked are no victims until they are bound (their places are not taken back: KAI can unallocate a
+# Pipelined victim), so it may wait for their victims to terminate, and then for its own.
+RECLAIM_WITHIN_S = 75.0
 RECLAIM_WITHIN_CYCLES = 5
 # A gpu-memory pod is charged its largest possible share before placement (queues/charge.py), so a queue
 # a memory pod was bound into is checked against its limit like any other (False skips those checks).
