@@ -61,8 +61,14 @@ class GPUIdentities:
 
     def _completed(self, node: NodeInfo) -> NodeInfo:
         report = self.reports.get(node.name)
-        if not node.gpu_count or report is None or not report.spec.gpus:
+        if report is None or not report.spec.gpus:
             return dataclasses.replace(node, gpu_uuids=()) if node.gpu_uuids else node
+        if not node.gpu_count:
+            # None counted now (a dip of its count), but pods may still hold some (kept, draining): they
+            # keep the memory the report measured.
+            reported = [g.memory_total_mib for g in report.spec.gpus if g.memory_total_mib > 0]
+            memory = node.gpu_memory_mib if node.gpu_memory_mib > 0 or not reported else min(reported)
+            return dataclasses.replace(node, gpu_uuids=(), gpu_memory_mib=memory)
         by_index = {g.index: g for g in report.spec.gpus if g.index < node.gpu_count}
         uuids = tuple(by_index[i].uuid if i in by_index else "" for i in range(node.gpu_count))
         # One memory figure per node (the state converts fractions with it): the smallest GPU's, so a

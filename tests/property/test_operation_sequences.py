@@ -223,6 +223,14 @@ FOUND_WITH: list[tuple[list[tuple[str, int]], list[Op], dict[str, Any]]] = [
         ("gang", ("whole", "", 1), "default", 2, 0),
         ("restart", 1),
     ], {"unlabelled": frozenset([0, 1])}),
+    # A restart while a node without a memory label counted no GPU, its pods still on GPU 0: the kept GPU
+    # had 0 MiB (its memory only in the report, read for counted GPUs only).
+    ([("A100", 1)], [
+        *[("submit", ("fraction", "0.1", 1), "default", "train", 0, None, False)] * 7,
+        ("gang", ("fraction", "0.1", 1), "default", 2, 0),
+        ("node_add", 0, 0),
+        ("restart", 0),
+    ], {"unlabelled": frozenset([0])}),
 ]  # fmt: skip
 
 
