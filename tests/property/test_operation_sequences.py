@@ -224,12 +224,19 @@ FOUND_WITH: list[tuple[list[tuple[str, int]], list[Op], dict[str, Any]]] = [
         ("restart", 1),
     ], {"unlabelled": frozenset([0, 1])}),
     # A restart while a node without a memory label counted no GPU, its pods still on GPU 0: the kept GPU
-    # had 0 MiB (its memory only in the report, read for counted GPUs only).
+    # had 0 MiB (its memory only in the report, read for counted GPUs only), and kept 0 MiB when the
+    # report came after the pods (ClusterState._write_node).
     ([("A100", 1)], [
         *[("submit", ("fraction", "0.1", 1), "default", "train", 0, None, False)] * 7,
         ("gang", ("fraction", "0.1", 1), "default", 2, 0),
         ("node_add", 0, 0),
         ("restart", 0),
+    ], {"unlabelled": frozenset([0])}),
+    ([("A100", 1)], [
+        *[("submit", ("fraction", "0.1", 1), "default", "train", 0, None, False)] * 7,
+        ("node_add", 0, 0),
+        ("submit", ("fraction", "0.1", 1), "default", "train", 0, None, False),
+        ("restart", 1),
     ], {"unlabelled": frozenset([0])}),
 ]  # fmt: skip
 
