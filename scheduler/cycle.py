@@ -35,7 +35,6 @@ from scheduler.queues.usage_history import TimeBasedFairShare, UsageParams
 from scheduler.queues.usage_store import MemoryUsageStore, UsageStore
 from scheduler.state.backend import get_namespace
 from scheduler.state.bulk import arrays_agree
-from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
 WarningKey = tuple[str, str | None, str, str]
@@ -132,7 +131,7 @@ class Scheduler:
                 self._execute(action, session)
                 timings[action.name] = time.perf_counter() - ta
         finally:
-            if self.cache.ledger.abort():  # an action failed inside a transaction: leave no half of it
+            if self.cache.ledger.abort() is not None:  # an action failed inside a transaction: no half of it
                 log.error("a transaction was left open by a failing action; rolled back")
             session.close()
         if self.fairshare is not None:  # what the queues hold from now on, until the next cycle
@@ -214,7 +213,7 @@ class Scheduler:
         pods = self.cache.pods
         for uid, why in session.reasons.items():
             pod = pods.get(uid)
-            if pod is not None and not pod.holds_resources:
+            if pod is not None and not self.cache.ledger.on_node(pod):
                 self._contained(self.cluster.report_pending, pod, why.reason, self._why(pod, why))
         self.last_reasons = session.reasons
         self._contained(self.cluster.publish_status, queue_statuses(session), podgroup_statuses(session))
@@ -272,25 +271,15 @@ class Scheduler:
 
 def _roll_back(session: Session) -> None:
     """Undo what the failing action's open transaction did, except the binds it made: those pods are bound
-    in the cluster (their assignment says where), so they keep their places. A place that cannot be taken
-    back masks its node for GPU pods until the watch brings the bind (accounted from its assignment)."""
-    ledger = session.ledger
-    bound = {
-        p.uid: ledger.pods[p.uid]
-        for job in session.jobs
-        for p in job.pending
-        if p.holds_resources and p.uid in ledger.pods  # pending when the cycle began, bound since
-    }
-    if not ledger.abort():
+    in the cluster (their assignment says where), so they keep their places (`Ledger.abort`). A place that
+    cannot be taken back masks its node for GPU pods until the watch brings the bind (accounted from its
+    assignment)."""
+    lost = session.ledger.abort()
+    if lost is None:
         return
     log.error("a transaction was left open by a failing action; rolled back")
-    for uid, held in bound.items():
-        if uid in ledger.pods:
-            continue  # committed before the failure: kept by the roll-back
-        try:
-            ledger.hold(uid, held.placement, held.owner)
-        except OvercommitError:
-            session.mask_node(held.placement.node)
+    for held in lost:
+        session.mask_node(held.placement.node)
 
 
 def _leave_out(session: Session, key: str, message: str) -> None:
@@ -300,9 +289,9 @@ def _leave_out(session: Session, key: str, message: str) -> None:
         if job.key == key:
             for p in job.pending:
                 session.set_reason(p, Reason.INVALID_REQUEST, message)
-        elif any(p.holds_resources for p in job.pending):
-            job.running += [p for p in job.pending if p.holds_resources]
-            job.pending = [p for p in job.pending if not p.holds_resources]
+        elif any(session.ledger.on_node(p) for p in job.pending):
+            job.running += [p for p in job.pending if session.ledger.on_node(p)]
+            job.pending = [p for p in job.pending if not session.ledger.on_node(p)]
     session.jobs = [job for job in session.jobs if job.key != key]
     session.pending_jobs = [job for job in session.pending_jobs if job.key != key and job.pending]
     session.memo = Memo()  # victims and capacities computed with the job in
@@ -335,7 +324,7 @@ def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
 
 
 def _podgroup_status(session: Session, job: Job) -> PodGroupStatus:
-    running = sum(1 for p in (*job.running, *job.pending) if p.holds_resources)
+    running = sum(1 for p in (*job.running, *job.pending) if session.ledger.on_node(p))
     if running >= job.min_member:
         return PodGroupStatus(phase="Running", running=running)
     why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)

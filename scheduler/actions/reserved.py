@@ -147,7 +147,7 @@ class BindReserved:
         node = session.state.node_names[res.placement.node]
         msg = f"the place reserved on {node} for {res.pod_key} was dropped: {why}; it is scheduled again"
         pod = session.cache.pods.get(res.uid) if res.uid is not None else None
-        if pod is not None and not pod.holds_resources:
+        if pod is not None and not session.ledger.on_node(pod):
             session.set_reason(pod, Reason.RESERVATION_DROPPED, msg)
         session.events.append(
             {"time_s": round(session.now, 3), "type": "ReservationDropped", "action": res.action,

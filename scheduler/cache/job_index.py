@@ -163,6 +163,7 @@ class JobIndex:
                 job = build_job(
                     key, list(members.values()), self.podgroups,
                     succeeded=len(self._succeeded.get(key, ())), priority_classes=self.priority_classes,
+                    held=self.ledger.pods,
                 )  # fmt: skip
                 job.queue = self._charged_queue(job)
             except Exception as exc:  # one job: see scheduler/cache/containment.py
@@ -221,5 +222,5 @@ class JobIndex:
             for key, q in self.quarantined.items()
             if self._left_out(key)
             for p in q.members
-            if not p.holds_resources
+            if not self.ledger.on_node(p)
         ]

@@ -30,7 +30,7 @@ from scheduler.cache.reservations import RESERVATION_TTL_S, Reservation
 from scheduler.framework.session import Session
 from scheduler.model.jobs import Job
 from scheduler.model.reasons import Reason
-from scheduler.model.types import Placement, PodInfo, PodPhase
+from scheduler.model.types import Placement, PodInfo
 
 log = logging.getLogger(__name__)
 DEFAULT_GRACE_S = 30.0  # Kubernetes' terminationGracePeriodSeconds default
@@ -224,8 +224,7 @@ class Transaction:
                 continue
             if result.node_busy:
                 s.mask_node(op.placement.node)
-            op.pod.node = node.name
-            op.pod.phase = PodPhase.BOUND
+            self.ledger.bound(op.pod.uid)  # its place is the ledger's fact until the watch shows the bind
             if result.in_flight:
                 self.ledger.assume(op.pod.uid)
             else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.api.podgroup import PodGroup
@@ -91,9 +91,11 @@ def build_job(
     *,
     succeeded: int = 0,
     priority_classes: Mapping[str, int] | None = None,
+    held: Container[str] = (),
 ) -> Job:
     """The job of `key` from its member pods (at least one). A PodGroup's priorityClassName is looked up in
-    the cluster's PriorityClasses (`priority_classes`, name -> value) before the built-in table."""
+    the cluster's PriorityClasses (`priority_classes`, name -> value) before the built-in table. `held`:
+    uids of the pods holding a place in the ledger (bound by this scheduler before the watch shows it)."""
     group_pods.sort(key=lambda p: (p.created_s, p.name))
     pg = podgroups.get(key)
     first = group_pods[0]
@@ -128,5 +130,5 @@ def build_job(
         topology=topology or constraint_from_annotations(first.annotations),
     )  # fmt: skip
     for p in group_pods:
-        (job.running if p.holds_resources else job.pending).append(p)
+        (job.running if p.holds_resources or p.uid in held else job.pending).append(p)
     return job

@@ -112,7 +112,7 @@ def test_an_accepted_bind_is_assumed_then_confirmed() -> None:
     first = cycle(stub, sched)
     assert set(stub.asked) == {"a"} and held(sched) == {"a": HoldKind.ASSUMED}
     assert first.bound == 0 and "a" not in {
-        p.name for p in sched.cache.pods.values() if not p.holds_resources
+        p.name for p in sched.cache.pods.values() if not sched.cache.ledger.on_node(p)
     }
     assert sched.cache.index.usage.by_queue()["q"][0] == 1000  # charged while in flight
     stub.answer("a")
