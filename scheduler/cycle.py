@@ -246,11 +246,11 @@ class Scheduler:
         for job in session.pending_jobs:
             if job.is_gang and not job.explicit_group:
                 message = (
-                    f"PodGroup {job.key} does not exist: the {len(job.running) + len(job.pending)} pods naming it "
+                    f"PodGroup {job.key} does not exist: the {len(job.members)} pods naming it "
                     "are scheduled as one gang of those present; create the PodGroup (minMember) or remove "
                     "the annotation"
                 )
-                for pod in job.pending:
+                for pod in session.facts(job).pending:
                     now[("Pod", pod.namespace, pod.name, "PodGroupNotFound")] = message
         for node in self.cache.state.nodes:
             if node is not None and node.warning:
@@ -283,17 +283,14 @@ def _roll_back(session: Session) -> None:
 
 
 def _leave_out(session: Session, key: str, message: str) -> None:
-    """Take quarantined job `key` out of the session and tell its pending pods why; pods bound before the
-    failure are running now (so the action, run again, does not place them twice)."""
+    """Take quarantined job `key` out of the session and tell its pending pods why. (Pods of the other jobs
+    bound before the failure hold their places in the ledger: the action, run again, sees them running.)"""
     for job in session.jobs:
         if job.key == key:
-            for p in job.pending:
+            for p in session.facts(job).unplaced:
                 session.set_reason(p, Reason.INVALID_REQUEST, message)
-        elif any(session.ledger.on_node(p) for p in job.pending):
-            job.running += [p for p in job.pending if session.ledger.on_node(p)]
-            job.pending = [p for p in job.pending if not session.ledger.on_node(p)]
     session.jobs = [job for job in session.jobs if job.key != key]
-    session.pending_jobs = [job for job in session.pending_jobs if job.key != key and job.pending]
+    session.pending_jobs = [job for job in session.pending_jobs if job.key != key]
     session.memo = Memo()  # victims and capacities computed with the job in
 
 
@@ -324,10 +321,11 @@ def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
 
 
 def _podgroup_status(session: Session, job: Job) -> PodGroupStatus:
-    running = sum(1 for p in (*job.running, *job.pending) if session.ledger.on_node(p))
+    running = sum(1 for p in job.members if session.ledger.on_node(p))
     if running >= job.min_member:
         return PodGroupStatus(phase="Running", running=running)
-    why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)
+    pending = session.facts(job).pending
+    why = next((session.reasons[p.uid] for p in pending if p.uid in session.reasons), None)
     why = why or session.group_reasons.get(job.key)
     conditions = (
         [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)] if why else []

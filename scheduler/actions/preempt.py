@@ -15,7 +15,7 @@ from scheduler.actions import min_runtime
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victim_search import VictimSearch
 from scheduler.actions.victims import Victim, candidates
-from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, waiting_jobs
 from scheduler.cache.cluster import Cluster
 from scheduler.framework.memo import MemoKey
 from scheduler.framework.session import Session
@@ -47,7 +47,7 @@ class Preempt:
             pods = capacity_blocked(session, job, PREEMPTING_HELPS)
             if not pods:
                 continue
-            count = place_now(session, job)
+            count = session.facts(job).place_now
             request = session.request_of(pods[:count])
             if not job.preemptible and tree.quota_exceeded(job.queue, request) is not None:
                 continue  # victims are preemptible: evicting them frees no quota for it

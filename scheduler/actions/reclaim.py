@@ -28,7 +28,7 @@ from scheduler.actions.queue_checks import (
 )
 from scheduler.actions.victim_search import VictimSearch
 from scheduler.actions.victims import Victim, candidates, victim_order
-from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, waiting_jobs
 from scheduler.cache.cluster import Cluster
 from scheduler.framework.budget import Meter
 from scheduler.framework.session import Session
@@ -65,7 +65,7 @@ class Reclaim:
     ) -> None:  # fmt: skip
         """Reclaim for one job: the rules first, then the victim search; commit, or tell why not."""
         tree = session.tree
-        count = place_now(session, job)
+        count = session.facts(job).place_now
         request = session.request_of(pods[:count])
         if not involved(request):
             return

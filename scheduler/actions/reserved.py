@@ -40,7 +40,7 @@ class BindReserved:
                 self._drop(session, key, res, lost[res.group or key])
                 for uid in [u for u, k in session.reserved.items() if k == key]:
                     del session.reserved[uid]
-        job_of = {p.uid: job for job in session.jobs for p in job.pending}
+        job_of = {p.uid: job for job in session.pending_jobs for p in session.facts(job).unplaced}
         groups: dict[str, list[tuple[PodInfo, Job, str, Reservation]]] = {}
         reservations = ledger.reservations()
         for uid, key in session.reserved.items():
@@ -81,7 +81,7 @@ class BindReserved:
             if res.uid is not None and (why := self._queue_changed(session, job, res)):
                 return why
         job = members[0][1]
-        present = len(job.running) + job.succeeded + len(members)
+        present = len(session.facts(job).running) + job.succeeded + len(members)
         if job.is_gang and present < job.min_member:
             return f"gang {job.key} needs {job.min_member} members; with these it would run {present}"
         return None
@@ -114,11 +114,9 @@ class BindReserved:
             node = session.state.node_names[first.placement.node]
             verb = "has" if len(waits) == 1 else "have"
             msg = f"its place on {node} is reserved; it is bound once {names} {verb} terminated (evicted for it)"
-            for pod, job, _, _ in members:
+            for pod, _, _, _ in members:
                 session.set_reason(pod, Reason.PIPELINED, msg)
                 session.pipelined.add(pod.uid)
-                job.pending.remove(pod)
-                job.reserved.append(pod)
             return
         tx = Transaction(session, first.action)
         for pod, job, key, res in members:
@@ -131,14 +129,9 @@ class BindReserved:
             tx.place(pod, job, res.placement, message)
         outcome = tx.commit(cluster)
         for pod in outcome.bound:
-            job = next(j for p, j, _, _ in members if p is pod)
-            job.pending.remove(pod)
-            job.running.append(pod)
             session.reasons.pop(pod.uid, None)
-        for pod, job, _, _ in members:  # pipelined again: pods evicted since now occupy what it needs
-            if pod.uid in session.pipelined and pod in job.pending:
-                job.pending.remove(pod)
-                job.reserved.append(pod)
+        for pod, _, _, _ in members:  # pipelined again: pods evicted since now occupy what it needs
+            if pod.uid in session.pipelined:
                 session.set_reason(pod, Reason.PIPELINED, "its place is reserved; it is bound once the pods "
                                    "evicted before it was placed have terminated")  # fmt: skip
 

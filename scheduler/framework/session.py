@@ -21,7 +21,7 @@ from scheduler.cache.ledger import Holding, HoldKind, Ledger, same_charge
 from scheduler.cache.reservations import match_reservations
 from scheduler.framework.budget import Budget
 from scheduler.framework.memo import Memo
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, JobFacts, job_facts
 from scheduler.model.reasons import PendingReason, Reason
 from scheduler.model.resources import Resources, placement_usage
 from scheduler.model.types import Placement, PodInfo
@@ -71,7 +71,7 @@ class Session:
     # the plan applied is placed by the session's policy.
     probe: IncrementalPlacer | None = None
     charge: GPUCharge | None = None  # what a pending pod counts for its queue (set by `open`)
-    pending_jobs: list[Job] = field(default_factory=list)  # those of `jobs` with pending pods
+    pending_jobs: list[Job] = field(default_factory=list)  # those of `jobs` with members to place at open
     reasons: dict[str, PendingReason] = field(default_factory=dict)  # by pod uid
     events: list[dict[str, Any]] = field(default_factory=list)
     # Seconds spent per phase ("scoring", "commit"...), summed by the actions for the cycle's report.
@@ -154,13 +154,16 @@ class Session:
             if res.queue in tree.nodes:
                 allocated[res.queue] = allocated.get(res.queue, Resources()) + placement_usage(res.placement)
         pending = cache.index.pending_jobs()  # jobs without pending pods request nothing more
-        reserved = match_reservations(reservations, (p for job in pending for p in job.pending))
+        unplaced = [job_facts(job, cache.ledger).unplaced for job in pending]
+        reserved = match_reservations(reservations, (p for pods in unplaced for p in pods))
         requested: dict[str, Resources] = {}
-        for job in pending:
+        for job, pods in zip(pending, unplaced, strict=True):
             if job.queue not in tree.nodes:
                 continue
-            req = job.pending_request(charge)
-            for p in job.pending:
+            req = Resources()
+            for p in pods:
+                req = req + charge(p)
+            for p in pods:
                 if p.uid in reserved:  # already counted through its reservation
                     req = req - charge(p)
             requested[job.queue] = requested.get(job.queue, Resources()) + req
@@ -176,6 +179,11 @@ class Session:
         session._usage = TreeUsage(tree)
         cache.ledger.add_listener(session._usage)
         return session
+
+    def facts(self, job: Job) -> JobFacts:
+        """Where `job`'s members are now: running (the ledger holds their places), pipelined, or still to
+        place (`model.jobs.job_facts`, the one rule; actions place and evict, the facts follow)."""
+        return job_facts(job, self.cache.ledger, self.pipelined)
 
     def retry_by(self, epoch_s: float) -> None:
         """Ask for a cycle by `epoch_s` at the latest (see `retry_at`)."""
