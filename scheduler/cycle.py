@@ -137,7 +137,7 @@ class Scheduler:
         if self.fairshare is not None:  # what the queues hold from now on, until the next cycle
             allocated = {name: node.allocated for name, node in session.tree.nodes.items()}
             self.fairshare.observe(epoch, allocated, cluster_capacity(self.cache.state))
-        self._report(session)
+        reports = self._report(session)
         self.last_session = session
         if self._contained_failures and not self._state_agrees():
             # The failure wrote the arrays outside the ledger (nothing rolls that back): fail the cycle, so
@@ -150,7 +150,7 @@ class Scheduler:
         phases["other"] = max(0.0, duration - sum(phases.values()))
         return CycleResult(
             started_s=now, duration_s=duration, action_s=timings, bound=bound, evicted=evicted,
-            pending=len(session.reasons), reasons=dict(session.reasons), events=session.events, phase_s=phases,
+            pending=len(session.verdicts), reasons=reports, events=session.events, phase_s=phases,
             retry_at_epoch_s=session.retry_at,
         )  # fmt: skip
 
@@ -208,16 +208,19 @@ class Scheduler:
         self.cache.error_log.add(f"job {key}: {message}")
         return message
 
-    def _report(self, session: Session) -> None:
-        """Tell people why pods wait, and every queue's and pod group's status: each object on its own."""
+    def _report(self, session: Session) -> dict[str, PendingReason]:
+        """Tell people why pods wait, and every queue's and pod group's status: each object on its own.
+        The verdicts become messages here; they are returned, by pod uid."""
         pods = self.cache.pods
-        for uid, why in session.reasons.items():
+        reports = session.verdicts.reports()
+        for uid, why in reports.items():
             pod = pods.get(uid)
             if pod is not None and not self.cache.ledger.on_node(pod):
                 self._contained(self.cluster.report_pending, pod, why.reason, self._why(pod, why))
-        self.last_reasons = session.reasons
+        self.last_reasons = reports
         self._contained(self.cluster.publish_status, queue_statuses(session), podgroup_statuses(session))
         self._contained(self._warn, session)
+        return reports
 
     def _why(self, pod: PodInfo, why: PendingReason) -> str:
         """An invalid queue says what is wrong with it (it is not merely missing)."""
@@ -325,8 +328,8 @@ def _podgroup_status(session: Session, job: Job) -> PodGroupStatus:
     if running >= job.min_member:
         return PodGroupStatus(phase="Running", running=running)
     pending = session.facts(job).pending
-    why = next((session.reasons[p.uid] for p in pending if p.uid in session.reasons), None)
-    why = why or session.group_reasons.get(job.key)
+    verdict = next((v for p in pending if (v := session.verdicts.get(p.uid)) is not None), None)
+    why = verdict.report() if verdict is not None else session.group_reasons.get(job.key)
     conditions = (
         [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)] if why else []
     )

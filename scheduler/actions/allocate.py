@@ -33,14 +33,15 @@ def try_place_job(
     tx: Transaction,
     unplaceable: dict[PodDemand, str],
     limit: int | None = None,
-) -> int:
-    """Place pending members in order, at most `limit` (all that fit without one); return how many.
+) -> tuple[int, str | None]:
+    """Place pending members in order, at most `limit` (all that fit without one); return how many, and
+    why the last one that did not fit did not (None: all fitted).
 
     `unplaceable` remembers demands that fit nowhere on the committed state: allocate only ever fills
     the cluster, so an identical demand will not fit later in the same action either. Failures seen while
     this transaction holds placements are not remembered: those placements may yet be rolled back.
     """
-    placed = 0
+    placed, failure = 0, None
     for i, pod in enumerate(f.pending):
         if limit is not None and placed == limit:
             break
@@ -56,13 +57,14 @@ def try_place_job(
                 if not tx.ops:
                     unplaceable[d] = msg
             session.set_reason(pod, Reason.UNSCHEDULABLE, msg)
+            failure = msg
             if placed + (len(f.pending) - i - 1) < f.need:
                 break  # the gang can no longer reach minMember
             continue
         tx.place(pod, f.job, pl)
         session.add_time("commit", time.perf_counter() - t1)
         placed += 1
-    return placed
+    return placed, failure
 
 
 def _schedulable(session: Session) -> list[Job]:
@@ -82,11 +84,10 @@ def _schedulable(session: Session) -> list[Job]:
     return out
 
 
-def _tell_unplaced(session: Session, f: JobFacts) -> None:
-    """A gang whose members did not all fit is told why, with the last pod's reason."""
+def _tell_unplaced(session: Session, f: JobFacts, failure: str | None) -> None:
+    """A gang whose members did not all fit is told why, with why the last one did not."""
     job = f.job
-    failed = [session.reasons[p.uid].message for p in f.pending if p.uid in session.reasons]
-    detail = failed[-1] if failed else "capacity taken by earlier placements"
+    detail = failure or "capacity taken by earlier placements"
     if job.is_gang and f.need > 0:
         msg = f"gang {job.key} needs {f.need} more pods placed together; not all fit: {detail}"
         _tell_all(session, f, Reason.GANG_UNSCHEDULABLE, msg)
@@ -135,16 +136,16 @@ class Allocate:
                     tx.rollback()
                     continue
             else:
-                placed = try_place_job(session, f, tx, unplaceable, f.place_now)
+                placed, failure = try_place_job(session, f, tx, unplaceable, f.place_now)
                 if placed == 0 or placed < f.need:
                     tx.rollback()
-                    _tell_unplaced(session, f)
+                    _tell_unplaced(session, f, failure)
                     continue
             t0 = time.perf_counter()
             outcome = tx.commit(cluster)
             session.add_time("commit", time.perf_counter() - t0)
             for p in outcome.bound:
-                session.reasons.pop(p.uid, None)
+                session.verdicts.clear(p)
             after = session.facts(job)
             if after.pending and (outcome.bound or len(after.reserved) > len(f.reserved)):
                 order.push(job)  # its next members take their turn

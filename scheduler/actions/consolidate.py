@@ -114,7 +114,7 @@ class Consolidate:
             return False
         outcome = tx.commit(cluster)
         for p in outcome.bound:
-            session.reasons.pop(p.uid, None)
+            session.verdicts.clear(p)
         return True
 
 

@@ -79,7 +79,7 @@ class Preempt:
                 continue
             outcome = tx.commit(cluster)
             for p in outcome.bound:
-                session.reasons.pop(p.uid, None)
+                session.verdicts.clear(p)
 
 
 def _floor(session: Session) -> dict[str, int]:
@@ -94,9 +94,7 @@ def _tell(session: Session, pods: list[PodInfo], message: str) -> None:
     """Only victims too young for the queue's preemptMinRuntime could make room: that leads; what the
     earlier actions found stays as its context."""
     for p in pods:
-        prev = session.reasons.get(p.uid)
-        context = f"; {prev.message}" if prev is not None and prev.message not in message else ""
-        session.set_reason(p, Reason.WAITING_FOR_MIN_RUNTIME, f"{message}{context}")
+        session.verdicts.retell(p, Reason.WAITING_FOR_MIN_RUNTIME, message, first=True)
 
 
 def _victim_of(job: Job, v: Victim) -> bool:

@@ -121,7 +121,7 @@ class Reclaim:
             return
         outcome = tx.commit(cluster)
         for p in outcome.bound:
-            session.reasons.pop(p.uid, None)
+            session.verdicts.clear(p)
 
 
 def _silent(reason: Reason, message: str) -> None:
@@ -174,13 +174,13 @@ def _unfit(session: Session, job: Job, request: Resources, blocked: str | None) 
 def _tell(session: Session, pods: list[PodInfo], reason: Reason, msg: str) -> None:
     """Set the reclaim verdict, keeping a placement reason as the headline's context."""
     for p in pods:
-        prev = session.reasons.get(p.uid)
-        if prev is None or prev.reason.wait not in MAKING_ROOM_HELPS:
+        wait = session.verdicts.wait(p)
+        if wait is None or wait not in MAKING_ROOM_HELPS:
             session.set_reason(p, reason, msg)
         elif reason is Reason.WAITING_FOR_CAPACITY:  # nothing to reclaim: the placement's reason leads
-            session.set_reason(p, prev.reason, f"{prev.message}; {msg}")
+            session.verdicts.note(p, msg)
         else:
-            session.set_reason(p, reason, f"{prev.message}; {msg}")
+            session.verdicts.retell(p, reason, msg)
 
 
 def _most_over_share(session: Session, queue: str, r: str) -> tuple[str | None, float]:

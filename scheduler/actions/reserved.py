@@ -129,7 +129,7 @@ class BindReserved:
             tx.place(pod, job, res.placement, message)
         outcome = tx.commit(cluster)
         for pod in outcome.bound:
-            session.reasons.pop(pod.uid, None)
+            session.verdicts.clear(pod)
         for pod, _, _, _ in members:  # pipelined again: pods evicted since now occupy what it needs
             if pod.uid in session.pipelined:
                 session.set_reason(pod, Reason.PIPELINED, "its place is reserved; it is bound once the pods "

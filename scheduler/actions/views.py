@@ -65,7 +65,7 @@ def capacity_blocked(session: Session, job: Job, helps: frozenset[Wait] = MAKING
     need = f.place_now
     if not pods or f.incomplete:
         return []
-    if any(p.uid in session.reasons and session.reasons[p.uid].reason.wait not in helps for p in pods):
+    if any((wait := session.verdicts.wait(p)) is not None and wait not in helps for p in pods):
         return []
     d = demand_for(pods[0])
     known = session.memo.get(EMPTY_CAPACITY, dict)
@@ -76,11 +76,7 @@ def capacity_blocked(session: Session, job: Job, helps: frozenset[Wait] = MAKING
         what = f"{need} pods of {d.describe()} at once" if job.is_gang else d.describe()
         msg = f"{job.key} needs {what}; even empty, this cluster could hold {fits}"
         for p in pods:
-            prev = session.reasons.get(p.uid)
-            if prev is None:
-                session.set_reason(p, Reason.UNSCHEDULABLE, msg)
-            elif msg not in prev.message:
-                session.set_reason(p, prev.reason, f"{prev.message}; {msg}")
+            session.verdicts.note(p, msg, otherwise=Reason.UNSCHEDULABLE)
         return []
     return pods
 

@@ -21,6 +21,7 @@ from scheduler.cache.ledger import Holding, HoldKind, Ledger, same_charge
 from scheduler.cache.reservations import match_reservations
 from scheduler.framework.budget import Budget
 from scheduler.framework.memo import Memo
+from scheduler.framework.verdicts import Verdicts
 from scheduler.model.jobs import Job, JobFacts, job_facts
 from scheduler.model.reasons import PendingReason, Reason
 from scheduler.model.resources import Resources, placement_usage
@@ -72,7 +73,8 @@ class Session:
     probe: IncrementalPlacer | None = None
     charge: GPUCharge | None = None  # what a pending pod counts for its queue (set by `open`)
     pending_jobs: list[Job] = field(default_factory=list)  # those of `jobs` with members to place at open
-    reasons: dict[str, PendingReason] = field(default_factory=dict)  # by pod uid
+    # Why each pod left waiting waits, as the actions found it (typed; made into messages at report time).
+    verdicts: Verdicts = field(default_factory=Verdicts)
     events: list[dict[str, Any]] = field(default_factory=list)
     # Seconds spent per phase ("scoring", "commit"...), summed by the actions for the cycle's report.
     timings: dict[str, float] = field(default_factory=dict)
@@ -264,7 +266,13 @@ class Session:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
     def set_reason(self, pod: PodInfo, reason: Reason, message: str) -> None:
-        self.reasons[pod.uid] = PendingReason(reason, message)
+        """`pod` waits for `reason`, as `message` says (a fresh verdict: see `verdicts` to add to one)."""
+        self.verdicts.tell(pod, reason, message)
+
+    @property
+    def reasons(self) -> dict[str, PendingReason]:
+        """Why each pod waits, as people read it (the verdicts' messages, made now), by pod uid."""
+        return self.verdicts.reports()
 
     def event(self, type_: str, action: str, pod: PodInfo, message: str = "", **extra: Any) -> None:
         self.events.append(

@@ -113,7 +113,7 @@ def _build(
     facts = [session.facts(job) for job in session.jobs] if session is not None else []
     notes = protection_notes(tree, facts, now)
     nodes = _nodes(scheduler, pods, placements, {r.spec.node: r for r in reports}, queue_of, notes)
-    reasons = dict(session.reasons) if session is not None else dict(scheduler.last_reasons)
+    reasons = dict(scheduler.last_reasons)
     on_node = cache.ledger.on_node  # a pod bound this cycle is on its node before the watch says so
     pending_pods = [p for p in pods.values() if p.ours and p.phase == PodPhase.PENDING and not on_node(p)]
     pending = _pending(pending_pods, reasons, queue_of, now, elastic_notes(facts))
