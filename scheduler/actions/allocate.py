@@ -33,15 +33,16 @@ def try_place_job(
     tx: Transaction,
     unplaceable: dict[PodDemand, str],
     limit: int | None = None,
-) -> tuple[int, str | None]:
+) -> tuple[int, tuple[PodDemand, str] | None]:
     """Place pending members in order, at most `limit` (all that fit without one); return how many, and
-    why the last one that did not fit did not (None: all fitted).
+    the demand of the last one that did not fit with why it did not there and then (None: all fitted).
 
     `unplaceable` remembers demands that fit nowhere on the committed state: allocate only ever fills
     the cluster, so an identical demand will not fit later in the same action either. Failures seen while
     this transaction holds placements are not remembered: those placements may yet be rolled back.
     """
-    placed, failure = 0, None
+    placed = 0
+    failure: tuple[PodDemand, str] | None = None
     for i, pod in enumerate(f.pending):
         if limit is not None and placed == limit:
             break
@@ -57,7 +58,7 @@ def try_place_job(
                 if not tx.ops:
                     unplaceable[d] = msg
             session.set_reason(pod, Reason.UNSCHEDULABLE, msg)
-            failure = msg
+            failure = (d, msg)
             if placed + (len(f.pending) - i - 1) < f.need:
                 break  # the gang can no longer reach minMember
             continue
@@ -84,12 +85,20 @@ def _schedulable(session: Session) -> list[Job]:
     return out
 
 
-def _tell_unplaced(session: Session, f: JobFacts, failure: str | None) -> None:
-    """A gang whose members did not all fit is told why, with why the last one did not."""
+def _tell_unplaced(session: Session, f: JobFacts, placed: int, failure: tuple[PodDemand, str] | None) -> None:
+    """A gang whose members did not all fit is told why. The members placed before one did not fit are
+    rolled back by now: why that one did not fit then (its own gang had taken the room) is said only
+    when none fitted, else how many fit at once, and why the others fit nowhere if they do not."""
     job = f.job
-    detail = failure or "capacity taken by earlier placements"
+    detail = failure[1] if failure is not None else "capacity taken by earlier placements"
     if job.is_gang and f.need > 0:
-        msg = f"gang {job.key} needs {f.need} more pods placed together; not all fit: {detail}"
+        head = f"gang {job.key} needs {f.need} more pods placed together"
+        if placed == 0:
+            msg = f"{head}; not all fit: {detail}"
+        else:
+            msg = f"{head}; only {placed} fit at once now"
+            if failure is not None and not bool(session.xp.any(session.feasible(failure[0])[0])):
+                msg += f", the others nowhere: {explain_unschedulable(session.state, failure[0])}"
         _tell_all(session, f, Reason.GANG_UNSCHEDULABLE, msg)
     elif job.is_gang:  # elastic: minMember runs already, these members are extra
         msg = (f"gang {job.key} runs its minMember ({job.min_member}); its extra members wait for "
@@ -139,7 +148,7 @@ class Allocate:
                 placed, failure = try_place_job(session, f, tx, unplaceable, f.place_now)
                 if placed == 0 or placed < f.need:
                     tx.rollback()
-                    _tell_unplaced(session, f, failure)
+                    _tell_unplaced(session, f, placed, failure)
                     continue
             t0 = time.perf_counter()
             outcome = tx.commit(cluster)

@@ -10,6 +10,7 @@ bound once its victims have terminated (pipelined, see `transaction.py`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -17,6 +18,7 @@ from scheduler.actions import min_runtime
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.queue_checks import (
+    EPS,
     Figures,
     allocatable,
     amount,
@@ -100,12 +102,7 @@ class Reclaim:
             tell(*failed[key])
             return
         tx = Transaction(session, "reclaim")
-        r = involved(request)[0]
-        node = tree.nodes[job.queue]
-        message = (
-            f"reclaimed for {label(job)} of queue {job.queue} "
-            f"({amount(r, node.allocated.get(r))} of {amount(r, node.fair_share.get(r))} fair share)"
-        )
+        message = f"reclaimed for {label(job)} of queue {job.queue}, {_standing(tree, job.queue, request)}"
         rule = partial(_allowed, tree, Figures.of(tree), job, request)
         search = VictimSearch(session, tx, job, pods, count, rule, message, session.budget.job(meter),
                               room=partial(tree.limit_exceeded, job.queue, request))  # fmt: skip
@@ -133,6 +130,18 @@ def _allowed(
 ) -> str | None:
     return reclaimable(tree, figures, job.queue, request, job.preemptible,
                        [(v.job.queue, v.usage) for v in victims])  # fmt: skip
+
+
+def _standing(tree: QueueTree, queue: str, request: Resources) -> str:
+    """What entitles a reclaiming queue to take back: its quota while it stays within it with the job
+    (the figure its owners set), else its fair share (which grows with what the queue asks, so it is
+    smaller while the queue's pods are still arriving)."""
+    r = involved(request)[0]
+    node = tree.nodes[queue]
+    held, quota = node.allocated.get(r), quota_of(node, r)
+    if not math.isinf(quota) and held + request.get(r) <= quota + EPS:
+        return f"below its quota (it holds {amount(r, held)} of {amount(r, quota)})"
+    return f"below its fair share (it holds {amount(r, held)} of {amount(r, node.fair_share.get(r))})"
 
 
 def _head(tree: QueueTree, queue: str, request: Resources) -> str:

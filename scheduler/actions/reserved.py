@@ -14,7 +14,7 @@ from __future__ import annotations
 from scheduler.cache.cluster import Cluster
 from scheduler.cache.reservations import Reservation
 from scheduler.framework.session import Session
-from scheduler.framework.transaction import Transaction
+from scheduler.framework.transaction import Transaction, pipelined_reason, pod_names
 from scheduler.model.jobs import Job
 from scheduler.model.reasons import Reason
 from scheduler.model.resources import Resources
@@ -109,13 +109,10 @@ class BindReserved:
                 self._drop(session, key, res, "the pods it waited for are still terminating")
             return
         if waits:
-            pods = session.cache.pods
-            names = ", ".join(sorted(pods[u].key if u in pods else u for u in waits))
-            node = session.state.node_names[first.placement.node]
-            verb = "has" if len(waits) == 1 else "have"
-            msg = f"its place on {node} is reserved; it is bound once {names} {verb} terminated (evicted for it)"
-            for pod, _, _, _ in members:
-                session.set_reason(pod, Reason.PIPELINED, msg)
+            names = pod_names(session, waits)
+            for pod, _, _, res in members:  # each where its own place is
+                node = session.state.node_names[res.placement.node]
+                session.set_reason(pod, Reason.PIPELINED, pipelined_reason(node, names))
                 session.pipelined.add(pod.uid)
             return
         tx = Transaction(session, first.action)
@@ -128,12 +125,8 @@ class BindReserved:
             )
             tx.place(pod, job, res.placement, message)
         outcome = tx.commit(cluster)
-        for pod in outcome.bound:
+        for pod in outcome.bound:  # (pipelined again, behind pods evicted since: the transaction says so)
             session.verdicts.clear(pod)
-        for pod, _, _, _ in members:  # pipelined again: pods evicted since now occupy what it needs
-            if pod.uid in session.pipelined:
-                session.set_reason(pod, Reason.PIPELINED, "its place is reserved; it is bound once the pods "
-                                   "evicted before it was placed have terminated")  # fmt: skip
 
     def _drop(self, session: Session, key: str, res: Reservation, why: str) -> None:
         session.ledger.unreserve(key)

@@ -64,6 +64,20 @@ def owner_of(job: Job) -> Owner:
     return Owner(job.queue, job.key, not job.preemptible)
 
 
+def pod_names(session: Session, uids: frozenset[str]) -> list[str]:
+    """The pods of `uids` as people name them (namespace/name), sorted."""
+    pods = session.cache.pods
+    return sorted(pods[u].key if u in pods else u for u in uids)
+
+
+def pipelined_reason(node: str | None, names: list[str]) -> str:
+    """Why a pipelined pod waits: where its place is, and the pods still terminating there (evicted for it,
+    or deleted by someone). Written when it is pipelined and, in the same words, every cycle it still
+    waits (`bind_reserved`), so that people are told once."""
+    verb = "has" if len(names) == 1 else "have"
+    return f"its place on {node} is reserved; it is bound once {', '.join(names)} {verb} terminated"
+
+
 class Transaction:
     def __init__(self, session: Session, action: str) -> None:
         self.session = session
@@ -163,10 +177,9 @@ class Transaction:
                 ))  # fmt: skip
                 s.pipelined.add(op.pod.uid)
                 node = s.state.node_names[op.placement.node]
-                names = self._names(waiting)
+                names = pod_names(s, waiting)
                 s.event("Pipelined", op.action, op.pod, op.message, node=node, waits_for=names)
-                s.set_reason(op.pod, Reason.PIPELINED, f"its place on {node} is reserved; it is bound once "
-                             f"{', '.join(names)} {'has' if len(names) == 1 else 'have'} terminated")  # fmt: skip
+                s.set_reason(op.pod, Reason.PIPELINED, pipelined_reason(node, names))
                 continue
             if op.kind is OpKind.RESERVE:
                 res = ledger.reservations().get(op.pod.key)
@@ -181,10 +194,6 @@ class Transaction:
         pods = self.session.cache.pods
         grace = max((pods[u].grace_s for u in waiting if u in pods), default=DEFAULT_GRACE_S)
         return self.session.now + grace + RESERVATION_TTL_S
-
-    def _names(self, uids: frozenset[str]) -> list[str]:
-        pods = self.session.cache.pods
-        return sorted(pods[u].key if u in pods else u for u in uids)
 
     def _bind(
         self, cluster: Cluster, failed: list[tuple[PodInfo, str]], evicted: list[PodInfo]
