@@ -147,6 +147,19 @@ def build_jobs(
     ]
 
 
+def group_priority(
+    pg: PodGroup, first: PodInfo, priority_classes: Mapping[str, int] | None = None
+) -> tuple[int, bool]:
+    """A gang's priority and whether it is preemptible: the class its PodGroup names (its value in the
+    cluster's PriorityClasses, `priority_classes` name -> value, else the built-in table), else its first
+    pod's; the PodGroup's `preemptibility` overrides what the value says."""
+    name = pg.spec.priority_class_name
+    if not (name or pg.spec.preemptibility):
+        return first.priority, first.preemptible
+    value = (priority_classes or {}).get(name) if name else first.priority
+    return resolve_priority(name, value, pg.spec.preemptibility)
+
+
 def build_job(
     key: str,
     group_pods: list[PodInfo],
@@ -161,15 +174,7 @@ def build_job(
     pg = podgroups.get(key)
     first = group_pods[0]
     if pg is not None:
-        name = pg.spec.priority_class_name
-        # The class the PodGroup names (the cluster's, else the built-in table), else its pods' priority;
-        # `preemptibility` overrides what the value says.
-        value = (priority_classes or {}).get(name) if name else first.priority
-        priority, preemptible = (
-            resolve_priority(name, value, pg.spec.preemptibility)
-            if name or pg.spec.preemptibility
-            else (first.priority, first.preemptible)
-        )
+        priority, preemptible = group_priority(pg, first, priority_classes)
         queue, min_member, explicit, grace = (
             pg.spec.queue,
             pg.spec.min_member,
