@@ -106,7 +106,10 @@ def _priority(reader: ClusterReader, info: PodInfo, group: str | None, pg: PodGr
         priority, preemptible, whose = info.priority, info.preemptible, ""
     else:
         name = pg.spec.priority_class_name
-        cls = reader.get("PriorityClass", name) if name else None
+        try:
+            cls = reader.get("PriorityClass", name) if name else None
+        except ReadError:  # not allowed to read PriorityClasses: the built-in table, as the scheduler's
+            cls = None
         value = cls.get("value") if cls is not None else None
         classes = {name: value} if name and isinstance(value, int) and not isinstance(value, bool) else {}
         priority, preemptible = group_priority(pg, info, classes)
