@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.priority import resolve_priority
 from scheduler.api.topology import TopologyConstraint, constraint_from_annotations
-from scheduler.model.resources import Resources
 from scheduler.model.types import PodInfo, PodPhase
-
-Charge = Callable[[PodInfo], Resources]  # what a pending pod counts for its queue (see queues/charge.py)
 
 
 @dataclass(frozen=True)
