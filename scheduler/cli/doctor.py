@@ -40,6 +40,13 @@ def doctor(
     probe_namespace: Annotated[
         str, typer.Option(metavar="NS", help="Namespace of the webhook probe (a dry-run pod create).")
     ] = "default",
+    scheduler_name: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="The schedulerName pods give (default: the one the webhooks match on, else tessera).",
+        ),
+    ] = None,
     output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="text or json.")] = "text",
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -48,7 +55,12 @@ def doctor(
     on every GPU node, queues valid. Prints what to fix; exit status 1 when a check failed."""
     check_choice(output, ("text", "json"), "--output")
     reader = KubeReader(connect(kubeconfig, context))
-    opts = DoctorOptions(namespace=namespace, lease_name=lease_name, probe_namespace=probe_namespace)
+    opts = DoctorOptions(
+        namespace=namespace,
+        lease_name=lease_name,
+        probe_namespace=probe_namespace,
+        scheduler_name=scheduler_name,
+    )
     findings = diagnose(reader, opts)
     if output == "json":
         typer.echo(json.dumps([f.to_json() for f in findings], indent=2))
