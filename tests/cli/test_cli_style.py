@@ -53,6 +53,16 @@ def test_every_entry_point_has_version(prog: str) -> None:
     assert code == 0 and out.strip().startswith(prog + " ") and out.strip().split()[-1][0].isdigit()
 
 
+@pytest.mark.parametrize(
+    ("prog", "args"),
+    [*SUBCOMMANDS, ("tessera", ["sandbox"]), ("tessera", ["sandbox", "up"]), ("tessera", ["bench", "e2e"])],
+)
+def test_every_command_has_version(prog: str, args: list[str]) -> None:
+    """The README promises `--version` on every command, subcommands included."""
+    code, out, err = invoke(prog, [*args, "--version"])
+    assert code == 0 and out.strip().startswith(prog + " ") and out.strip().split()[-1][0].isdigit(), out + err
+
+
 @pytest.mark.parametrize("prog", sorted(APPS))
 def test_unknown_option_is_one_error_line_with_exit_2(prog: str) -> None:
     code, out, err = invoke(prog, ["--no-such-option"])
@@ -82,12 +92,34 @@ def test_help_fits_80_columns_and_shows_no_bool_type(prog: str, args: list[str])
         (["replay", "--report", "/nonexistent-dir/r.html", "--seeds", "1"], "--report: cannot write"),
         (["bench", "--nodes", "500", "--init-pods", "10000"], "--init-pods"),
         (["nodes", "-o", "xml"], "--output"),
+        # Values typer checks are worded as the house words them, not as the validation library does.
+        (["simulate", "--seed", "abc"], "'--seed': 'abc' is not a whole number"),
+        (["bench", "--nodes", "1.5"], "'--nodes': '1.5' is not a whole number"),
+        (["bench", "--nodes", "0"], "'--nodes': 0 is below the smallest value accepted, 1"),
+        (["bench", "e2e", "--fraction-share", "x"], "'--fraction-share': 'x' is not a number"),
+        (["sandbox", "up", "--nodes", "99"], "'--nodes': 99 is above the largest value accepted, 50"),
     ],
 )
 def test_bad_options_are_refused_before_any_work(args: list[str], complaint: str) -> None:
     code, out, err = invoke("tessera", args)
     assert code == 2 and err.startswith("error: ") and complaint in err, out + err
     assert err.count("\n") == 1 and out == ""  # nothing ran: no progress, no output
+    assert "Input should be" not in err and "unable to parse" not in err
+
+
+@pytest.mark.parametrize("args", [["simulate", "-f"], ["queues", "--from-file"], ["nodes", "--from-file"]])
+def test_a_yaml_mistake_says_on_which_line(args: list[str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: Queue\nmetadata:\n  name: x\n   oops: [1, 2\n")
+    code, out, err = invoke("tessera", [*args, str(bad)])
+    assert code == 2 and err.count("\n") == 1, out + err
+    assert "line 5, column 8" in err and str(bad) in err
+
+
+def test_a_missing_file_is_the_users_mistake(tmp_path: Path) -> None:
+    for args in (["nodes", "--from-file"], ["queues", "--from-file"], ["simulate", "-f"]):
+        code, _, err = invoke("tessera", [*args, str(tmp_path / "none.yaml")])
+        assert code == 2 and err.startswith("error: ") and "none.yaml" in err, err
 
 
 def test_report_path_is_checked_before_a_long_run(tmp_path: Path) -> None:
