@@ -60,7 +60,9 @@ def test_every_entry_point_has_version(prog: str) -> None:
 def test_every_command_has_version(prog: str, args: list[str]) -> None:
     """The README promises `--version` on every command, subcommands included."""
     code, out, err = invoke(prog, [*args, "--version"])
-    assert code == 0 and out.strip().startswith(prog + " ") and out.strip().split()[-1][0].isdigit(), out + err
+    assert code == 0 and out.strip().startswith(prog + " ") and out.strip().split()[-1][0].isdigit(), (
+        out + err
+    )
 
 
 @pytest.mark.parametrize("prog", sorted(APPS))

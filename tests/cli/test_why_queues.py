@@ -180,7 +180,11 @@ def test_a_kai_queue_shadowed_or_invalid_is_named() -> None:
     tessera = {"apiVersion": f"{G}/v1alpha1", "kind": "Queue"}
     objects, notes = with_kai(
         [
-            {**kai, "metadata": {"name": "shared"}, "spec": {"resources": {"gpu": {"quota": 1, "limit": -1}}}},
+            {
+                **kai,
+                "metadata": {"name": "shared"},
+                "spec": {"resources": {"gpu": {"quota": 1, "limit": -1}}},
+            },
             {**tessera, "metadata": {"name": "shared"}, "spec": {}},
             {**kai, "metadata": {"name": "bad"}, "spec": {"resources": {"gpu": {"quota": "lots"}}}},
         ]
