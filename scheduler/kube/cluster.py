@@ -115,7 +115,9 @@ class KubeCluster:
                 name in PRIORITY_CLASSES or self.informers["PriorityClass"].get(name) is not None
             ),
         )
-        self.podgroups = PodGroupReconciler(self.custom, book, self.informers["PodGroup"].get)
+        self.podgroups = PodGroupReconciler(
+            self.custom, book, self.informers["PodGroup"].get, owner_alive=self.owners.alive
+        )
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
@@ -165,6 +167,7 @@ class KubeCluster:
         for informer in self.informers.values():
             informer.stop()
         self.owners.stop()
+        self.podgroups.stop()
 
     def replay(self) -> None:
         """Queue every cached object as ADDED (nodes first), for a scheduler rebuilt from scratch. Events
