@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from kubernetes import client
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GROUP, SCHEDULER_NAME, VERSION
+from scheduler.api.keys import GROUP, POD_RECORD_LABEL, SCHEDULER_NAME, VERSION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
@@ -76,6 +76,7 @@ class KubeCluster:
                 "PodGroup",
                 self.custom.list_cluster_custom_object,
                 (GROUP, VERSION, "podgroups"),
+                label_selector=f"!{POD_RECORD_LABEL}",  # bare pods' records: the cycle never needs them
                 transform=slim,
             ),
             WatchTarget(

@@ -416,6 +416,8 @@ def test_bare_pods_get_a_podgroup_object_owned_by_the_pod(k: Workloads) -> None:
     name = group_name("lonely", pod["metadata"]["uid"])
     group = wait_until(lambda: k.podgroups().get(name), timeout=15)
     assert (group["spec"]["minMember"], group["spec"]["queue"]) == (1, "solo")
+    # Labelled as a record: the scheduler's own PodGroup watch leaves it out (the pod is its own job).
+    assert group["metadata"]["labels"] == {"tessera.dev/pod-record": "true"}
     (ref,) = group["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["uid"]) == ("Pod", pod["metadata"]["uid"])
     k.core.delete_namespaced_pod("lonely", k.ns, grace_period_seconds=0)

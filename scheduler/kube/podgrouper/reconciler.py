@@ -26,11 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
+from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from scheduler.api.keys import GROUP, VERSION
+from scheduler.api.keys import GROUP, POD_RECORD_LABEL, VERSION
+from scheduler.kube import raw
 from scheduler.kube.podgrouper.book import Decision, Group, GroupBook
 from scheduler.kube.podgrouper.model import GroupSpec, Obj, OwnerRef
 
@@ -84,7 +86,7 @@ class PodGroupReconciler:
         self._deleted: set[str] = (
             set()
         )  # groups whose PodGroup was deleted (made again only for a live owner)
-        self.records = RecordWriter(custom, existing)
+        self.records = RecordWriter(custom)
 
     # ---- what the adapter reports ------------------------------------------------------------------------
     def observe(self, pod: Obj) -> Decision:
@@ -191,12 +193,13 @@ class PodGroupReconciler:
 class RecordWriter:
     """Writes bare pods' PodGroups (owned by the pod, so the garbage collector removes each with its pod) on
     a thread of its own, in the order the pods came. `want` notes one (any thread); `flush` hands what is
-    noted to the thread (called by the leader only: a standby writes nothing); one whose pod is gone, or
-    that exists already (a restart), is not written."""
+    noted to the thread (called by the leader only: a standby writes nothing); one whose pod is gone is
+    not written, one that exists already (a restart) is refused by the API server. Each carries the
+    `tessera.dev/pod-record` label, which the scheduler's own PodGroup watch leaves out: the cycle never
+    needs them, and so never pays for their events."""
 
-    def __init__(self, custom: client.CustomObjectsApi, existing: Callable[[str], Obj | None]) -> None:
+    def __init__(self, custom: client.CustomObjectsApi) -> None:
         self.custom = custom
-        self.existing = existing
         self._lock = threading.Lock()
         self._noted: dict[str, GroupSpec] = {}  # key -> spec, not yet handed to the thread
         self._handed: dict[
@@ -242,12 +245,12 @@ class RecordWriter:
             with self._lock:
                 if g.key not in self._handed:
                     continue  # its pod went meanwhile
-            if self.existing(g.key) is not None:
-                continue
+            body = g.to_podgroup()
+            body["metadata"]["labels"] = {POD_RECORD_LABEL: "true"}
+            path = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(g.namespace, safe='')}/podgroups"
             try:
-                self.custom.create_namespaced_custom_object(
-                    GROUP, VERSION, g.namespace, "podgroups", g.to_podgroup(), _preload_content=False
-                )
+                # Without the generated client's model layer (raw.py): one of these per bare pod.
+                raw.request(self.custom.api_client, "POST", path, body)
                 self.written += 1
             except ApiException as exc:
                 if exc.status not in (404, 409):  # 409: it exists; 404: its namespace is being deleted
