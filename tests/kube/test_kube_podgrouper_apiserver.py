@@ -420,5 +420,15 @@ def test_bare_pods_get_a_podgroup_object_owned_by_the_pod(k: Workloads) -> None:
     assert group["metadata"]["labels"] == {"tessera.dev/pod-record": "true"}
     (ref,) = group["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["uid"]) == ("Pod", pod["metadata"]["uid"])
+    # Said later, a preemptibility needs a real group (a pod cannot carry it): the record becomes it.
+    k.core.patch_namespaced_pod(
+        "lonely", k.ns, {"metadata": {"labels": {"kai.scheduler/preemptibility": "preemptible"}}}
+    )
+
+    def real() -> dict[str, Any] | None:
+        g = k.podgroups().get(name) or {}
+        return g if not g.get("metadata", {}).get("labels") and g["spec"].get("preemptibility") else None
+
+    assert wait_until(real, timeout=15)["spec"]["preemptibility"] == "preemptible"
     k.core.delete_namespaced_pod("lonely", k.ns, grace_period_seconds=0)
     wait_until(lambda: name not in k.podgroups(), timeout=30)

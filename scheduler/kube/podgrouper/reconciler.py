@@ -159,12 +159,22 @@ class PodGroupReconciler:
             if exc.status == 409:  # it exists (made before a restart): compared once the cache has it
                 self._sent[g.key] = ({}, now)
                 self.book.touch(g.key)
+                self._unrecord(g)
             else:
                 log.warning("could not create PodGroup %s: %s %s", g.key, exc.status, exc.reason)
             return None
         self._sent[g.key] = (g.spec_fields(), now)
         log.info("podgrouper: created PodGroup %s (%s, minMember %d)", g.key, g.rule, g.min_member)
         return "ADDED", json.loads(resp.data)
+
+    def _unrecord(self, g: GroupSpec) -> None:
+        """The PodGroup that exists may be a bare pod's record (its pod now needs a real group, a
+        preemptibility added to its labels): without the record label the scheduler's watch sees it."""
+        try:
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, g.namespace, "podgroups", g.name,
+                                                       {"metadata": {"labels": {POD_RECORD_LABEL: None}}})  # fmt: skip
+        except ApiException as exc:
+            log.warning("could not update PodGroup %s: %s %s", g.key, exc.status, exc.reason)
 
     def _patch(
         self, g: GroupSpec, patch: dict[str, Any], now: float, refs: list[dict[str, Any]] | None = None
