@@ -216,3 +216,15 @@ def test_console_scripts_are_declared() -> None:
         "tessera-agent",
         "tessera-device-plugin",
     } <= set(scripts)
+
+
+def test_an_unusable_backend_names_the_option_that_asked_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler.state import backend
+
+    monkeypatch.setattr(backend, "cupy_usable", lambda: False)  # as on a machine without CuPy or a GPU
+    code, _, err = invoke("tessera", ["bench", "--backend", "cupy", "--nodes", "10", "--pods", "10"])
+    assert code == 2 and "--backend cupy: CuPy or a CUDA device is not available" in err, err
+    assert "TESSERA_ARRAY_BACKEND" not in err and "tessera[gpu]" in err
+    monkeypatch.setenv("TESSERA_ARRAY_BACKEND", "cupy")
+    code, _, err = invoke("tessera", ["simulate", "--until", "1s"])
+    assert code == 2 and err.startswith("error: TESSERA_ARRAY_BACKEND=cupy: "), err
