@@ -49,6 +49,20 @@ class CommandError(Exception):
         self.code = code
 
 
+PIPED_WIDTH = 250  # a table's width limit when the output is not a terminal (no COLUMNS set)
+
+
+def output_console(*, stderr: bool = False, **kwargs: Any) -> Console:
+    """The console a command prints to. At a terminal: its width. Piped or captured: text is never
+    hard-wrapped (a line stays one line, for grep and less), and tables get the width they need, up to
+    PIPED_WIDTH columns (or COLUMNS, when set)."""
+    probe = Console(stderr=stderr)
+    if probe.is_terminal or "width" in kwargs:
+        return Console(stderr=stderr, **kwargs)
+    width = PIPED_WIDTH if not os.environ.get("COLUMNS", "").isdigit() else None
+    return Console(stderr=stderr, soft_wrap=True, width=width, **kwargs)
+
+
 def error_line(message: str) -> None:
     """Print `error: <message>` on stderr, on one line whatever the terminal width."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")

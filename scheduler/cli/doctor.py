@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from scheduler.api.cli import FAILURE, check_choice
+from scheduler.api.cli import FAILURE, check_choice, output_console
 from scheduler.cli.cluster_reader import KubeReader
 from scheduler.cli.doctor_checks import DoctorOptions, Finding, diagnose
 from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
@@ -65,7 +65,7 @@ def doctor(
     if output == "json":
         typer.echo(json.dumps([f.to_json() for f in findings], indent=2))
     else:
-        render(Console(highlight=False, soft_wrap=True), findings)
+        render(output_console(highlight=False), findings)
     if any(f.status == "fail" for f in findings):
         raise typer.Exit(FAILURE)
 

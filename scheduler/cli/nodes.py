@@ -10,11 +10,10 @@ from typing import Annotated, Any
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 
 from scheduler.api import GPUNodeReport, GPUReport
-from scheduler.api.cli import FAILURE, USAGE, check_choice, fail, warning_line, yaml_problem
+from scheduler.api.cli import FAILURE, USAGE, check_choice, fail, output_console, warning_line, yaml_problem
 from scheduler.api.keys import GROUP, VERSION
 from scheduler.cli.kube import REQUEST_TIMEOUT_S, ContextOption, KubeconfigOption, connect
 from scheduler.ui.fmt import gpus as in_gpus
@@ -210,9 +209,7 @@ def nodes(
         dumped = [r.model_dump(by_alias=True, exclude_none=True, mode="json") for r in reports]
         typer.echo(json.dumps(dumped[0] if node is not None else dumped, indent=2))
         return
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=250)  # piped or captured: never truncate columns
+    out = output_console()
     if not reports:
         out.print("No GPUNodeReports found (is the tessera node agent running?).")
         return

@@ -16,11 +16,10 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from scheduler.api.cli import FAILURE, check_choice, fail, warning_line, yaml_problem
+from scheduler.api.cli import FAILURE, check_choice, fail, output_console, warning_line, yaml_problem
 from scheduler.api.duration import show_duration
 from scheduler.api.kai import is_kai, status_from_kai, translate
 from scheduler.api.queue import Queue, QueueStatus
@@ -248,9 +247,7 @@ def queues(
     if output == "json":
         typer.echo(json.dumps({"queues": [r.to_json() for r in rows], "problems": problems}, indent=2))
         return
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=200)
+    out = output_console()
     out.print(queue_table(rows))
     if not any(o for o in objects):
         out.print("No Queue objects: pods go to an implicit `default` queue (docs/queues.md).")

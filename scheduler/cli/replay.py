@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scheduler.api.cli import check_writable, fail
+from scheduler.api.cli import check_writable, fail, output_console
 from scheduler.placement.registry import policy_names
 from scheduler.replay.protocol import DEFAULT_TUNE, arrival_order, capacity_milli
 from scheduler.replay.runner import PolicyResult, run_policy
@@ -282,7 +282,7 @@ def register(app: typer.Typer) -> None:
                 require_highs()  # before the replay, not after it
             except BoundUnavailable as exc:
                 raise _fail(str(exc)) from None
-        err = Console(stderr=True)
+        err = output_console(stderr=True)
         try:
             node_rows = load_nodes(_resolve(nodes, NODE_LIST, "--nodes"))
             pod_rows = load_pods(_resolve(pods, POD_LIST, "--pods"))
@@ -355,4 +355,4 @@ def register(app: typer.Typer) -> None:
                     entry["lower_bound_same_fractions"] = floors[entry["policy"]]
             sys.stdout.write(json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n")
         else:
-            Console().print(_table(results, bound_doc, floors))
+            output_console().print(_table(results, bound_doc, floors))

@@ -14,17 +14,15 @@ import json
 import os
 import shlex
 import ssl
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from scheduler.api.cli import FAILURE, USAGE, check_choice, fail, new_app
+from scheduler.api.cli import FAILURE, USAGE, check_choice, fail, new_app, output_console
 from scheduler.sandbox.processes import alive
 from scheduler.sandbox.sandbox import Sandbox, SandboxError, SandboxState, default_data_dir
 
@@ -150,7 +148,7 @@ def register(app: typer.Typer) -> None:
         if output == "json":
             typer.echo(json.dumps(report, indent=2))
         else:
-            console = Console(file=sys.stdout)
+            console = output_console()
             table = Table("process", "pid", "state", "log", title=f"sandbox in {box.data_dir}")
             for p in procs:
                 table.add_row(

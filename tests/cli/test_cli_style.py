@@ -228,3 +228,24 @@ def test_an_unusable_backend_names_the_option_that_asked_for_it(monkeypatch: pyt
     monkeypatch.setenv("TESSERA_ARRAY_BACKEND", "cupy")
     code, _, err = invoke("tessera", ["simulate", "--until", "1s"])
     assert code == 2 and err.startswith("error: TESSERA_ARRAY_BACKEND=cupy: "), err
+
+
+def test_piped_output_is_not_hard_wrapped_and_an_early_stop_is_said(tmp_path: Path) -> None:
+    """`tessera simulate ... | grep` sees each line whole (not cut at 80 columns), and a run that ends
+    before --until because nothing is left to happen says so (it used to print "1 s simulated" alone)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    args = [
+        "-f",
+        str(ROOT / "examples/simulate/kai-cluster.yaml"),
+        "-f",
+        str(ROOT / "examples/kai"),
+        "--until",
+        "1m",
+    ]
+    proc = subprocess.run([sys.executable, "-m", "scheduler.cli.main", "simulate", *args], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    (head,) = [ln for ln in lines if ln.startswith("Tessera simulation")]
+    assert head.endswith("placements/s)") and len(head) > 80
+    assert any(ln.startswith("Stopped at 1 s: nothing left to happen") for ln in lines)
