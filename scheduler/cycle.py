@@ -258,6 +258,8 @@ class Scheduler:
         for node in self.cache.state.nodes:
             if node is not None and node.warning:
                 now[("Node", None, node.name, "GPUMemoryAssumed")] = node.warning
+        for name, message in self.cache.mirror.gpu_identities.unknown_memory.items():
+            now[("Node", None, name, "GPUMemoryUnknown")] = message  # gone once its GPUNodeReport came
         problems = self.cache.mirror.problems
         for name, message in problems.nodes.items():
             now[("Node", None, name, "NodeUnusable")] = message

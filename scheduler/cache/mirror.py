@@ -135,7 +135,7 @@ class ClusterMirror:
         if ev.type == "DELETED":
             self._node_deleted(name)
             return
-        node = self.gpu_identities.complete(parse_node(ev.obj), self.errors.add)
+        node = self.gpu_identities.complete(parse_node(ev.obj))
         self.problems.nodes.pop(node.name, None)
         self.gone.discard(node.name)  # registered again: its rows and what its pods hold are kept
         row = self.state.row_of(node.name)

@@ -11,6 +11,8 @@ out. The cluster state is not touched; later cycles see the lock in the node's o
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -285,6 +287,33 @@ class Session:
             }
             | extra
         )
+        if decisions.isEnabledFor(logging.INFO):
+            decisions.info("%s", decision_line(type_, action, pod, message, extra))
+
+
+# Every bind, eviction and pipelined placement, one structured line each at INFO (the scheduler's log):
+# `decision=Scheduled action=allocate pod=ns/p queue=team-a job=ns/g node=gpu-1 gpus=0:500 message="..."`.
+decisions = logging.getLogger("scheduler.decisions")
+
+
+def _logfmt(value: Any) -> str:
+    if isinstance(value, list):
+        value = ",".join(
+            f"{v.get('index')}:{v.get('milli')}" if isinstance(v, dict) and "index" in v else str(v)
+            for v in value
+        )
+    text = str(value)
+    return json.dumps(text) if not text or any(c in text for c in ' "=\\') else text
+
+
+def decision_line(type_: str, action: str, pod: PodInfo, message: str, extra: Mapping[str, Any]) -> str:
+    fields: dict[str, Any] = {"decision": type_, "action": action, "pod": pod.key, "queue": pod.queue}
+    if pod.group:
+        fields["job"] = pod.group
+    fields |= {k: v for k, v in extra.items() if v is not None}
+    if message:
+        fields["message"] = message
+    return " ".join(f"{k}={_logfmt(v)}" for k, v in fields.items())
 
 
 def cluster_capacity(s: ClusterState) -> Resources:

@@ -66,6 +66,9 @@ class SandboxState(BaseModel):
     kubernetes_version: str
     started_at: str
     nodes: list[NodeInfo]
+    kubectl: str = ""  # the kubectl of the control plane's release (the machine's own may be older)
+    scheduler_name: str = "tessera"  # what pods name in spec.schedulerName
+    kai_compat: bool = False  # KAI Scheduler's CRDs and default queues installed, read by the scheduler
 
 
 class Sandbox:
@@ -93,6 +96,7 @@ class Sandbox:
         cpu: str = "32",
         memory: str = "256Gi",
         timeout_s: float = 180.0,
+        kai_compat: bool = False,
     ) -> SandboxState:
         if nodes < 1:
             raise SandboxError("--nodes must be at least 1")
@@ -108,7 +112,7 @@ class Sandbox:
         if len(str(too_long)) > SOCKET_PATH_MAX:
             raise SandboxError(f"--data-dir {self.data_dir} is too long for the device plugins' Unix sockets")
         try:
-            return self._up(names, gpus, cpu, memory, timeout_s)
+            return self._up(names, gpus, cpu, memory, timeout_s, kai_compat)
         except (NotReady, ControlPlaneError) as exc:
             self.table.stop_all()
             raise SandboxError(str(exc)) from None
@@ -116,7 +120,9 @@ class Sandbox:
             self.table.stop_all()
             raise
 
-    def _up(self, names: list[str], gpus: str, cpu: str, memory: str, timeout_s: float) -> SandboxState:
+    def _up(
+        self, names: list[str], gpus: str, cpu: str, memory: str, timeout_s: float, kai_compat: bool
+    ) -> SandboxState:
         folder = assets.find() or self._build()
         self.say(
             f"control plane: etcd {assets.ETCD_VERSION}, Kubernetes {assets.KUBERNETES_VERSION} ({folder})"
@@ -132,12 +138,17 @@ class Sandbox:
         wait = Waiter(cp, timeout_s)
         self.say("applying the chart's manifests (CRDs, RBAC, PriorityClasses, default Queue)")
         crds = manifests.crds()
+        if kai_compat:  # what KAI Scheduler's install would have put there: its CRDs and default queues
+            self.say("KAI compatibility: KAI Scheduler's Queue and PodGroup CRDs, its default queues")
+            crds += manifests.kai_crds()
         _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=crds)
         cp.wait_established([crd["metadata"]["name"] for crd in crds], timeout_s)
-        now, webhooks = manifests.for_sandbox(manifests.chart_objects())
+        now, webhooks = manifests.for_sandbox(manifests.chart_objects(kai_compat=kai_compat))
         _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=now)
+        if kai_compat:  # a client-side apply, as a user's: their own `kubectl apply` of them merges quietly
+            _kubectl(cp, "apply", docs=manifests.kai_queues())
 
-        scheduler_url, webhook_url = self._start_scheduler(cp, wait)
+        scheduler_url, webhook_url, scheduler_name = self._start_scheduler(cp, wait, kai_compat)
         self.say(f"scheduler and webhook up ({scheduler_url}); registering the webhooks")
         hooks = manifests.local_webhooks(webhooks, webhook_url, cp.ca_file.read_bytes())
         _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=hooks)
@@ -157,6 +168,9 @@ class Sandbox:
             kubernetes_version=assets.KUBERNETES_VERSION,
             started_at=datetime.now(UTC).isoformat(timespec="seconds"),
             nodes=infos,
+            kubectl=str(folder / "kubectl"),
+            scheduler_name=scheduler_name,
+            kai_compat=kai_compat,
         )
         (self.data_dir / STATE_FILE).write_text(state.model_dump_json(indent=2))
         return state
@@ -168,8 +182,8 @@ class Sandbox:
         except assets.AssetsMissing as exc:
             raise SandboxError(str(exc)) from None
 
-    def _start_scheduler(self, cp: ControlPlane, wait: Waiter) -> tuple[str, str]:
-        pod = components.pod_template(*components.SCHEDULER)
+    def _start_scheduler(self, cp: ControlPlane, wait: Waiter, kai_compat: bool) -> tuple[str, str, str]:
+        pod = components.pod_template(*components.SCHEDULER, kai_compat=kai_compat)
         tls = self.data_dir / "webhook-tls"
         tls.mkdir()
         service = f"tessera-scheduler.{pod.namespace}.svc"
@@ -206,7 +220,8 @@ class Sandbox:
         wait.http_ok(f"{webhook_url}/healthz", "the admission webhook", rec)
         lease = next(a.split("=", 1)[1] for a in argv if a.startswith("--leader-elect-lease-name="))
         wait.scheduler_leads(pod.namespace, lease, identity, rec)
-        return scheduler_url, webhook_url
+        name = next(a.split("=", 1)[1] for a in argv if a.startswith("--scheduler-name="))
+        return scheduler_url, webhook_url, name
 
     def _start_node(
         self, cp: ControlPlane, wait: Waiter, name: str, gpus: str, cpu: str, memory: str
