@@ -38,6 +38,7 @@ API_VERSIONS: dict[str, str] = {
     "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
     "EndpointSlice": "discovery.k8s.io/v1",
     "Lease": "coordination.k8s.io/v1",
+    "PriorityClass": "scheduling.k8s.io/v1",
 }
 # Kinds read under another name: KAI Scheduler's Queue (docs/kai-compat.md), next to Tessera's.
 ALIASES: dict[str, tuple[str, str]] = {"KaiQueue": ("scheduling.run.ai/v2", "Queue")}

@@ -155,6 +155,45 @@ def test_queues_show_the_minimum_runtimes_each_queue_gets() -> None:
     assert "MIN RUNTIME P/R" in text and "5m/10m" in text
 
 
+@pytest.mark.apiserver
+def test_why_gives_a_gang_member_its_gangs_priority_and_a_finished_pod_no_wait(
+    control_plane: ControlPlane, kube_admin: client.ApiClient, namespace: str
+) -> None:
+    """A pod of a gang whose PodGroup names a priority class is scheduled with the gang's priority (the
+    class's value in the cluster), not its own 0; a Failed pod is not said to wait, and says why it failed."""
+    control_plane.kubectl("apply", "-f", str(CRDS))
+    control_plane.kubectl("wait", "--for", "condition=established", "--timeout=30s", "-f", str(CRDS))
+    suffix = uuid.uuid4().hex[:6]
+    cls = f"train-{suffix}"
+    custom, core = client.CustomObjectsApi(kube_admin), client.CoreV1Api(kube_admin)
+    scheduling = client.SchedulingV1Api(kube_admin)
+    scheduling.create_priority_class({"metadata": {"name": cls}, "value": 42})
+    try:
+        custom.create_namespaced_custom_object(G, "v1alpha1", namespace, "podgroups", {
+            "apiVersion": f"{G}/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"},
+            "spec": {"minMember": 2, "priorityClassName": cls},
+        })  # fmt: skip
+        core.create_namespaced_pod(
+            namespace, pod_body("member", namespace=namespace, annotations={"tessera.dev/pod-group": "g"})
+        )
+        core.create_namespaced_pod(namespace, pod_body("done", namespace=namespace))
+        core.patch_namespaced_pod_status("done", namespace, {
+            "status": {"phase": "Failed", "reason": "OutOfnvidia.com/gpu", "message": "no GPU left on node"}
+        })  # fmt: skip
+        reader = KubeReader(kube_admin)
+        member = explain(reader, namespace, "member")
+        assert member is not None and member.waiting
+        assert f"priority 42 (preemptible, its gang's: PodGroup {namespace}/g names {cls})" in member.facts[0]
+        done = explain(reader, namespace, "done")
+        assert done is not None and done.state == "Failed" and not done.waiting
+        assert "failed: OutOfnvidia.com/gpu: no GPU left on node" in done.facts
+        kubeconfig = str(control_plane.admin_kubeconfig)
+        text = CliRunner().invoke(kubectl_app, ["why", "done", "-n", namespace, "--kubeconfig", kubeconfig])
+        assert text.exit_code == 0 and "why it waits" not in text.stdout, text.stdout
+    finally:
+        scheduling.delete_priority_class(cls)
+
+
 KAI_EXAMPLES = ROOT / "examples" / "kai"
 
 
