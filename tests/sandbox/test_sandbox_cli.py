@@ -28,7 +28,7 @@ def test_status_says_what_runs(sandbox: SandboxEnv, sandbox_env: tuple[Path, dic
         "tessera-scheduler",
     } <= names
     for node in ("gpu-node-1", "gpu-node-2"):
-        assert {f"kubelet/{node}", f"device-plugin/{node}", f"agent/{node}"} <= names
+        assert {f"kubelet/{node}", f"fakecri/{node}", f"device-plugin/{node}", f"agent/{node}"} <= names
 
 
 def test_a_second_up_refuses_with_one_line(
