@@ -13,7 +13,10 @@ Only what differs from the kubelet's defaults is set, each for a reason:
 - `systemReserved`: what the sandbox's `--cpu`/`--memory` leave of the host (allocatable is the host's
   capacity minus this and minus the eviction threshold), none by default;
 - no certificate rotation or TLS bootstrap (the sandbox issues the client certificate), no graceful node
-  shutdown (it would take an inhibitor lock from the host's logind).
+  shutdown (it would take an inhibitor lock from the host's logind);
+- `InPlacePodVerticalScaling` off: without pod cgroups there is nothing to resize, and v1.34 dereferences
+  the missing pod cgroup config when a pod's actuated-resources record is gone (a nil-pointer panic of the
+  kubelet, seen when a pod is force-deleted right after its container started).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class KubeletConfiguration(_Camel):
     node_status_update_frequency: str = "10s"
     sync_frequency: str = "30s"
     shutdown_grace_period: str = "0s"
+    feature_gates: dict[str, bool] = {"InPlacePodVerticalScaling": False}
 
     def yaml(self) -> str:
         doc: dict[str, Any] = self.model_dump(by_alias=True)

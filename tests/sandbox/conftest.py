@@ -94,7 +94,15 @@ def start_real(data_dir: Path, env: dict[str, str], *, nodes: int, gpus: str) ->
 
 
 def stop(data_dir: Path, env: dict[str, str], tunables: dict[str, str]) -> None:
-    """`tessera sandbox down`, and what it must leave: no process, no folder, no mount, the host's tunables."""
+    """`tessera sandbox down`, and what it must leave: no process, no folder, no mount, the host's tunables.
+    The logs (and each node's fakecri records and kubelet checkpoint) are kept next to the data folder, in
+    `<data folder>-logs/`, for a failure to be read after the run."""
+    keep = data_dir.with_name(data_dir.name + "-logs")
+    shutil.copytree(data_dir / "logs", keep, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+    for node in (data_dir / "nodes").glob("*"):
+        for name in ("containers.jsonl", "device-plugins/kubelet_internal_checkpoint"):
+            if (node / name).is_file():
+                shutil.copy(node / name, keep / f"{node.name}-{Path(name).name}")
     records = ProcessTable(data_dir).records()
     down = tessera("sandbox", "down", f"--data-dir={data_dir}", env=env)
     left = [r.name for r in records if alive(r)]

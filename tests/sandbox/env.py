@@ -19,7 +19,8 @@ from kubernetes import client, config
 
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT, GROUP, VERSION
-from scheduler.sandbox.processes import ProcessRecord
+from scheduler.sandbox.processes import ProcessRecord, ProcessTable, alive
+from scheduler.sandbox.readiness import log_tail
 from scheduler.sandbox.real_kubelet import NodeDir
 from scheduler.sandbox.sandbox import Sandbox, SandboxState
 
@@ -77,6 +78,7 @@ class SandboxEnv:
         try:
             yield name
         finally:
+            self.check_alive()
             self.kubectl(
                 "delete", "jobs,pods", "--all", "-n", name, "--grace-period=0", "--force", check=False
             )
@@ -197,6 +199,14 @@ class SandboxEnv:
         return out
 
     # ---- the sandbox's processes ------------------------------------------------------------------------
+    def check_alive(self) -> None:
+        """Fail naming any process of the sandbox that exited (a crashed kubelet...), with its log's end."""
+        table = ProcessTable(Path(self.state.data_dir))
+        dead = [r for r in table.records() if not alive(r)]
+        if dead:
+            tails = "\n".join(f"--- {r.name} ({r.log}):\n{log_tail(r.log, 25)}" for r in dead)
+            raise AssertionError(f"sandbox processes exited: {[r.name for r in dead]}\n{tails}")
+
     def restart(self, process: str) -> ProcessRecord:
         """Restart `kubelet/<node>`, `device-plugin/<node>`, `fakecri/<node>`... as a node would (the new
         process dies with the test session too)."""
