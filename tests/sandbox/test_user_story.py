@@ -275,7 +275,7 @@ def test_a_refused_allocate_fails_the_pod_as_the_kubelet_does(sandbox: SandboxEn
         status = sandbox.pod(ns, "pinned")["status"]
         assert status["reason"] == "UnexpectedAdmissionError"
         assert status["message"].startswith(
-            "Allocate failed due to rpc error: code = FailedPrecondition desc = tessera: "
+            "Pod was rejected: Allocate failed due to rpc error: code = FailedPrecondition desc = tessera: "
         )
         assert status["message"].endswith(", which is unexpected")
         described = sandbox.kubectl("describe", "pod", "pinned", "-n", ns).stdout
