@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,15 @@ def test_a_second_up_refuses_with_one_line(
         proc.stderr.strip()
         == f"error: a sandbox is already running in {data_dir} (tessera sandbox down first)"
     )
+
+
+def test_up_without_what_real_kubelets_need_says_so_in_one_line(tmp_path: Path) -> None:
+    """No `unshare` on PATH (as on a machine without util-linux): `up` refuses before starting anything."""
+    env = {**os.environ, "PATH": str(tmp_path / "empty")}
+    proc = tessera("sandbox", "up", "--nodes=1", f"--data-dir={tmp_path / 'box'}", env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() in (
+        "error: real kubelets need `unshare` (util-linux) on PATH; or use --kubelet standin",
+        "error: real kubelets need root (a private mount namespace per kubelet); run as root or use --kubelet standin",
+    )
+    assert not (tmp_path / "box").exists()
