@@ -206,7 +206,7 @@ def test_drain_evicts_and_a_victims_gpus_wait_for_its_graceful_termination(sandb
     on_node_1 = {"kubernetes.io/hostname": "gpu-node-1"}
     with sandbox.namespace() as ns:
         # kubectl drain goes through the Eviction API; the victim stays Terminating for its grace period.
-        sandbox.apply(ns, pod("victim", gpus=1, grace_s=3, node_selector=on_node_1))
+        sandbox.apply(ns, pod("victim", gpus=1, grace_s=6, node_selector=on_node_1))
         (held,) = sandbox.assignment(sandbox.running(ns, "victim")).gpus
         began = time.monotonic()
         drain = subprocess.Popen(
@@ -226,7 +226,7 @@ def test_drain_evicts_and_a_victims_gpus_wait_for_its_graceful_termination(sandb
                 drain.kill()
             sandbox.kubectl("uncordon", "gpu-node-1")
         assert drain.returncode == 0, out
-        assert f"evicting pod {ns}/victim" in out and time.monotonic() - began >= 3
+        assert f"evicting pod {ns}/victim" in out and time.monotonic() - began >= 6
 
         # The GPUs of a victim are reused only once it is gone: node 2 cordoned, a pod waits for node 1's
         # two GPUs while their holder is evicted (Eviction API) with a 4 s grace period.
