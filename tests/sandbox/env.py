@@ -214,8 +214,7 @@ class SandboxEnv:
         return self.box.restart(process)
 
     def process(self, name: str) -> ProcessRecord:
-        assert self.box is not None
-        rec = self.box.table.get(name)
+        rec = ProcessTable(Path(self.state.data_dir)).get(name)
         assert rec is not None, name
         return rec
 

@@ -27,6 +27,7 @@ def test_standin_nodes_offer_made_up_sizes_and_restart_from_the_cli(standin_sand
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(sandbox.kubectl_bin.parent)}
     data_dir = sandbox.state.data_dir
     before = ProcessTable(Path(data_dir)).get("kubelet/gpu-node-1")
+    registered = sandbox.plugin_registrations("gpu-node-1")
     proc = tessera("sandbox", "restart", "kubelet/gpu-node-1", f"--data-dir={data_dir}", env=env)
     assert proc.returncode == 0, proc.stderr
     after = ProcessTable(Path(data_dir)).get("kubelet/gpu-node-1")
@@ -37,6 +38,10 @@ def test_standin_nodes_offer_made_up_sizes_and_restart_from_the_cli(standin_sand
         "error: no process kubelet/nope in this sandbox"
     )
 
+    # The restarted stand-in offers the GPUs again once the device plugin has registered with it (a pod
+    # placed before that is refused OutOfnvidia.com/gpu, as by a real kubelet).
+    sandbox.wait_plugin_registered("gpu-node-1", registered)
+    sandbox.node_ready("gpu-node-1", 2)
     with sandbox.namespace() as ns:
         body = pod("short", gpus=1, annotations={"tessera.dev/sim-duration": "2s"})
         body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-node-1"}
