@@ -1,6 +1,6 @@
 """The scheduling loop: apply watch events, open a session, run the actions, report what is pending.
 
-Every step is contained per object (`scheduler/containment.py` says where the boundaries are and why):
+Every step is contained per object (`scheduler/cache/containment.py` says where the boundaries are and why):
 a failure while the session opens or an action runs quarantines the job it was handling and the step goes
 on without it; reporting one pod, queue or pod group never keeps the others from being reported.
 """
@@ -17,23 +17,23 @@ from scheduler.actions import DEFAULT_ACTIONS, Action, make_actions
 from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.backend import get_namespace
-from scheduler.budget import Budget, BudgetLimits
-from scheduler.cache import Cache
-from scheduler.cluster import Cluster
-from scheduler.containment import MAX_CULPRITS, RETRIED, culprit, failure
-from scheduler.inflight import Deferred
-from scheduler.jobs import Job
-from scheduler.memo import Memo
-from scheduler.model import PodInfo
+from scheduler.cache.cache import Cache
+from scheduler.cache.cluster import Cluster
+from scheduler.cache.containment import MAX_CULPRITS, RETRIED, culprit, failure
+from scheduler.cache.inflight import Deferred
+from scheduler.framework.budget import Budget, BudgetLimits
+from scheduler.framework.memo import Memo
+from scheduler.framework.session import Session, cluster_capacity
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import PendingReason, Reason
+from scheduler.model.types import PodInfo
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.live_workload import WorkloadLearner
 from scheduler.placement.registry import DEFAULT_POLICY, make_policy
 from scheduler.placement.workload import TypicalWorkload
 from scheduler.queues.usage_history import TimeBasedFairShare, UsageParams
 from scheduler.queues.usage_store import MemoryUsageStore, UsageStore
-from scheduler.reasons import PendingReason, Reason
-from scheduler.session import Session, cluster_capacity
+from scheduler.state.backend import get_namespace
 from scheduler.state.bulk import arrays_agree
 from scheduler.state.cluster_state import OvercommitError
 
@@ -256,6 +256,8 @@ class Scheduler:
         for node in self.cache.state.nodes:
             if node is not None and node.warning:
                 now[("Node", None, node.name, "GPUMemoryAssumed")] = node.warning
+        for name, message in self.cache.mirror.gpu_identities.unknown_memory.items():
+            now[("Node", None, name, "GPUMemoryUnknown")] = message  # gone once its GPUNodeReport came
         problems = self.cache.mirror.problems
         for name, message in problems.nodes.items():
             now[("Node", None, name, "NodeUnusable")] = message

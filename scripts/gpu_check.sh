@@ -26,7 +26,7 @@ echo "== kernel tests on CuPy (TESSERA_ARRAY_BACKEND=cupy)"
 # tests/bench/test_bench_backends.py adds CuPy to its backends under this variable and checks that CuPy
 # decides exactly as numpy; the other kernel tests run on numpy and array-api-strict as usual.
 TESSERA_ARRAY_BACKEND=cupy timeout 300 "$PY" -m pytest -q -p no:cacheprovider \
-  tests/bench/test_bench_backends.py tests/scheduler/test_kernels.py tests/bench/test_bench_incremental.py
+  tests/bench/test_bench_backends.py tests/placement/test_kernels.py tests/bench/test_bench_incremental.py
 
 echo "== bench: numpy vs CuPy ($PODS measured pods, binpack)"
 declare -A RESULT

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from scheduler.cluster import Cluster
-from scheduler.session import Session
+from scheduler.cache.cluster import Cluster
+from scheduler.framework.session import Session
 
 
 class Action(Protocol):

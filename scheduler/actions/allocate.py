@@ -6,14 +6,14 @@ import time
 
 from scheduler.actions.ordering import JobOrder
 from scheduler.actions.topology_placement import place_in_topology
-from scheduler.cluster import Cluster
-from scheduler.jobs import Job
-from scheduler.model import PodInfo
+from scheduler.cache.cluster import Cluster
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import Reason
+from scheduler.model.types import PodInfo
 from scheduler.placement.explain import explain_unschedulable
-from scheduler.reasons import Reason
-from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
-from scheduler.transaction import Transaction
 
 
 def to_place(job: Job) -> int:

@@ -8,9 +8,9 @@ elsewhere (another node, or another GPU of its own), never the place it has now 
 nothing), or the set is dropped. The cheapest plan over the nodes tried (fewest moves, then the lowest
 priority, then the youngest, as KAI orders its victims) is applied:
 evictions, the waiting pod's placement and the moved pods' new places in one transaction. The new places
-are reservations (see `scheduler/reservations.py`): the recreated pods are bound there next cycle, and the
+are reservations (see `scheduler/cache/reservations.py`): the recreated pods are bound there next cycle, and the
 waiting pod itself once the moved pods have terminated (pipelined). No queue loses anything: a moved pod
-keeps its resources, in a new place. Searches are bounded by work (`scheduler/budget.py`).
+keeps its resources, in a new place. Searches are bounded by work (`scheduler/framework/budget.py`).
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from scheduler.actions.row_fit import RowFit, freed_on
 from scheduler.actions.victims import Victim, candidates, evict
 from scheduler.actions.views import capacity_blocked, label, place_now, static_rows, waiting_jobs
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.budget import Meter
-from scheduler.cluster import Cluster
-from scheduler.jobs import Job
-from scheduler.ledger import Ledger
-from scheduler.memo import MemoKey
-from scheduler.model import Placement, PodInfo
+from scheduler.cache.cluster import Cluster
+from scheduler.cache.ledger import Ledger
+from scheduler.framework.budget import Meter
+from scheduler.framework.memo import MemoKey
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import Reason
+from scheduler.model.types import Placement, PodInfo
 from scheduler.placement.filters import gpu_need
-from scheduler.reasons import Reason
-from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
-from scheduler.transaction import Transaction
 
 MAX_MOVES = 8  # per waiting pod
 MAX_ROWS = 16  # nodes tried per waiting pod, those with the most free GPU first

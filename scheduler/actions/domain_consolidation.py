@@ -19,14 +19,14 @@ from __future__ import annotations
 from scheduler.actions.topology_placement import GangFit, Scope, resolve
 from scheduler.actions.victims import Victim, candidates, evict
 from scheduler.actions.views import label
-from scheduler.budget import Meter
-from scheduler.cluster import Cluster
-from scheduler.jobs import Job
-from scheduler.model import Placement, PodInfo
-from scheduler.reasons import Reason
-from scheduler.session import Session
+from scheduler.cache.cluster import Cluster
+from scheduler.framework.budget import Meter
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import Reason
+from scheduler.model.types import Placement, PodInfo
 from scheduler.state.demand import demand_for
-from scheduler.transaction import Transaction
 
 MAX_DOMAINS = 4  # domains tried per gang, those closest to holding it first
 MAX_MOVES = 16  # pods moved per plan
@@ -38,7 +38,7 @@ class DomainConsolidation:
     ) -> bool:
         """Make room for `need` of the gang's pending `pods` in one domain of its required level and
         place them; commit, or change nothing. Whether the gang was placed. Each domain tried spends one
-        unit of `meter` (scheduler/budget.py)."""
+        unit of `meter` (scheduler/framework/budget.py)."""
         assert job.topology is not None
         scope = resolve(session.state, session.cache.topologies, job.topology)
         if isinstance(scope, str) or scope.required is None or not pods:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from scheduler.actions.victims import Victim
 from scheduler.actions.views import label
 from scheduler.api.duration import show_duration
-from scheduler.memo import MemoKey
+from scheduler.framework.memo import MemoKey
+from scheduler.framework.session import Session
 from scheduler.queues.min_runtime import MinRuntimes, job_started_s, protected_until
-from scheduler.session import Session
 
 RUNTIMES: MemoKey[MinRuntimes] = MemoKey("min_runtimes")
 

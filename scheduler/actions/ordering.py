@@ -26,10 +26,10 @@ import math
 from collections.abc import Iterator
 
 from scheduler.actions.queue_checks import EPS, allocatable, quota_of
-from scheduler.jobs import Job
+from scheduler.framework.session import Session, cluster_capacity
+from scheduler.model.jobs import Job
+from scheduler.model.resources import RESOURCE_NAMES, Resources
 from scheduler.queues.tree import QueueNode
-from scheduler.resources import RESOURCE_NAMES, Resources
-from scheduler.session import Session, cluster_capacity
 
 NO_SHARE_PENALTY = 1000.0  # KAI's multiplier of what a queue holds of a resource it has no share of
 

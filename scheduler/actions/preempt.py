@@ -16,13 +16,13 @@ from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victim_search import VictimSearch
 from scheduler.actions.victims import Victim, candidates
 from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
-from scheduler.cluster import Cluster
-from scheduler.jobs import Job
-from scheduler.memo import MemoKey
-from scheduler.model import PodInfo
-from scheduler.reasons import PREEMPTING_HELPS, Reason
-from scheduler.session import Session
-from scheduler.transaction import Transaction
+from scheduler.cache.cluster import Cluster
+from scheduler.framework.memo import MemoKey
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import PREEMPTING_HELPS, Reason
+from scheduler.model.types import PodInfo
 
 # Per queue, the lowest priority of its preemptible jobs: a waiting job at or below it has no victim there,
 # and the victim list (every running unit of the cluster) is not made for it.

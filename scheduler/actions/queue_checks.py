@@ -26,8 +26,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from scheduler.model.resources import RESOURCE_NAMES, Resources
 from scheduler.queues.tree import QueueNode, QueueTree
-from scheduler.resources import RESOURCE_NAMES, Resources
 
 EPS = 1e-6
 

@@ -29,16 +29,16 @@ from scheduler.actions.queue_checks import (
 from scheduler.actions.victim_search import VictimSearch
 from scheduler.actions.victims import Victim, candidates, victim_order
 from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
-from scheduler.budget import Meter
-from scheduler.cluster import Cluster
-from scheduler.jobs import Job
-from scheduler.model import PodInfo
+from scheduler.cache.cluster import Cluster
+from scheduler.framework.budget import Meter
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import MAKING_ROOM_HELPS, RECLAIMING_HELPS, Reason
+from scheduler.model.resources import Resources
+from scheduler.model.types import PodInfo
 from scheduler.queues.tree import QueueTree
-from scheduler.reasons import MAKING_ROOM_HELPS, RECLAIMING_HELPS, Reason
-from scheduler.resources import Resources
-from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
-from scheduler.transaction import Transaction
 
 
 class Reclaim:

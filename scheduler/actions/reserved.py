@@ -1,7 +1,7 @@
 """`bind_reserved`: bind pods to the places reserved for them, once they may be bound there.
 
 First in the pipeline, so a reserved place is taken before anything else could. Two kinds of pods hold
-one (`scheduler/reservations.py`): pods consolidation moved (recreated under their name or as the same
+one (`scheduler/cache/reservations.py`): pods consolidation moved (recreated under their name or as the same
 demand) and pipelined pods, placed where evicted pods were still terminating. A pipelined pod (a gang:
 all its members together) is bound once every pod it waits for is gone; until then it waits with its
 place kept and is left out of the other actions. A reservation that cannot be honoured is dropped with a
@@ -11,14 +11,14 @@ expires, its pod is gone or was bound elsewhere. The binds are reported as the a
 
 from __future__ import annotations
 
-from scheduler.cluster import Cluster
-from scheduler.jobs import Job
-from scheduler.model import PodInfo
-from scheduler.reasons import Reason
-from scheduler.reservations import Reservation
-from scheduler.resources import Resources
-from scheduler.session import Session
-from scheduler.transaction import Transaction
+from scheduler.cache.cluster import Cluster
+from scheduler.cache.reservations import Reservation
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import Reason
+from scheduler.model.resources import Resources
+from scheduler.model.types import PodInfo
 
 
 class BindReserved:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.actions.victims import Victim
-from scheduler.ledger import Holding
+from scheduler.cache.ledger import Holding
+from scheduler.framework.session import Session
 from scheduler.placement.filters import gpu_need
-from scheduler.session import Session
 from scheduler.state.demand import PodDemand
 
 Freed = tuple[dict[int, tuple[int, int]], int, int]  # per GPU slot (milli, MiB); CPU milli; memory MiB

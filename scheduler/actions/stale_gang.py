@@ -8,10 +8,10 @@ member be recreated and placed again first; the clock is kept by the action acro
 from __future__ import annotations
 
 from scheduler.actions.views import running_now
-from scheduler.cluster import Cluster
-from scheduler.reasons import PendingReason, Reason
-from scheduler.session import Session
-from scheduler.transaction import Transaction
+from scheduler.cache.cluster import Cluster
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.reasons import PendingReason, Reason
 
 
 class StaleGang:

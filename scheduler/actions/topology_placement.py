@@ -23,8 +23,11 @@ from typing import cast
 from scheduler.actions.views import running_now
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.api.topology import Topology, TopologyConstraint
-from scheduler.jobs import Job
-from scheduler.model import PodInfo
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import Reason
+from scheduler.model.types import PodInfo
 from scheduler.placement.filters import gpu_need
 from scheduler.placement.policy import Array
 from scheduler.placement.topology import (
@@ -38,15 +41,12 @@ from scheduler.placement.topology import (
     segment_sum,
     split_levels,
 )
-from scheduler.reasons import Reason
-from scheduler.session import Session
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand, demand_for
-from scheduler.transaction import Transaction
 
 MAX_DOMAINS = 16  # candidate domains tried per level (the tightest ones)
 # Domains filled per gang and cycle, over all levels (work, not seconds, so that a simulation decides the
-# same on any machine: scheduler/budget.py); beyond this, the next cycle tries again.
+# same on any machine: scheduler/framework/budget.py); beyond this, the next cycle tries again.
 MAX_TRIES = 24
 
 

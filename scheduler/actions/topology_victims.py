@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from scheduler.actions.topology_placement import home_rows, resolve
-from scheduler.jobs import Job
+from scheduler.framework.session import Session
+from scheduler.model.jobs import Job
 from scheduler.placement.policy import Array
-from scheduler.session import Session
 
 MAX_VICTIM_DOMAINS = 4  # required-level domains whose victims are searched, per waiting gang and cycle
 

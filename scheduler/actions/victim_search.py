@@ -4,7 +4,7 @@ The candidates and their order are `victims.py`'s. A plan costs its evicted pods
 order its last victim is: the search returns the cheapest plan it finds (the cheapest there is when it
 completes within its bounds), and never one with a victim it could leave out.
 
-The search is bounded by work (`scheduler/budget.py`): each trial (a candidate set of victims evicted and
+The search is bounded by work (`scheduler/framework/budget.py`): each trial (a candidate set of victims evicted and
 the job placed, then rolled back) spends one unit; sets checked by arithmetic alone are bounded apart
 (`MAX_CHECKS`), so the same inputs always give the same plan.
 
@@ -30,12 +30,12 @@ from scheduler.actions.row_fit import RowFit, freed_on
 from scheduler.actions.topology_victims import domain_pools, topology_rows
 from scheduler.actions.victims import Victim, evict, pod_count
 from scheduler.actions.views import label, place_members, static_rows
-from scheduler.budget import Meter
-from scheduler.jobs import Job
-from scheduler.model import PodInfo
-from scheduler.session import Session
+from scheduler.framework.budget import Meter
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.types import PodInfo
 from scheduler.state.demand import PodDemand, demand_for
-from scheduler.transaction import Transaction
 
 MAX_VICTIM_UNITS = 32  # per waiting job: beyond this many victims, the plan is not worth the disruption
 MAX_CHECKS = 4096  # per waiting job: sets of victims checked by arithmetic (trials spend the budget)

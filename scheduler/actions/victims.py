@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from scheduler.actions.views import running_now
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.jobs import Job
-from scheduler.memo import MemoKey
-from scheduler.model import PodInfo
-from scheduler.resources import Resources, placement_usage
-from scheduler.session import Session
-from scheduler.transaction import Transaction
+from scheduler.framework.memo import MemoKey
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.resources import Resources, placement_usage
+from scheduler.model.types import PodInfo
 
 
 @dataclass(frozen=True)

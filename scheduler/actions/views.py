@@ -7,16 +7,16 @@ ledger, which is the truth about who holds resources now.
 from __future__ import annotations
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.jobs import Job
-from scheduler.memo import MemoKey
-from scheduler.model import PodInfo
+from scheduler.framework.memo import MemoKey
+from scheduler.framework.session import Session
+from scheduler.framework.transaction import Transaction
+from scheduler.model.jobs import Job
+from scheduler.model.reasons import MAKING_ROOM_HELPS, Reason, Wait
+from scheduler.model.types import PodInfo
 from scheduler.placement.filters import gpu_need, node_checks
 from scheduler.placement.policy import Array
-from scheduler.reasons import MAKING_ROOM_HELPS, Reason, Wait
-from scheduler.session import Session
 from scheduler.state.demand import PodDemand, demand_for
 from scheduler.state.node_arrays import NodeArrays
-from scheduler.transaction import Transaction
 
 # Per demand: how many such pods the cluster could hold if it were empty (nodes do not change in a cycle).
 EMPTY_CAPACITY: MemoKey[dict[PodDemand, int]] = MemoKey("empty_capacity")

@@ -17,8 +17,8 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, BindOutcome, BindResult, EvictError, Kind, WatchEvent
-from scheduler.model import PodInfo
+from scheduler.cache.cluster import BindError, BindOutcome, BindResult, EvictError, Kind, WatchEvent
+from scheduler.model.types import PodInfo
 
 Obj = dict[str, Any]
 

@@ -19,12 +19,12 @@ from typing import Any
 
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT
-from scheduler.backend import get_namespace
 from scheduler.bench.runner import backend_label, peak_rss_mib, settle_heap
 from scheduler.bench.workload import NODE_KINDS, PodShape, draw_shape, make_nodes, pod_object
-from scheduler.cache import Cache
-from scheduler.cluster import WatchEvent
-from scheduler.model import Placement
+from scheduler.cache.cache import Cache
+from scheduler.cache.cluster import WatchEvent
+from scheduler.model.types import Placement
+from scheduler.state.backend import get_namespace
 from scheduler.state.cluster_state import ClusterState
 
 Obj = dict[str, Any]

@@ -245,7 +245,7 @@ def give_typical_workload(sched: Scheduler, pods: list[dict[str, Any]]) -> None:
     it from its pods, `live_workload.py`: binpack's placement until it has seen enough of them)."""
     if not sched.policy.capabilities.typical_workload:
         return
-    from scheduler.objects import parse_pod
+    from scheduler.model.parse import parse_pod
     from scheduler.placement.workload import TypicalWorkload
     from scheduler.state.demand import demand_for
 

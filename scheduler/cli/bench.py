@@ -9,14 +9,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.api.cli import check_choice, fail, new_app, warning_line
-from scheduler.backend import BACKENDS, BackendError
+from scheduler.api.cli import check_choice, fail, new_app, output_console, warning_line
 from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
 from scheduler.bench.topology import TopologySpec, run_with_peer
 from scheduler.bench.workload import CORES_PER_GPU, mean_demand
 from scheduler.cli import bench_e2e
 from scheduler.placement.registry import DEFAULT_POLICY, policy_names
+from scheduler.state.backend import BACKENDS, BackendError
 
 PODS_PER_NODE = 2  # the default load: 10,000 init and 10,000 measured pods on 5,000 nodes
 MAX_FILL = 0.9  # init pods may ask for at most this share of the cluster's GPUs (and cores)
@@ -196,7 +196,7 @@ def register(app: typer.Typer) -> None:
         if output == "json":
             typer.echo(json.dumps(result, indent=2))
         else:
-            print_bench(Console(), result)
+            print_bench(output_console(), result)
 
     @bench_app.command("events")
     def events(
@@ -224,7 +224,7 @@ def register(app: typer.Typer) -> None:
         if output == "json":
             typer.echo(json.dumps(r, indent=2))
             return
-        console = Console()
+        console = output_console()
         console.print(
             f"[bold]tessera bench events[/]: {r['pod_events']} pod events, {r['node_updates']} node updates, "
             f"{nodes} nodes, backend {r['backend']}"

@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.cli import FAILURE, check_choice, fail
+from scheduler.api.cli import FAILURE, USAGE, check_choice, fail, output_console
 from scheduler.api.keys import GPU_ASSIGNMENT, SCHEDULER_NAME
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.cli.cluster_reader import ClusterReader, KubeReader, ReadError
 from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
-from scheduler.objects import parse_pod
+from scheduler.model.parse import parse_pod
 from scheduler.queues.tree import QueueTree
 from scheduler.ui.fmt import gpus
 
@@ -194,11 +194,11 @@ def why(
     except ReadError as exc:
         raise fail(str(exc), FAILURE) from None
     if found is None:
-        raise fail(f"pod {ns}/{pod} not found (wrong namespace? pass -n NS)", FAILURE)
+        raise fail(f"pod {ns}/{pod} not found (wrong namespace? pass -n NS)", USAGE)
     if output == "json":
         typer.echo(json.dumps(found.to_json(), indent=2))
     else:
-        render(Console(highlight=False), found)
+        render(output_console(highlight=False), found)
 
 
 def _context_namespace(kubeconfig: str | None, context: str | None) -> str:

@@ -27,13 +27,13 @@ from typing import Any
 
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import BIND_LOCK, GPU_SLICE_RESOURCE
-from scheduler.cluster import BindError, BindOutcome
-from scheduler.cluster import BindResult as Accepted
+from scheduler.cache.cluster import BindError, BindOutcome
+from scheduler.cache.cluster import BindResult as Accepted
 from scheduler.kube.binder import Binder, BindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.lock_view import NodeLockView
-from scheduler.model import PodInfo
-from scheduler.reasons import Reason
+from scheduler.model.reasons import Reason
+from scheduler.model.types import PodInfo
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from scheduler.api.kai import (
 from scheduler.api.keys import API_VERSION, KAI_GROUP, KAI_PODGROUP_VERSION, KAI_QUEUE_VERSION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import WatchEvent
-from scheduler.containment import one_line
+from scheduler.cache.cluster import WatchEvent
+from scheduler.cache.containment import one_line
 from scheduler.kube.binder import api_reason
 from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.informer import Informer, WatchTarget, slim

@@ -22,13 +22,13 @@ from scheduler.api import cli as house
 from scheduler.api.cli import CommandError, HouseCommand, VersionOption, check_choice, first_line, new_app
 from scheduler.api.duration import parse_duration
 from scheduler.api.keys import SCHEDULER_NAME, WHOLE_GPU_RESOURCE
-from scheduler.budget import BudgetLimits
 from scheduler.cycle import SchedulerConfig
+from scheduler.framework.budget import BudgetLimits
+from scheduler.framework.metrics import SchedulerMetrics
 from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.kai_compat import access_problem
 from scheduler.kube.queue_index import informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
-from scheduler.metrics import SchedulerMetrics
 from scheduler.placement.registry import policy_names
 from scheduler.queues.usage_history import UsageParams
 from scheduler.webhook.admission import AdmissionConfig

@@ -15,11 +15,11 @@ from pydantic import ValidationError
 from scheduler.api.keys import MILLI_PER_GPU, SCHEDULER_NAME
 from scheduler.api.report import GPUNodeReport
 from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
+from scheduler.framework.metrics import SchedulerMetrics
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.leader import LeaseElector
 from scheduler.kube.usage_store import ConfigMapUsageStore
-from scheduler.metrics import SchedulerMetrics
 from scheduler.queues.usage_history import TimeBasedFairShare
 from scheduler.ui.build import build_view
 from scheduler.ui.view import DashboardView

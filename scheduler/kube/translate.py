@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from scheduler.api.keys import GPU_ASSIGNMENT, POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME
 from scheduler.api.priority import PRIORITY_CLASSES
-from scheduler.cluster import Kind, WatchEvent
+from scheduler.cache.cluster import Kind, WatchEvent
 from scheduler.kube.bind_pool import AsyncBinds
 from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.kai_compat import KaiCompat
@@ -35,7 +35,7 @@ from scheduler.kube.podgrouper.book import Decision
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.kube.status import PendingPodReporter
-from scheduler.objects import pod_group_name
+from scheduler.model.parse import pod_group_name
 
 log = logging.getLogger(__name__)
 

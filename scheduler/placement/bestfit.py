@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.base_policy import BasePolicy
 from scheduler.placement.policy import Array, changed_since, scatter_rows
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.filters import fit_counts, gpu_fit, node_checks
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.fragment_policy import FragmentPolicy, NodeView
 from scheduler.placement.policy import Array
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 

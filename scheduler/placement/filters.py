@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
-from scheduler.model import Taint
+from scheduler.model.types import Taint
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.fragment_policy import FragmentPolicy, NodeView
 from scheduler.placement.policy import Array
 from scheduler.placement.scarcity import gpus_per_model, model_pressure, pressure_table
 from scheduler.placement.workload import TypicalWorkload
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 

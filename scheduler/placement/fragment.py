@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.workload import WorkloadArrays
+from scheduler.state.backend import ArrayNamespace
 
 Array = Any
 BIG_KEY = 1 << 40

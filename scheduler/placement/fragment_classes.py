@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
+from scheduler.state.backend import ArrayNamespace
 
 Array = Any
 _BIG_KEY = 1 << 40

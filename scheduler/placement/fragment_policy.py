@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.base_policy import BasePolicy
 from scheduler.placement.bestfit import BestFitPolicy
 from scheduler.placement.filters import gpu_need
@@ -44,6 +43,7 @@ from scheduler.placement.level_policy import BinpackPolicy
 from scheduler.placement.policy import Array, Capabilities, changed_since, scatter_rows
 from scheduler.placement.tiebreak import with_tiebreak
 from scheduler.placement.workload import DEFAULT_COVERAGE, TypicalWorkload, WorkloadArrays
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 

@@ -25,7 +25,7 @@ import bisect
 import random
 from dataclasses import dataclass, field
 
-from scheduler.model import Placement
+from scheduler.model.types import Placement
 from scheduler.placement.filters import feasible
 from scheduler.placement.placer import TieBreak, best_row, placement_at
 from scheduler.placement.policy import Array, PlacementPolicy, scatter_rows

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import to_numpy
-from scheduler.model import PodInfo
+from scheduler.model.types import PodInfo
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload
+from scheduler.state.backend import to_numpy
 from scheduler.state.demand import PodDemand, demand_for
 from scheduler.state.node_arrays import NodeArrays
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from typing import Literal
 
-from scheduler.backend import ArrayNamespace
-from scheduler.model import Placement
+from scheduler.model.types import Placement
 from scheduler.placement.filters import feasible
 from scheduler.placement.policy import Array, PlacementPolicy
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
 

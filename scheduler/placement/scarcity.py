@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.policy import Array
 from scheduler.placement.workload import TypicalWorkload
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.codebook import Codebook
 from scheduler.state.node_arrays import NodeArrays
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from scheduler.backend import ArrayNamespace
+from scheduler.state.backend import ArrayNamespace
 
 Array = Any
 NOT_IN_DOMAIN_RATIO = 1000.0  # KAI's ratio for a resource the domain has none of

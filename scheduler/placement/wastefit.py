@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.bestfit import MAX_SPEC_CPU, MAX_SPEC_GPU, NODE_SCORE_MAX
 from scheduler.placement.fragfit import FragFitPolicy
 from scheduler.placement.fragment_policy import NodeView
 from scheduler.placement.policy import Array
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
 

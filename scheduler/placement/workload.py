@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.fragment_classes import SizeTables
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.codebook import Codebook
 from scheduler.state.demand import PodDemand
 

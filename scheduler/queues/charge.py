@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.model import PodInfo
-from scheduler.resources import Resources
+from scheduler.model.resources import Resources
+from scheduler.model.types import PodInfo
 from scheduler.state.cluster_state import ClusterState
 
 

@@ -27,8 +27,8 @@ import math
 from collections.abc import Mapping
 from itertools import groupby
 
+from scheduler.model.resources import RESOURCE_NAMES, Resources
 from scheduler.queues.tree import QueueNode, QueueTree
-from scheduler.resources import RESOURCE_NAMES, Resources
 
 EPS = 1e-9
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler.model import PodInfo, PodPhase
+from scheduler.model.types import PodInfo, PodPhase
 from scheduler.queues.tree import QueueNode, QueueTree
 
 

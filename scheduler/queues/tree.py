@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from scheduler.api.keys import DEFAULT_QUEUE
 from scheduler.api.meta import ObjectMeta
 from scheduler.api.queue import Queue, QueueResource, QueueSpec
-from scheduler.resources import RESOURCE_NAMES, Resources
+from scheduler.model.resources import RESOURCE_NAMES, Resources
 
 
 class QueueTreeError(ValueError):

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.api.usage import Amounts, UsageBucket, UsageHistoryRecord
+from scheduler.model.resources import RESOURCE_NAMES, Resources
 from scheduler.queues.usage_store import UsageStore, UsageStoreError
-from scheduler.resources import RESOURCE_NAMES, Resources
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from scheduler.model import Placement
+from scheduler.model.types import Placement
 from scheduler.placement.filters import feasible, node_checks
 from scheduler.placement.placer import place_one, placement_at
 from scheduler.placement.policy import Array, PlacementPolicy

@@ -22,14 +22,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.backend import ArrayNamespace
-from scheduler.model import Placement
+from scheduler.model.types import Placement
 from scheduler.placement.filters import feasible
 from scheduler.placement.placer import best_row
 from scheduler.placement.policy import Array, rank_gpus
 from scheduler.replay.bound import Relaxation, solve_bound
 from scheduler.replay.protocol import build_state
 from scheduler.replay.trace import TraceNode, TracePod
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.cluster_state import ClusterState
 
 _BIG = 1 << 40

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
 from scheduler.placement.placer import place_one
 from scheduler.placement.policy import PlacementPolicy
 from scheduler.placement.registry import make_policy
@@ -25,6 +24,7 @@ from scheduler.placement.workload import DEFAULT_COVERAGE, TypicalWorkload
 from scheduler.replay.consolidate import Consolidator
 from scheduler.replay.curve import Curve, bin_curve
 from scheduler.replay.trace import TraceNode, TracePod
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.cluster_state import ClusterState
 
 DEFAULT_TUNE = 1.3

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
 from scheduler.replay.curve import Curve, mean_curve
 from scheduler.replay.protocol import DEFAULT_TUNE, Moves, SeedResult, capacity_milli, replay_seed
 from scheduler.replay.trace import TraceNode, TracePod
+from scheduler.state.backend import ArrayNamespace
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.model import NodeInfo
+from scheduler.model.types import NodeInfo
 from scheduler.replay.gpu_models import DEFAULT_GPU_MEMORY_MIB, gpu_memory_mib
 from scheduler.state.demand import PodDemand
 

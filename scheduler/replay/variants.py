@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.backend import get_namespace
 from scheduler.replay.bound import arrived_at, lp_bound
 from scheduler.replay.protocol import DEFAULT_TUNE, arrival_order, capacity_milli
 from scheduler.replay.runner import run_policy
 from scheduler.replay.trace import TraceError, TraceNode, TracePod, load_nodes, load_pods
+from scheduler.state.backend import get_namespace
 
 GPU_NODE_LIST = "openb_node_list_gpu_node.csv"
 ALL_NODE_LIST = "openb_node_list_all_node.csv"

@@ -78,6 +78,9 @@ class SandboxState(BaseModel):
     started_at: str
     kubelet: str = "standin"
     nodes: list[NodeInfo]
+    kubectl: str = ""  # the kubectl of the control plane's release (the machine's own may be older)
+    scheduler_name: str = "tessera"  # what pods name in spec.schedulerName
+    kai_compat: bool = False  # KAI Scheduler's CRDs and default queues installed, read by the scheduler
 
 
 class Sandbox:
@@ -114,6 +117,7 @@ class Sandbox:
         cpu: str | None = None,
         memory: str | None = None,
         timeout_s: float = 180.0,
+        kai_compat: bool = False,
     ) -> SandboxState:
         """`cpu`/`memory`: each node's allocatable; a stand-in's default is 32 CPUs and 256Gi, a real
         kubelet's the host's (it can offer less, not more)."""
@@ -141,7 +145,7 @@ class Sandbox:
         if len(str(too_long)) > SOCKET_PATH_MAX:
             raise SandboxError(f"--data-dir {self.data_dir} is too long for the device plugins' Unix sockets")
         try:
-            return self._up(names, gpus, node, timeout_s)
+            return self._up(names, gpus, node, timeout_s, kai_compat)
         except (NotReady, ControlPlaneError) as exc:
             self.table.stop_all()
             raise SandboxError(str(exc)) from None
@@ -149,7 +153,9 @@ class Sandbox:
             self.table.stop_all()
             raise
 
-    def _up(self, names: list[str], gpus: str, node: NodeResources, timeout_s: float) -> SandboxState:
+    def _up(
+        self, names: list[str], gpus: str, node: NodeResources, timeout_s: float, kai_compat: bool
+    ) -> SandboxState:
         needed = assets.ALL_BINARIES + (real_kubelet.BINARIES if node.kubelet == "real" else ())
         folder = assets.find(needed) or self._build()
         self.say(
@@ -169,12 +175,17 @@ class Sandbox:
         kubelets = [self._start_kubelet(cp, name, node) for name in names]
         self.say("applying the chart's manifests (CRDs, RBAC, PriorityClasses, default Queue)")
         crds = manifests.crds()
+        if kai_compat:  # what KAI Scheduler's install would have put there: its CRDs and default queues
+            self.say("KAI compatibility: KAI Scheduler's Queue and PodGroup CRDs, its default queues")
+            crds += manifests.kai_crds()
         _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=crds)
         cp.wait_established([crd["metadata"]["name"] for crd in crds], timeout_s)
-        now, webhooks = manifests.for_sandbox(manifests.chart_objects())
+        now, webhooks = manifests.for_sandbox(manifests.chart_objects(kai_compat=kai_compat))
         _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=now)
+        if kai_compat:  # a client-side apply, as a user's: their own `kubectl apply` of them merges quietly
+            _kubectl(cp, "apply", docs=manifests.kai_queues())
 
-        scheduler_url, webhook_url = self._start_scheduler(cp, wait)
+        scheduler_url, webhook_url, scheduler_name = self._start_scheduler(cp, wait, kai_compat)
         self.say(f"scheduler and webhook up ({scheduler_url}); registering the webhooks")
         hooks = manifests.local_webhooks(webhooks, webhook_url, cp.ca_file.read_bytes())
         _kubectl(cp, "apply", "--server-side", "--field-manager=tessera-sandbox", docs=hooks)
@@ -198,6 +209,9 @@ class Sandbox:
             started_at=datetime.now(UTC).isoformat(timespec="seconds"),
             kubelet=node.kubelet,
             nodes=infos,
+            kubectl=str(folder / "kubectl"),
+            scheduler_name=scheduler_name,
+            kai_compat=kai_compat,
         )
         (self.data_dir / STATE_FILE).write_text(state.model_dump_json(indent=2))
         return state
@@ -209,8 +223,8 @@ class Sandbox:
         except assets.AssetsMissing as exc:
             raise SandboxError(str(exc)) from None
 
-    def _start_scheduler(self, cp: ControlPlane, wait: Waiter) -> tuple[str, str]:
-        pod = components.pod_template(*components.SCHEDULER)
+    def _start_scheduler(self, cp: ControlPlane, wait: Waiter, kai_compat: bool) -> tuple[str, str, str]:
+        pod = components.pod_template(*components.SCHEDULER, kai_compat=kai_compat)
         tls = self.data_dir / "webhook-tls"
         tls.mkdir()
         service = f"tessera-scheduler.{pod.namespace}.svc"
@@ -247,7 +261,8 @@ class Sandbox:
         wait.http_ok(f"{webhook_url}/healthz", "the admission webhook", rec)
         lease = next(a.split("=", 1)[1] for a in argv if a.startswith("--leader-elect-lease-name="))
         wait.scheduler_leads(pod.namespace, lease, identity, rec)
-        return scheduler_url, webhook_url
+        name = next(a.split("=", 1)[1] for a in argv if a.startswith("--scheduler-name="))
+        return scheduler_url, webhook_url, name
 
     def _start_kubelet(self, cp: ControlPlane, name: str, node: NodeResources) -> list[ProcessRecord]:
         """The node's kubelet (and, for a real one, its fakecri first); the records to watch."""

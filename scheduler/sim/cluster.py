@@ -23,9 +23,9 @@ from scheduler.api.duration import parse_duration
 from scheduler.api.keys import GPU_ASSIGNMENT, SIM_ARRIVAL, SIM_DURATION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cluster import BindError, BindOutcome, BindResult, EventType, Kind, WatchEvent
-from scheduler.model import PodInfo
-from scheduler.objects import has_controller
+from scheduler.cache.cluster import BindError, BindOutcome, BindResult, EventType, Kind, WatchEvent
+from scheduler.model.parse import has_controller
+from scheduler.model.types import PodInfo
 from scheduler.sim.loader import Manifests
 
 SIM_RECREATE = "tessera.dev/sim-recreate"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
-from scheduler.model import Placement
+from scheduler.model.types import Placement
+from scheduler.state.backend import ArrayNamespace
 
 
 def segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]], size: int) -> list[Any]:

@@ -4,7 +4,7 @@ Rows are nodes, columns GPU slots (up to the largest GPU count seen). A placemen
 of element writes (`write`); rows of removed nodes are recycled. Every change of a row bumps `version`
 and stamps the row with it (`row_version`): that is the one way readers find what changed since they last
 looked (`changed_rows`), however many of them there are. The scheduler changes placements only through
-its ledger (`scheduler/ledger.py`), which keeps the undo; `place`/`release` with `checkpoint`/`rollback`
+its ledger (`scheduler/cache/ledger.py`), which keeps the undo; `place`/`release` with `checkpoint`/`rollback`
 journal here for direct users (trace replay, tests).
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import ArrayNamespace
-from scheduler.model import GPUShare, NodeInfo, Placement
+from scheduler.model.types import GPUShare, NodeInfo, Placement
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.bulk import placement_totals
 from scheduler.state.codebook import Codebook
 from scheduler.state.domains import DomainColumns
@@ -376,7 +376,7 @@ class ClusterState:
         return [int(self.free_milli[row, j]) for j in range(self.max_gpus) if bool(self.present[row, j])]
 
     def host(self, arr: Any) -> Any:
-        from scheduler.backend import to_numpy
+        from scheduler.state.backend import to_numpy
 
         return to_numpy(arr)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler.api.keys import GPU_PRODUCT_LABEL, MILLI_PER_GPU
-from scheduler.model import PodInfo, Toleration
+from scheduler.model.types import PodInfo, Toleration
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from scheduler.backend import ArrayNamespace
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.codebook import Codebook
 
 Array = Any

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from scheduler.backend import ArrayNamespace
+from scheduler.state.backend import ArrayNamespace
 from scheduler.state.codebook import Codebook
 from scheduler.state.node_arrays import Array
 

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.api.report import GPUNodeReport, GPUReport
 from scheduler.cycle import Scheduler
-from scheduler.model import NodeInfo, Placement, PodInfo, PodPhase
+from scheduler.model.reasons import PendingReason, Reason
+from scheduler.model.resources import RESOURCE_NAMES
+from scheduler.model.types import NodeInfo, Placement, PodInfo, PodPhase
 from scheduler.queues import QueueTree
-from scheduler.reasons import PendingReason, Reason
-from scheduler.resources import RESOURCE_NAMES
 from scheduler.ui.colors import OTHER_QUEUE, queue_colors
 from scheduler.ui.min_runtime import elastic_notes, protection_notes, queue_min_runtime
 from scheduler.ui.usage_spark import usage_note, with_usage

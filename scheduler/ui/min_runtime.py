@@ -5,7 +5,7 @@ elastic gang with members waiting already runs (docs/elastic.md)."""
 from __future__ import annotations
 
 from scheduler.api.duration import show_duration
-from scheduler.jobs import Job
+from scheduler.model.jobs import Job
 from scheduler.queues.min_runtime import MinRuntimes, job_started_s, protected_until
 from scheduler.queues.tree import QueueTree
 

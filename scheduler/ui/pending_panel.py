@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from scheduler.reasons import Reason
+from scheduler.model.reasons import Reason
 from scheduler.ui.fmt import attr, duration
 from scheduler.ui.view import PendingEntry, PendingGroup, PendingSubject
 

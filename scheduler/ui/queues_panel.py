@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from scheduler.resources import RESOURCE_NAMES
+from scheduler.model.resources import RESOURCE_NAMES
 from scheduler.ui.fmt import UNITS, amount, attr
 from scheduler.ui.usage_spark import sparkline
 from scheduler.ui.view import QueueFigures, QueueView

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scheduler.cycle import Scheduler
-from scheduler.resources import RESOURCE_NAMES
+from scheduler.model.resources import RESOURCE_NAMES
 from scheduler.ui.chart import duration_label
 from scheduler.ui.fmt import attr
 from scheduler.ui.view import QueueView

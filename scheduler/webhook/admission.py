@@ -1,7 +1,7 @@
 """AdmissionReview handling for pods (pure: review JSON in, review JSON out; never raises).
 
 CREATE of a pod of the Tessera scheduler: its resources and GPU request must parse with the scheduler's
-own parser and bounds (`scheduler/objects.py`, `scheduler/api/limits.py`), its queue must exist and be a
+own parser and bounds (`scheduler/model/parse.py`, `scheduler/api/limits.py`), its queue must exist and be a
 leaf, and it must not preset `spec.nodeName` when it asks for a GPU; a fractional request gets the
 `tessera.dev/gpu-slice: <num devices>` limit on its first container, so the kubelet calls Tessera's device
 plugin for it. CREATE of any other pod: it may not ask for `tessera.dev/gpu-slice`. UPDATE: the GPU
@@ -28,7 +28,7 @@ from scheduler.api.keys import (
     SCHEDULER_NAME,
     WHOLE_GPU_RESOURCE,
 )
-from scheduler.objects import InvalidObject, parse_pod, pod_resources
+from scheduler.model.parse import InvalidObject, parse_pod, pod_resources
 from scheduler.webhook import guards
 from scheduler.webhook.review import AdmissionRequest, AdmissionReview, response
 

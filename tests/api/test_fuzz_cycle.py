@@ -1,4 +1,4 @@
-"""Fuzz: hostile objects, through `scheduler/objects.py` and the CRD models, into the real scheduling cycle
+"""Fuzz: hostile objects, through `scheduler/model/parse.py` and the CRD models, into the real scheduling cycle
 on a simulated cluster. The cycle never raises, the GPUs of the good nodes are never over-committed, and a
 good pod next to the hostile ones is still placed. Long run: see tests/api/hostile.py."""
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from scheduler.api.keys import MILLI_PER_GPU
 from tests.api.hostile import fuzz_settings, hostile_node, hostile_pod, hostile_podgroup, hostile_queue
-from tests.scheduler.helpers import A100, cluster, node, phase, pod, queue, run
+from tests.framework.helpers import A100, cluster, node, phase, pod, queue, run
 
 
 @st.composite

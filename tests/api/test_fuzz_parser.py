@@ -22,7 +22,7 @@ from scheduler.api.limits import (
     MAX_QUEUE_GPUS,
 )
 from scheduler.api.quantity import InvalidQuantity, parse_quantity
-from scheduler.objects import InvalidObject, parse_node, parse_pod
+from scheduler.model.parse import InvalidObject, parse_node, parse_pod
 from tests.api.hostile import (
     fuzz_settings,
     hostile_node,

@@ -17,8 +17,8 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.limits import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE
 from scheduler.api.quantity import InvalidQuantity, parse_quantity
 from scheduler.api.queue import QueueResources, QueueSpec
-from scheduler.objects import InvalidObject, parse_node, parse_pod
-from tests.scheduler.helpers import A100, cluster, node, phase, pod, run
+from scheduler.model.parse import InvalidObject, parse_node, parse_pod
+from tests.framework.helpers import A100, cluster, node, phase, pod, run
 
 HUGE = "9" * 4000  # thousands of digits: int() of it is fine, float() of it or an array write is not
 NINETEEN = "9" * 19  # above int64

@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from scheduler.backend import cupy_usable, get_namespace
 from scheduler.bench.runner import BenchConfig, run_bench
-from scheduler.model import GPUShare, NodeInfo, Placement
+from scheduler.model.types import GPUShare, NodeInfo, Placement
 from scheduler.placement import make_policy
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.state import ClusterState, PodDemand
+from scheduler.state.backend import cupy_usable, get_namespace
 
 BACKENDS = ["strict"] + (
     ["cupy"] if os.environ.get("TESSERA_ARRAY_BACKEND") == "cupy" and cupy_usable() else []

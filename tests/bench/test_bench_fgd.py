@@ -5,8 +5,7 @@ import random
 
 import pytest
 
-from scheduler.backend import get_namespace
-from scheduler.model import NodeInfo
+from scheduler.model.types import NodeInfo
 from scheduler.placement.bestfit import _free_gpu_milli, _raw
 from scheduler.placement.fgd import FgdPolicy
 from scheduler.placement.filters import feasible
@@ -15,6 +14,7 @@ from scheduler.placement.placer import place_one
 from scheduler.placement.wastefit import WasteFitPolicy
 from scheduler.placement.workload import TypicalWorkload
 from scheduler.state import ClusterState, PodDemand
+from scheduler.state.backend import get_namespace
 
 
 def demands(rng):

@@ -6,18 +6,18 @@ import random
 
 import pytest
 
-from scheduler.backend import get_namespace
 from scheduler.bench.cluster import BenchCluster
 from scheduler.bench.workload import make_nodes, make_pods
-from scheduler.cache import Cache
-from scheduler.cluster import WatchEvent
+from scheduler.cache.cache import Cache
+from scheduler.cache.cluster import WatchEvent
 from scheduler.cycle import Scheduler, SchedulerConfig
-from scheduler.jobs import build_jobs
-from scheduler.model import GPUShare, NodeInfo, Placement, Taint, Toleration
+from scheduler.model.jobs import build_jobs
+from scheduler.model.types import GPUShare, NodeInfo, Placement, Taint, Toleration
 from scheduler.placement import Capabilities, make_policy, place_one
 from scheduler.placement.base_policy import BasePolicy
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.state import ClusterState, PodDemand
+from scheduler.state.backend import get_namespace
 from scheduler.state.cluster_state import OvercommitError
 
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from scheduler.cli.cluster_reader import KubeReader
 from scheduler.cli.kubectl import app as kubectl_app
-from scheduler.cli.queues import queue_rows, queue_table
+from scheduler.cli.queues import queue_rows, queue_table, with_kai
 from scheduler.cli.why import explain
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.kube.cluster import KubeCluster
@@ -99,7 +99,8 @@ def test_why_and_queues_tell_what_the_scheduler_wrote(
         text = runner.invoke(kubectl_app, ["why", "bad", "-n", namespace, "--kubeconfig", kubeconfig])
         assert text.exit_code == 0 and "gpu-fraction" in text.stdout
         missing = runner.invoke(kubectl_app, ["why", "nobody", "-n", namespace, "--kubeconfig", kubeconfig])
-        assert missing.exit_code == 1 and missing.stderr.startswith("error: pod ")
+        # A pod that does not exist is the user's mistake: exit 2, as every command promises (README).
+        assert missing.exit_code == 2 and missing.stderr.startswith("error: pod ")
 
         listed = runner.invoke(kubectl_app, ["queues", "--kubeconfig", kubeconfig, "-o", "json"])
         assert listed.exit_code == 0, listed.output
@@ -152,3 +153,42 @@ def test_queues_show_the_minimum_runtimes_each_queue_gets() -> None:
     table.print(queue_table(rows))
     text = table.export_text()
     assert "MIN RUNTIME P/R" in text and "5m/10m" in text
+
+
+KAI_EXAMPLES = ROOT / "examples" / "kai"
+
+
+def test_queues_from_file_reads_kai_queues_as_the_scheduler_does() -> None:
+    """`tessera queues --from-file` on a KAI user's queues (examples/kai/): translated as --kai-compat
+    translates them (KAI's millicores and MB), not refused as queues of a foreign apiVersion."""
+    out = CliRunner().invoke(
+        kubectl_app,
+        ["queues", "-o", "json", "--from-file", str(KAI_EXAMPLES / "queues.yaml"), "-f", str(KAI_EXAMPLES)],
+    )
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.stdout)
+    rows = {q["name"]: q for q in listed["queues"]}
+    assert {"default-parent-queue", "default-queue", "research", "team-a", "team-b"} <= set(rows)
+    assert rows["team-a"]["parent"] == "research" and rows["team-a"]["gpu"]["limit"] == 6
+    assert rows["team-a"]["cpuCores"]["quota"] == 16  # KAI's 16000 millicores
+    assert rows["team-a"]["memoryGiB"]["quota"] == round(65536e6 / 2**30, 3)  # KAI's 65536 MB
+    assert not listed["problems"], listed["problems"]
+
+
+def test_a_kai_queue_shadowed_or_invalid_is_named() -> None:
+    kai = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue"}
+    tessera = {"apiVersion": f"{G}/v1alpha1", "kind": "Queue"}
+    objects, notes = with_kai(
+        [
+            {
+                **kai,
+                "metadata": {"name": "shared"},
+                "spec": {"resources": {"gpu": {"quota": 1, "limit": -1}}},
+            },
+            {**tessera, "metadata": {"name": "shared"}, "spec": {}},
+            {**kai, "metadata": {"name": "bad"}, "spec": {"resources": {"gpu": {"quota": "lots"}}}},
+        ]
+    )
+    assert [o["apiVersion"] for o in objects] == [f"{G}/v1alpha1"]
+    assert any("KAI queue shared is ignored: Tessera's Queue of the same name is used" in n for n in notes)
+    assert any(n.startswith("KAI queue bad is invalid and ignored by the scheduler: ") for n in notes)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.api.queue import Queue
+from scheduler.model.resources import Resources
 from scheduler.queues import QueueTree, compute_fair_shares
 from scheduler.queues.fairshare import portions
-from scheduler.resources import Resources
 
 
 def tree(*queues: tuple[str, float, float], requested: float = 100.0) -> QueueTree:

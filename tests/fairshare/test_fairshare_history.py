@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.api.usage import UsageHistoryRecord
+from scheduler.model.resources import Resources
 from scheduler.queues.usage_history import MAX_RECORD_BYTES, TimeBasedFairShare, UsageHistory, UsageParams
 from scheduler.queues.usage_store import MemoryUsageStore, UsageStoreError, dump_record
-from scheduler.resources import Resources
 
 HOUR = 3600.0
 P = UsageParams(window_s=24 * HOUR, half_life_s=6 * HOUR, resolution_s=HOUR, persist_s=600)

@@ -12,8 +12,8 @@ from scheduler.sim.builtin import pod, queue
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import Manifests, load_files
 from scheduler.sim.usage_report import DAY_S, QueueTimeline
+from tests.framework.helpers import A100, node, phase
 from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
-from tests.scheduler.helpers import A100, node, phase
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 HOUR = 3600.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.model.resources import Resources
 from scheduler.queues.usage_history import UsageHistory, UsageParams
-from scheduler.resources import Resources
 
 HOUR = 3600.0
 

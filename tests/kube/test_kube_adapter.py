@@ -9,10 +9,10 @@ import pytest
 from kubernetes import client
 
 from scheduler.api.keys import GROUP, POD_GROUP, QUEUE_LABEL, VERSION
-from scheduler.backend import get_namespace
-from scheduler.cache import Cache
+from scheduler.cache.cache import Cache
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.queue_index import informer_queue_lookup
+from scheduler.state.backend import get_namespace
 from tests.controlplane.scene import Scene, wait_until
 from tests.kube.helpers import node_body, pod_body
 
@@ -142,7 +142,7 @@ def test_bound_pod_waits_for_its_node_and_locked_nodes_are_tainted() -> None:
 
 def test_a_configured_scheduler_name_is_what_the_cycle_calls_ours() -> None:
     from scheduler.kube.event_queue import ResourceEvent
-    from scheduler.objects import parse_pod
+    from scheduler.model.parse import parse_pod
 
     cluster = KubeCluster(_offline(), scheduler_name="gpu-sched", podgrouper=False)
     for name, scheduler in (
@@ -210,7 +210,7 @@ def test_a_podgroup_priority_class_is_resolved_from_the_cluster(scene: Scene) ->
 def test_a_pod_is_movable_only_when_a_controller_owns_it(scene: Scene) -> None:
     """Consolidation moves a pod by evicting it for its controller to recreate: the pod a Job controller
     made (kube-controller-manager's, with its ownerReference) parses as owned, a bare pod does not."""
-    from scheduler.objects import parse_pod
+    from scheduler.model.parse import parse_pod
 
     template = pod_body("ignored")
     template["spec"]["restartPolicy"] = "Never"

@@ -11,8 +11,8 @@ import pytest
 
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT, POD_GROUP
-from scheduler.ledger import HoldKind
-from scheduler.reasons import Reason
+from scheduler.cache.ledger import HoldKind
+from scheduler.model.reasons import Reason
 from tests.controlplane.faultproxy import FaultProxy
 from tests.controlplane.scene import Scene, wait_until
 from tests.kube.helpers import pod_body

@@ -14,9 +14,9 @@ from prometheus_client import generate_latest
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.bind_lock import BindLock
 from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT, GROUP, VERSION
-from scheduler.cluster import EvictError
+from scheduler.cache.cluster import EvictError
 from scheduler.kube.runner import SchedulerRunner
-from scheduler.objects import parse_pod
+from scheduler.model.parse import parse_pod
 from tests.controlplane.faultproxy import FaultProxy
 from tests.controlplane.scene import Scene, runner_config, wait_until
 from tests.kube.helpers import pod_body

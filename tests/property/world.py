@@ -33,14 +33,14 @@ from scheduler.api.keys import (
     SIM_DURATION,
     WHOLE_GPU_RESOURCE,
 )
-from scheduler.cluster import BindResult
+from scheduler.cache.cluster import BindResult
 from scheduler.cycle import Scheduler, SchedulerConfig
-from scheduler.model import PodInfo
-from scheduler.objects import cpu_milli, memory_mib
+from scheduler.model.parse import cpu_milli, memory_mib
+from scheduler.model.types import PodInfo
 from scheduler.sim.builtin import node, pod, podgroup, queue
 from scheduler.sim.cluster import SIM_RECREATE, SimCluster
 from scheduler.state.bulk import arrays_agree
-from tests.scheduler.helpers import assert_arrays_match_world
+from tests.framework.helpers import assert_arrays_match_world
 
 Op = tuple[Any, ...]
 MODELS = {"A100": 40960, "H100": 81920, "T4": 15360}

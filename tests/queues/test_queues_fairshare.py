@@ -3,9 +3,9 @@
 import pytest
 
 from scheduler.api.queue import Queue
+from scheduler.model.resources import Resources
 from scheduler.queues import QueueTree, compute_fair_shares
-from scheduler.resources import Resources
-from tests.scheduler.helpers import queue
+from tests.framework.helpers import queue
 
 
 def tree_of(*queues: dict, requested: dict[str, float]) -> QueueTree:

@@ -5,11 +5,11 @@ import random
 import pytest
 
 from scheduler.api.keys import GPU_FRACTION, POD_GROUP
-from scheduler.reasons import Reason
+from scheduler.model.reasons import Reason
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.runner import run_simulation
+from tests.framework.helpers import A100, cluster, node, phase, pod, podgroup, queue
 from tests.queues.util import GRACE_S, Recorder
-from tests.scheduler.helpers import A100, cluster, node, phase, pod, podgroup, queue
 
 
 def gang(name: str, q: str, size: int, gpus: int, *, arrival_s: float, priority: str = "train",

@@ -7,10 +7,10 @@ from typing import Any
 from scheduler.api.gpu_request import GPURequest
 from scheduler.api.keys import POD_GROUP
 from scheduler.api.podgroup import PodGroup
-from scheduler.jobs import build_jobs
-from scheduler.model import PodInfo, PodPhase
+from scheduler.model.jobs import build_jobs
+from scheduler.model.types import PodInfo, PodPhase
+from tests.framework.helpers import A100, cluster, node, phase, pod, podgroup, queue
 from tests.queues.util import Recorder
-from tests.scheduler.helpers import A100, cluster, node, phase, pod, podgroup, queue
 
 
 def _member(name: str, group: str, **kw: Any) -> dict[str, Any]:

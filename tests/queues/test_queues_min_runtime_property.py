@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.api.queue import Queue
+from scheduler.model.reasons import Reason
 from scheduler.queues.min_runtime import MinRuntimes
 from scheduler.queues.tree import QueueTree
-from scheduler.reasons import Reason
-from tests.scheduler.helpers import A100, cluster, node, pod, queue
+from tests.framework.helpers import A100, cluster, node, pod, queue
 
 
 @st.composite

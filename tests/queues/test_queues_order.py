@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from scheduler.actions.ordering import compare_queues
 from scheduler.api.queue import Queue
-from scheduler.budget import Budget, BudgetLimits
+from scheduler.framework.budget import Budget, BudgetLimits
+from scheduler.model.resources import Resources
 from scheduler.queues.tree import QueueTree
-from scheduler.resources import Resources
-from tests.scheduler.helpers import queue
+from tests.framework.helpers import queue
 
 TOTAL = Resources(gpu=16, cpu=64_000, memory=512 * 1024)
 

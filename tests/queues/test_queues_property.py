@@ -8,8 +8,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.framework.helpers import A100, cluster, node, pod, queue
 from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
-from tests.scheduler.helpers import A100, cluster, node, pod, queue
 
 
 @st.composite

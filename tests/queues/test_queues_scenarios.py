@@ -9,11 +9,11 @@ from typer.testing import CliRunner
 
 from scheduler.cli.main import app
 from scheduler.cycle import Scheduler, SchedulerConfig
-from scheduler.reasons import Reason
+from scheduler.model.reasons import Reason
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import load_files
+from tests.framework.helpers import assignment, phase
 from tests.queues.util import GRACE_S, Recorder, gpus_by_queue
-from tests.scheduler.helpers import assignment, phase
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 

@@ -8,7 +8,7 @@ from typing import Any
 from scheduler.api.keys import POD_GROUP, QUEUE_LABEL
 from scheduler.cycle import CycleResult, Scheduler
 from scheduler.sim.cluster import SimCluster
-from tests.scheduler.helpers import assignment, phase
+from tests.framework.helpers import assignment, phase
 
 GRACE_S = 30  # an evicted pod's terminationGracePeriodSeconds in the simulated cluster (Kubernetes' default)
 

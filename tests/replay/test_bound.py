@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.backend import namespace
 from scheduler.replay.bound import _Lp, arrived_at, lp_bound, maximal_patterns, solve_bound
 from scheduler.replay.offline import lp_guided_placement
 from scheduler.replay.protocol import arrival_order, capacity_milli
 from scheduler.replay.trace import TraceNode, TracePod, load_nodes, load_pods
+from scheduler.state.backend import namespace
 
 pytest.importorskip("highspy", reason="the bound needs HiGHS (pip install 'tessera[bound]')")
 

@@ -10,13 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.backend import namespace
 from scheduler.placement.placer import place_one, placement_at
 from scheduler.placement.registry import make_policy
 from scheduler.replay import protocol
 from scheduler.replay.consolidate import Consolidator
 from scheduler.replay.protocol import build_state, replay_seed
 from scheduler.replay.trace import TraceNode, TracePod, load_nodes, load_pods
+from scheduler.state.backend import namespace
 from scheduler.state.cluster_state import ClusterState
 from tests.replay.conftest import pod_row, write_nodes, write_pods
 from tests.replay.test_replay_cli import _app

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from scheduler.backend import namespace
 from scheduler.placement.fgd import FgdPolicy
 from scheduler.placement.fragment_policy import FragmentPolicy, NodeView
 from scheduler.placement.wastefit import WasteFitPolicy
 from scheduler.placement.workload import TaskType, TypicalWorkload, WorkloadArrays
+from scheduler.state.backend import namespace
 from scheduler.state.codebook import Codebook
 from scheduler.state.demand import PodDemand
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.backend import namespace
 from scheduler.placement.fragment import fragment, fragment_after_fraction
 from scheduler.placement.workload import TaskType, TypicalWorkload, WorkloadArrays
+from scheduler.state.backend import namespace
 from scheduler.state.codebook import Codebook
 
 XP = ["numpy", "strict"]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.backend import namespace
 from scheduler.placement.fgd import FgdPolicy
 from scheduler.placement.placer import place_one
 from scheduler.placement.registry import make_policy, policy_names
@@ -19,6 +18,7 @@ from scheduler.replay.protocol import (
     typical_workload,
 )
 from scheduler.replay.trace import load_nodes, load_pods
+from scheduler.state.backend import namespace
 
 POLICIES = ["random", "dotprod", "packing", "bestfit", "fgd", "fgd-name", "fragfit", "wastefit"]
 
@@ -87,7 +87,7 @@ def test_collapsed_full_refresh_equals_row_by_row(trace: tuple[Path, Path], back
 def test_fgd_picks_the_gpu_that_fragments_least() -> None:
     """One node, GPUs with 1000 / 500 / 300 free, typical work 300-milli fractions and whole GPUs: a
     300-milli pod belongs on the 300 GPU, a 500-milli pod on the 500 GPU (the free GPU stays whole)."""
-    from scheduler.model import GPUShare, NodeInfo, Placement
+    from scheduler.model.types import GPUShare, NodeInfo, Placement
     from scheduler.placement.workload import TaskType, TypicalWorkload
     from scheduler.state.cluster_state import ClusterState
     from scheduler.state.demand import PodDemand

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.backend import namespace
 from scheduler.replay.curve import bin_curve
 from scheduler.replay.protocol import arrival_order, capacity_milli, replay_seed
 from scheduler.replay.trace import load_nodes, load_pods
+from scheduler.state.backend import namespace
 
 
 def test_arrival_order_shuffles_by_seed_and_inflates_to_tune(trace: tuple[Path, Path]) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.backend import namespace
-from scheduler.model import GPUShare, NodeInfo, Placement
+from scheduler.model.types import GPUShare, NodeInfo, Placement
 from scheduler.placement.filters import feasible
 from scheduler.placement.fragfit import FragFitPolicy
 from scheduler.placement.placer import place_one
 from scheduler.placement.scarcity import PRESSURE_CAP, model_pressure
 from scheduler.placement.wastefit import WASTE_WEIGHT, WasteFitPolicy
 from scheduler.placement.workload import TaskType, TypicalWorkload
+from scheduler.state.backend import namespace
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
 

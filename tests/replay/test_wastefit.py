@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.backend import namespace
-from scheduler.model import GPUShare, NodeInfo, Placement
+from scheduler.model.types import GPUShare, NodeInfo, Placement
 from scheduler.placement.fragfit import FragFitPolicy
 from scheduler.placement.placer import place_one
 from scheduler.placement.registry import make_policy
@@ -23,6 +22,7 @@ from scheduler.replay.protocol import (
     typical_workload,
 )
 from scheduler.replay.trace import load_nodes, load_pods
+from scheduler.state.backend import namespace
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
 

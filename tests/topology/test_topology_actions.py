@@ -7,12 +7,12 @@ from typing import Any
 
 from scheduler.api.keys import POD_GROUP
 from scheduler.cycle import Scheduler, SchedulerConfig
-from scheduler.reasons import Reason
+from scheduler.model.reasons import Reason
 from scheduler.sim.builtin import pod, podgroup, queue
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import Manifests
+from tests.framework.helpers import assignment, phase
 from tests.queues.util import GRACE_S, Recorder
-from tests.scheduler.helpers import assignment, phase
 from tests.topology.util import FOREVER, Gang, gpu_node, topology, world
 
 RACK = "example.com/rack"

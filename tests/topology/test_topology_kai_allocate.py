@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from scheduler.reasons import Reason
+from scheduler.model.reasons import Reason
 from tests.topology.util import Gang, gpu_node, topology, world
 
 RACK, SPINE, ZONE, REGION = "k8s.io/rack", "k8s.io/spine", "k8s.io/zone", "k8s.io/region"

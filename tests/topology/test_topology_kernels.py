@@ -8,8 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from scheduler.backend import get_namespace, to_numpy
-from scheduler.model import NodeInfo
+from scheduler.model.types import NodeInfo
 from scheduler.placement.filters import feasible, gpu_need
 from scheduler.placement.topology import (
     ancestors,
@@ -22,6 +21,7 @@ from scheduler.placement.topology import (
     split_levels,
 )
 from scheduler.state import ClusterState, PodDemand
+from scheduler.state.backend import get_namespace, to_numpy
 
 BACKENDS = ["numpy", "strict"]
 

@@ -8,8 +8,8 @@ import pytest
 
 from scheduler.actions.topology_placement import Scope, resolve
 from scheduler.api.topology import Topology, TopologyConstraint
-from scheduler.backend import get_namespace
 from scheduler.state import ClusterState
+from scheduler.state.backend import get_namespace
 
 CASES = [
     ("both required and preferred placement specified", ["datacenter", "zone", "rack"], "zone", "rack",

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from scheduler.reasons import Reason
+from scheduler.model.reasons import Reason
+from tests.framework.helpers import assignment, phase
 from tests.queues.test_queues_scenarios import scenario
 from tests.queues.util import GRACE_S
-from tests.scheduler.helpers import assignment, phase
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 

@@ -11,7 +11,7 @@ from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.sim.builtin import pod, podgroup, queue
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import Manifests
-from tests.scheduler.helpers import assignment, phase
+from tests.framework.helpers import assignment, phase
 
 Obj = dict[str, Any]
 HOSTNAME = "kubernetes.io/hostname"

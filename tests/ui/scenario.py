@@ -7,7 +7,7 @@ from scheduler.api.report import GPUNodeReport
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import Manifests
-from tests.scheduler.helpers import A100, T4, cluster, node, pod, podgroup, queue, run
+from tests.framework.helpers import A100, T4, cluster, node, pod, podgroup, queue, run
 
 LONG = 36_000.0  # nothing finishes during a test
 

@@ -15,7 +15,7 @@ import pytest
 from scheduler.api.keys import GPU_FRACTION
 from scheduler.ui.replay_report import render_replay_report
 from scheduler.ui.server import UIServer, serve_ui
-from tests.scheduler.helpers import pod
+from tests.framework.helpers import pod
 from tests.ui import browser
 from tests.ui.scenario import LONG, big_cluster, report_for, small_cluster
 
@@ -136,7 +136,7 @@ def test_the_page_refreshes_itself_and_keeps_the_users_view(driver: Any) -> None
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    from tests.scheduler.helpers import run
+    from tests.framework.helpers import run
 
     sim, sched = small_cluster()
     lock = threading.Lock()

@@ -94,7 +94,7 @@ def test_pages_stay_whole_while_the_loop_runs(locked: bool) -> None:
     import threading
 
     from scheduler.api.keys import GPU_FRACTION
-    from tests.scheduler.helpers import pod
+    from tests.framework.helpers import pod
 
     sim, sched = small_cluster()
     lock = threading.Lock()

@@ -14,7 +14,7 @@ from scheduler.ui import build_view
 from scheduler.ui.aggregate import group_nodes
 from scheduler.ui.colors import OTHER_QUEUE, PALETTE, queue_colors
 from scheduler.ui.view import DashboardView
-from tests.scheduler.helpers import A100, node, pod, run
+from tests.framework.helpers import A100, node, pod, run
 from tests.ui.scenario import LONG, report_for, small_cluster
 
 

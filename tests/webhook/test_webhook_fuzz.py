@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.api.limits import MAX_GPUS_PER_NODE
-from scheduler.objects import parse_pod
+from scheduler.model.parse import parse_pod
 from scheduler.webhook.admission import AdmissionConfig, admit
 from tests.api.hostile import fuzz_settings, hostile_pod, json_value
 

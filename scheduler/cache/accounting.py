@@ -1,0 +1,62 @@
+"""Where a pod found running holds resources, read from what the cluster says (for the mirror).
+
+From its `tessera.dev/gpu-assignment` when it has one: written by the scheduler at bind, it names the node,
+the GPUs and each share, so a restarted scheduler rebuilds exactly what it had. Otherwise (pods of other
+schedulers, NVIDIA's device plugin) as whole GPUs taken on its node's free slots.
+"""
+
+from __future__ import annotations
+
+from scheduler.api.assignment import GPUAssignment
+from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
+from scheduler.model.types import GPUShare, Placement, PodInfo
+from scheduler.state.cluster_state import ClusterState
+
+# The largest GPU index an assignment may name (a GPU the node no longer counts is kept up to this one).
+MAX_SLOT = 64
+
+
+class Unaccountable(ValueError):
+    """The pod's assignment cannot be used (malformed, another node, a GPU index out of range)."""
+
+
+def from_assignment(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
+    """The placement its assignment names (None: it has none). Raises Unaccountable with a one-line
+    reason. A GPU the node no longer counts (a restart during a dip of its GPU count) is kept, draining."""
+    raw = pod.annotations.get(GPU_ASSIGNMENT)
+    if not raw:
+        return None
+    try:
+        a = GPUAssignment.from_annotation(raw)
+    except ValueError as exc:
+        raise Unaccountable(f"pod {pod.key}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    if a.node != pod.node:
+        raise Unaccountable(f"pod {pod.key}: assignment names node {a.node} but it is bound to {pod.node}")
+    node = state.nodes[row]
+    for g in a.gpus:
+        if not 0 <= g.index < MAX_SLOT:
+            raise Unaccountable(f"pod {pod.key}: assignment names GPU {g.index}, which no node has")
+        if node is not None and g.index >= node.gpu_count:
+            state.keep_slot(row, g.index)
+    shares = tuple(
+        GPUShare(
+            slot=g.index, milli=g.milli, mib=g.memory_mib or state.share_for(row, g.index, g.milli, 0).mib
+        )
+        for g in a.gpus
+    )
+    return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+
+
+def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
+    """Whole GPUs on the node's free slots for a pod without an assignment; None when too few are free."""
+    n = pod.request.num_devices if pod.request.kind == "whole" else 0
+    if pod.error or pod.request.is_fractional:
+        n = 0  # a fractional pod without an assignment was not placed by us: count no GPU share
+    free = [
+        j for j in range(state.max_gpus)
+        if bool(state.present[row, j]) and int(state.free_milli[row, j]) == MILLI_PER_GPU
+    ]  # fmt: skip
+    if len(free) < n:
+        return None
+    shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])
+    return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)

@@ -1,0 +1,84 @@
+"""What the scheduler keeps between cycles, in four parts (see docs/architecture.md):
+
+- `ledger` (`scheduler/cache/ledger.py`): who holds what: the cluster arrays, the pods' and reserved places,
+  charged to queues through usage listeners;
+- `mirror` (`scheduler/cache/mirror.py`): the cluster as the watches show it (nodes into the arrays, pods,
+  queues, pod groups), accounting running pods into the ledger;
+- `index` (`scheduler/cache/job_index.py`): the jobs, kept across cycles, and what each queue's jobs hold;
+- `inflight` (`scheduler/cache/inflight.py`): binds planned together whose outcomes are still to come.
+
+Memory of the actions (what consolidation found futile, since when a gang is below minMember) is kept by
+the actions themselves; this is only the cluster's picture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import Queue
+from scheduler.api.topology import Topology
+from scheduler.cache.cluster import WatchEvent
+from scheduler.cache.error_log import ErrorLog
+from scheduler.cache.inflight import InFlight
+from scheduler.cache.job_index import JobIndex
+from scheduler.cache.ledger import Ledger
+from scheduler.cache.mirror import ClusterMirror
+from scheduler.model.types import Placement, PodInfo
+from scheduler.state.backend import ArrayNamespace
+from scheduler.state.cluster_state import ClusterState
+
+
+@dataclass
+class Cache:
+    ledger: Ledger
+    mirror: ClusterMirror
+    error_log: ErrorLog
+    inflight: InFlight = field(default_factory=InFlight)
+
+    @classmethod
+    def create(cls, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 64) -> Cache:
+        ledger = Ledger(ClusterState(xp, max_gpus=max_gpus, capacity=capacity))
+        errors = ErrorLog()
+        return cls(ledger=ledger, mirror=ClusterMirror(ledger, errors), error_log=errors)
+
+    def apply(self, events: list[WatchEvent]) -> None:
+        self.mirror.apply(events)
+
+    @property
+    def index(self) -> JobIndex:
+        return self.mirror.index
+
+    @property
+    def state(self) -> ClusterState:
+        return self.ledger.state
+
+    @property
+    def xp(self) -> ArrayNamespace:
+        return self.ledger.state.xp
+
+    @property
+    def pods(self) -> dict[str, PodInfo]:
+        return self.mirror.pods
+
+    @property
+    def queues(self) -> dict[str, Queue]:
+        return self.mirror.specs.queues
+
+    @property
+    def podgroups(self) -> dict[str, PodGroup]:
+        return self.mirror.specs.podgroups
+
+    @property
+    def topologies(self) -> dict[str, Topology]:
+        return self.mirror.specs.topologies
+
+    @property
+    def errors(self) -> list[str]:
+        """The latest objects we could not use, for people (bounded: see `ErrorLog`)."""
+        return self.error_log.latest()
+
+    @property
+    def placements(self) -> dict[str, Placement]:
+        """A snapshot of what each pod holds, by uid (reserved places are in `ledger.reserved`)."""
+        return {uid: h.placement for uid, h in self.ledger.pods.items()}

@@ -1,0 +1,225 @@
+"""Jobs kept across cycles, and what each queue's jobs hold.
+
+A job is rebuilt only when one of its pods or its PodGroup changed, or when it has pending pods (the
+actions work on those); settled jobs are reused as they are. Rebuilding a job names the owner of each of
+its pods' holdings in the ledger (queue, job, non-preemptible or not); `QueueUsage`, a ledger listener,
+keeps per-queue sums of what the pods hold from those owners as holdings come and go, so no copy of the
+usage is kept by hand anywhere.
+
+A running job is charged where its pods really are, whatever their labels say now: to the queue its
+running pods were admitted to (the owner of their holdings), or to `default` when that queue is gone. A
+relabelled pod (to a queue that does not exist, or to another one) neither escapes its queue's limit nor
+stops being reclaimable.
+
+Building a job is a containment boundary (see `scheduler/cache/containment.py`): a job that cannot be built, or
+whose PodGroup is invalid, or that made a step of the cycle fail, is quarantined: left out of the jobs
+until one of its pods or its PodGroup changes, its pending pods told why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+from scheduler.api.keys import DEFAULT_QUEUE
+from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import Queue
+from scheduler.cache.containment import RETRIED, Quarantined, failure, retry_after
+from scheduler.cache.ledger import Holding, HoldKind, Ledger, Owner, same_charge
+from scheduler.model.jobs import Job, build_job, is_job_member, job_key
+from scheduler.model.types import PodInfo, PodPhase
+
+log = logging.getLogger(__name__)
+
+Usage = tuple[int, int, int]  # GPU milli, CPU milli, memory MiB
+_CHARGED = (HoldKind.BOUND, HoldKind.ASSUMED)  # a releasing victim counts for nobody, a reserved place apart
+
+
+def usage_of(h: Holding) -> Usage:
+    pl = h.placement
+    return (sum(g.milli for g in pl.gpus), pl.cpu_milli, pl.memory_mib)
+
+
+class QueueUsage:
+    """Per queue: what the pods of its jobs hold (all jobs, and non-preemptible jobs apart). Reserved
+    places are not counted here: the session adds them to the queue they will belong to."""
+
+    def __init__(self) -> None:
+        self.all: dict[str, list[int]] = {}
+        self.nonpreemptible: dict[str, list[int]] = {}
+
+    def changed(self, old: Holding | None, new: Holding | None) -> None:
+        if same_charge(old, new):
+            return
+        for h, sign in ((old, -1), (new, +1)):
+            if h is None or h.owner is None or h.kind not in _CHARGED:  # pods only, assumed too
+                continue
+            books = (self.all, self.nonpreemptible) if h.owner.nonpreemptible else (self.all,)
+            for book in books:
+                acc = book.setdefault(h.owner.queue, [0, 0, 0])
+                for i, v in enumerate(usage_of(h)):
+                    acc[i] += sign * v
+
+    def by_queue(self, *, nonpreemptible: bool = False) -> dict[str, Usage]:
+        book = self.nonpreemptible if nonpreemptible else self.all
+        return {q: (u[0], u[1], u[2]) for q, u in book.items() if any(u)}
+
+
+class JobIndex:
+    def __init__(
+        self,
+        ledger: Ledger,
+        podgroups: dict[str, PodGroup],
+        queues: Mapping[str, Queue] | None = None,
+        invalid_podgroups: Mapping[str, str] | None = None,
+        priority_classes: dict[str, int] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.podgroups = podgroups  # the mirror's, by namespace/name
+        self.queues: Mapping[str, Queue] = queues if queues is not None else {}  # the mirror's, by name
+        # PodGroups that failed validation (the mirror's problems): their pods wait, told why
+        self.invalid_podgroups: Mapping[str, str] = invalid_podgroups if invalid_podgroups is not None else {}
+        self.priority_classes = priority_classes if priority_classes is not None else {}  # name -> value
+        self._succeeded: dict[str, set[str]] = {}  # job key -> uids of members that succeeded
+        self.quarantined: dict[str, Quarantined] = {}
+        self.generation = 0  # calls of `jobs()`: one a cycle
+        self.usage = QueueUsage()
+        ledger.add_listener(self.usage)
+        # Keys in first-seen order, as build_jobs gives them.
+        self._members: dict[str, dict[str, PodInfo]] = {}
+        self._jobs: dict[str, Job] = {}
+        self._dirty: dict[str, None] = {}
+        self._active: dict[str, None] = {}  # jobs with pending pods: rebuilt every cycle
+
+    def touch(self, key: str, *, changed: bool = True) -> None:
+        """Job `key` changed (a pod, its PodGroup, what a pod holds): rebuild it next time (and try it
+        again at once if it was quarantined, unless nothing the scheduler reads of it `changed`)."""
+        self._dirty[key] = None
+        if changed:
+            self.quarantined.pop(key, None)
+
+    def touch_queue(self, name: str) -> None:
+        """Queue `name` came, changed or went: its jobs are charged again (`default` takes a gone
+        queue's running pods)."""
+        for key, job in self._jobs.items():
+            if job.queue == name:
+                self.touch(key)
+
+    def index(self, pod: PodInfo, old: PodInfo | None) -> None:
+        """`pod` was added or changed (`old`: its previous version)."""
+        # A status the scheduler wrote itself (a pod condition) comes back as an event too: it changes
+        # nothing read here, so it does not lift a quarantine.
+        same = old == pod
+        if old is not None:
+            self.unindex(old, changed=not same)
+        key = job_key(pod)
+        self.touch(key, changed=not same)
+        if is_job_member(pod):
+            self._members.setdefault(key, {})[pod.uid] = pod
+        else:  # a finished pod, or not ours: whatever it still holds is nobody's usage
+            self.ledger.reown(pod.uid, None)
+            if pod.ours and pod.phase is PodPhase.SUCCEEDED:  # still counts toward its gang's minMember
+                self._succeeded.setdefault(key, set()).add(pod.uid)
+
+    def unindex(self, pod: PodInfo, *, changed: bool = True) -> None:
+        key = job_key(pod)
+        self.touch(key, changed=changed)
+        members = self._members.get(key)
+        if members is not None:
+            members.pop(pod.uid, None)
+        done = self._succeeded.get(key)
+        if done is not None:
+            done.discard(pod.uid)
+            if not done:
+                del self._succeeded[key]
+
+    def touch_all(self) -> None:
+        """Every job is rebuilt next time (a PriorityClass changed)."""
+        self._dirty.update(dict.fromkeys(self._members))
+
+    def jobs(self) -> list[Job]:
+        """All jobs, as `build_jobs(pods, podgroups)` gives them, rebuilding only the jobs whose pods
+        changed or that have pending pods; the owners of their pods' holdings follow along. Quarantined
+        jobs are left out."""
+        self.generation += 1
+        for key, q in list(self.quarantined.items()):
+            if q.until <= self.generation:  # its backoff is over: try it again
+                self._dirty[key] = None
+        for key in list({**self._dirty, **self._active}):
+            members = self._members.get(key)
+            if not members:
+                self._members.pop(key, None)
+                self._jobs.pop(key, None)
+                self._active.pop(key, None)
+                self.quarantined.pop(key, None)
+                continue
+            if key in self.quarantined and self.quarantined[key].until > self.generation:
+                continue
+            if (problem := self.invalid_podgroups.get(key)) is not None and key not in self.podgroups:
+                self.quarantine(key, problem)
+                continue
+            try:
+                job = build_job(
+                    key, list(members.values()), self.podgroups,
+                    succeeded=len(self._succeeded.get(key, ())), priority_classes=self.priority_classes,
+                )  # fmt: skip
+                job.queue = self._charged_queue(job)
+            except Exception as exc:  # one job: see scheduler/cache/containment.py
+                log.exception("building job %s failed", key)
+                self.quarantine(key, f"the scheduler failed on this pod's job ({failure(exc)}); {RETRIED}")
+                continue
+            self._jobs[key] = job
+            owner = Owner(job.queue, job.key, not job.preemptible)
+            if key in self.quarantined:  # tried again after its backoff: it stays on probation (strikes)
+                self.quarantined[key] = replace(self.quarantined[key], until=self.generation)
+            for p in (*job.running, *job.pending):
+                self.ledger.reown(p.uid, owner)
+            if job.pending:
+                self._active[key] = None
+            else:
+                self._active.pop(key, None)
+        self._dirty.clear()
+        return [job for key, job in self._jobs.items() if not self._left_out(key)]
+
+    def _left_out(self, key: str) -> bool:
+        q = self.quarantined.get(key)
+        return q is not None and q.until > self.generation
+
+    def _charged_queue(self, job: Job) -> str:
+        """The queue a job is charged to. Pending only: the one its labels (or PodGroup) name, checked by
+        the actions. Running: the one its pods were admitted to (the owner of their holdings; the label for
+        pods found running after a restart), or `default` when that queue does not exist (any more)."""
+        if not job.running:
+            return job.queue
+        admitted = next(
+            (h.owner.queue for p in job.running if (h := self.ledger.pods.get(p.uid)) and h.owner), job.queue
+        )
+        return admitted if admitted in self.queues or admitted == DEFAULT_QUEUE else DEFAULT_QUEUE
+
+    def pending_jobs(self) -> list[Job]:
+        """The jobs with pending pods, as of the last `jobs()`, in the same order as it returned them."""
+        return [job for key, job in self._jobs.items() if job.pending and not self._left_out(key)]
+
+    # ------------------------------------------------------------------------------------ quarantine
+    def quarantine(self, key: str, message: str) -> bool:
+        """Leave job `key` out of scheduling until one of its pods or its PodGroup changes, or its backoff
+        is over; its pending pods are told `message`. False when no such job exists (nothing to leave out)."""
+        members = self._members.get(key)
+        if not members:
+            return False
+        old = self.quarantined.get(key)
+        strikes = old.strikes + 1 if old is not None else 1
+        until = self.generation + retry_after(strikes)
+        self.quarantined[key] = Quarantined(message, tuple(members.values()), until, strikes)
+        return True
+
+    def quarantined_pods(self) -> list[tuple[PodInfo, str]]:
+        """Pending pods of the jobs left out now, with why they wait."""
+        return [
+            (p, q.message)
+            for key, q in self.quarantined.items()
+            if self._left_out(key)
+            for p in q.members
+            if not p.holds_resources
+        ]

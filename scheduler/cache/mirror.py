@@ -1,0 +1,329 @@
+"""The scheduler's mirror of the cluster, kept current from watch events.
+
+Nodes live in the `ClusterState` arrays, pods in a dict; queues, pod groups, topologies and priority
+classes in `SchedulingSpecs` (`scheduling_specs.py`). A pod holding resources is accounted in the ledger
+exactly once: from its `tessera.dev/gpu-assignment` when it has one (ours, so a restarted scheduler
+rebuilds the same picture), else whole GPUs taken on its node's free slots (pods of other schedulers,
+NVIDIA's device plugin). Every pod change is told to the job index; the echo of our own bind is applied
+in place (`bind_echo.py`).
+
+Each watch event is handled on its own (containment boundary 1, see `scheduler/cache/containment.py`): an
+object that cannot be used is marked and reported, never allowed to stop the events after it. Nodes change
+under running pods: a Node deleted while its pods run (kubectl delete node, the kubelet registers it again)
+keeps its row, unschedulable, until it is back or its pods are gone; a GPU that leaves a node's count while
+pods hold it is kept, draining (`ClusterState.draining`). The arrays always equal what the pods hold.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler.cache.accounting import Unaccountable, from_assignment, from_request
+from scheduler.cache.bind_echo import bind_echo
+from scheduler.cache.cluster import WatchEvent
+from scheduler.cache.containment import failure, invalid_pod, object_name, one_line
+from scheduler.cache.error_log import ErrorLog, Problems
+from scheduler.cache.gpu_identity import GPUIdentities
+from scheduler.cache.job_index import JobIndex
+from scheduler.cache.ledger import Ledger
+from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
+from scheduler.model.jobs import job_key
+from scheduler.model.parse import InvalidObject, parse_node, parse_pod
+from scheduler.model.types import Placement, PodInfo
+from scheduler.state.cluster_state import OvercommitError
+
+log = logging.getLogger(__name__)
+
+
+_EXPECTED = (InvalidObject, ValidationError, ValueError)  # bad input; anything else is a bug of ours
+
+
+class ClusterMirror:
+    def __init__(self, ledger: Ledger, errors: ErrorLog) -> None:
+        self.ledger = ledger
+        self.state = ledger.state
+        self.errors = errors
+        self.pods: dict[str, PodInfo] = {}  # by uid
+        self.problems = Problems()
+        # Queues, PodGroups, Topologies and PriorityClasses: scheduling_specs.py keeps them.
+        self.specs = specs = SchedulingSpecs(self.state, self.problems)
+        self.index = JobIndex(
+            ledger, specs.podgroups, specs.queues, self.problems.podgroups, specs.priority_classes
+        )
+        # Each node's GPU UUIDs, memory and health, from its GPUNodeReport (the agent is their one source).
+        self.gpu_identities = GPUIdentities()
+        # Nodes deleted while pods still hold resources there: kept, unschedulable, until back or empty.
+        self.gone: set[str] = set()
+        # Pods bound to a node the mirror has not seen yet, by node name.
+        self.awaiting_node: dict[str, set[str]] = {}
+        # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
+        self._deferred: dict[str, tuple[PodInfo, Placement]] = {}
+        self._max_mem: int | None = None
+        self._max_mem_key = -1
+
+    def apply(self, events: list[WatchEvent]) -> None:
+        for ev in events:
+            try:
+                if ev.kind != "Pod":
+                    self._flush()
+                if ev.kind == "Pod":
+                    self._on_pod(ev)
+                elif ev.kind == "Node":
+                    self._on_node(ev)
+                elif ev.kind == "GPUNodeReport":
+                    self._on_gpunodereport(ev)
+                elif ev.kind in SPEC_KINDS:
+                    self.specs.apply(ev, self.index)
+            except (
+                Exception
+            ) as exc:  # one object, whatever went wrong with it: see scheduler/cache/containment.py
+                self._unusable(ev, exc)
+        try:
+            self._flush()
+            if self.gone:
+                self._drop_empty_gone()
+            if self.state.draining:
+                self.state.retire_drained()
+        except Exception as exc:
+            log.exception("accounting the last watch events failed")
+            self.errors.add(f"accounting watch events: {failure(exc)}")
+
+    def _unusable(self, ev: WatchEvent, exc: Exception) -> None:
+        """Mark the object of `ev`, which could not be handled: an invalid pod, a node that takes no pod,
+        an invalid queue or pod group; a report is only logged."""
+        name = object_name(ev.obj)
+        if isinstance(exc, _EXPECTED):
+            reason = one_line(exc)
+            log.warning("%s %s cannot be used: %s", ev.kind, name, reason)
+        else:
+            reason = f"the scheduler failed on it ({failure(exc)})"
+            log.exception("handling %s %s %s failed", ev.type, ev.kind, name)
+        self.errors.add(f"{ev.kind} {name}: {reason}")
+        try:
+            if ev.kind == "Pod":
+                self._invalid_pod(ev, reason)
+            elif ev.kind == "Node" and ev.type != "DELETED":
+                self._unusable_node(name, reason)
+            elif ev.kind in SPEC_KINDS:
+                self.specs.unusable(ev, name, reason, self.index)
+        except Exception:
+            log.exception("marking %s %s as unusable failed", ev.kind, name)
+
+    def _flush(self) -> None:
+        """Hold the deferred placements: in bulk, or one by one (with per-pod errors) if the bulk
+        update refuses because one of them does not fit."""
+        if not self._deferred:
+            return
+        items, self._deferred = list(self._deferred.items()), {}
+        try:
+            self.ledger.hold_many((uid, pl) for uid, (_, pl) in items)
+        except OvercommitError:
+            for uid, (pod, pl) in items:
+                try:
+                    self.ledger.hold(uid, pl)
+                except OvercommitError as exc:
+                    self.errors.add(f"pod {pod.key}: {exc}")
+
+    # ----------------------------------------------------------------------------------------- nodes
+    def _on_node(self, ev: WatchEvent) -> None:
+        name = object_name(ev.obj)
+        if ev.type == "DELETED":
+            self._node_deleted(name)
+            return
+        node = self.gpu_identities.complete(parse_node(ev.obj))
+        self.problems.nodes.pop(node.name, None)
+        self.gone.discard(node.name)  # registered again: its rows and what its pods hold are kept
+        row = self.state.row_of(node.name)
+        draining = set(self.state.draining.get(row, ())) if row is not None else set()
+        row = self.state.add_node(node)
+        for slot in sorted(self.state.draining.get(row, set()) - draining):
+            self.errors.add(
+                f"node {node.name}: GPU {slot} left its allocatable while pods hold it; it takes no new pod "
+                "and is retired once they are gone"
+            )
+        self.gpu_identities.measure(self.state, node.name)
+        # Watches arrive in any order: pods bound here before we knew the node are accounted now.
+        for uid in sorted(self.awaiting_node.pop(node.name, set())):
+            pod = self.pods.get(uid)
+            if pod is not None and pod.holds_resources and pod.node == node.name and uid not in self.ledger:
+                self._account_running(pod)
+
+    def _node_deleted(self, name: str) -> None:
+        """The Node object is gone. Its pods may still run (kubectl delete node; the kubelet registers it
+        again, or the pod garbage collector deletes them): while any holds resources there the row stays,
+        unschedulable, with what they hold, so a node that comes back is not taken for an empty one."""
+        self.problems.nodes.pop(name, None)
+        row = self.state.row_of(name)
+        if row is None:
+            return
+        for key in [k for k, h in self.ledger.reserved.items() if h.placement.node == row]:
+            self.ledger.unreserve(key)  # a moved pod cannot go there any more
+        self.gpu_identities.forget(name)
+        node = self.state.nodes[row]
+        if node is not None and row in self._occupied_rows():
+            self.gone.add(name)
+            self._mask(name)
+            return
+        self.gone.discard(name)
+        self._remove_row(name, row)
+
+    def _occupied_rows(self) -> set[int]:
+        """Rows where a pod still is: bound, or evicted and still terminating (RELEASING)."""
+        held = (*self.ledger.pods.values(), *self.ledger.releasing.values())
+        return {h.placement.node for h in held}
+
+    def _remove_row(self, name: str, row: int) -> None:
+        for uid in self.ledger.forget_row(row):  # nothing bound is left; reserved places and releasing pods
+            if (gone := self.pods.get(uid)) is not None:
+                self.index.touch(job_key(gone))
+        self.state.remove_node(name)
+
+    def _drop_empty_gone(self) -> None:
+        rows = self._occupied_rows()
+        for name in sorted(self.gone):
+            row = self.state.row_of(name)
+            self.gone.discard(name)
+            if row is not None and row in rows:
+                self.gone.add(name)
+            elif row is not None:
+                self._remove_row(name, row)
+
+    def _unusable_node(self, name: str, reason: str) -> None:
+        """A node Tessera cannot read takes no pod (what runs there stays accounted) until it is fixed."""
+        self.problems.nodes[name] = (
+            f"node {name} is unschedulable for Tessera: {reason}; pods running there keep their GPUs"
+        )
+        self._mask(name)
+
+    def _mask(self, name: str) -> None:
+        """Node `name` takes no new pod; what runs there stays accounted."""
+        row = self.state.row_of(name)
+        node = self.state.nodes[row] if row is not None else None
+        if node is not None and not node.unschedulable:
+            self.state.update_node(replace(node, unschedulable=True))
+
+    def _on_gpunodereport(self, ev: WatchEvent) -> None:
+        self.gpu_identities.on_report(self.state, ev.type, ev.obj)
+        for name in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
+            self._mask(name)
+
+    # ------------------------------------------------------------------------------------------ pods
+    def _on_pod(self, ev: WatchEvent) -> None:
+        if (echoed := bind_echo(ev, self.pods, self.ledger)) is not None:
+            self.index.touch(job_key(echoed))  # its job's pods changed phase (see bind_echo.py)
+            return
+        self._take_pod(ev, parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib()))
+
+    def _invalid_pod(self, ev: WatchEvent, reason: str) -> None:
+        """A pod the parser refused: pending with `InvalidRequest` and the reason; one that holds resources
+        keeps being accounted where it runs."""
+        pod = invalid_pod(ev.obj, reason)
+        if pod is None:
+            return  # no name: nothing to report it on
+        old = self.pods.get(pod.uid)
+        if old is not None and old.holds_resources and pod.holds_resources and ev.type != "DELETED":
+            if pod.terminating and not old.terminating:  # being deleted: what it holds leaves the plan
+                self._take_pod(ev, replace(old, terminating=True))
+            return  # keep the version we could read: it says what the pod holds, and where
+        if old is not None and old.group is not None and not _annotations_readable(ev.obj):
+            # Its pod-group annotation cannot be read: it stays in the gang it was in, so the gang is not
+            # started (or kept pipelined) without it.
+            pod = replace(pod, group=old.group)
+        self._take_pod(ev, pod)
+
+    def _take_pod(self, ev: WatchEvent, pod: PodInfo) -> None:
+        if pod.uid in self._deferred:
+            self._flush()  # this pod's earlier event must be in the arrays before this one is applied
+        if ev.type == "DELETED":
+            self.forget_pod(pod.uid)
+            return
+        old = self.pods.get(pod.uid)
+        if old is not None and old.holds_resources and pod.holds_resources:
+            pod = self._as_admitted(pod, old)
+        self.index.index(pod, old)
+        self.pods[pod.uid] = pod
+        if pod.holds_resources:
+            if pod.uid in self.ledger.releasing:
+                pass  # evicted, still terminating: it stays releasing until it is gone
+            elif pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
+                if pod.uid not in self.ledger:
+                    self._account_running(pod)
+                self.ledger.start_releasing(pod.uid)
+            elif pod.uid not in self.ledger:
+                self._account_running(pod, defer=True)
+        elif pod.uid in self.ledger or pod.uid in self.ledger.releasing:
+            self.ledger.release(pod.uid)
+
+    def _as_admitted(self, pod: PodInfo, old: PodInfo) -> PodInfo:
+        """A running pod runs with the request it was bound with: GPU request annotations edited (or made
+        invalid) after the bind change nothing it holds, nor how it is moved or evicted (the webhook
+        refuses such edits; this is for pods it did not see)."""
+        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error) == (
+            old.request, old.cpu_milli, old.memory_mib, old.error,
+        ):  # fmt: skip
+            return pod
+        if pod.error is not None and old.error is None:
+            self.errors.add(
+                f"pod {pod.key}: {pod.error} (ignored: it runs with the request it was bound with)"
+            )
+        return replace(
+            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error
+        )
+
+    def forget_pod(self, uid: str) -> None:
+        for waiting in self.awaiting_node.values():
+            waiting.discard(uid)
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            self.index.unindex(old)
+        self.ledger.release(uid)
+
+    # ------------------------------------------------------------------------------------ accounting
+    def max_gpu_memory_mib(self) -> int | None:
+        # Asked for every pod event: recomputed only when a node was written since (O(nodes) each time).
+        key = self.state.node_epoch
+        if self._max_mem_key != key:
+            mems = [n.gpu_memory_mib for n in self.state.nodes if n is not None and n.gpu_count]
+            self._max_mem = max(mems) if mems else None
+            self._max_mem_key = key
+        return self._max_mem
+
+    def _account_running(self, pod: PodInfo, *, defer: bool = False) -> None:
+        assert pod.node is not None
+        row = self.state.row_of(pod.node)
+        if row is None:
+            self.awaiting_node.setdefault(pod.node, set()).add(pod.uid)  # accounted when the node arrives
+            return
+        try:
+            placement = from_assignment(self.state, pod, row)
+        except Unaccountable as exc:
+            self.errors.add(str(exc))
+            placement = None
+        else:
+            if placement is not None and defer:
+                self._deferred[pod.uid] = (pod, placement)
+                return
+        if placement is None:
+            self._flush()  # finding free whole GPUs needs the arrays up to date
+            placement = from_request(self.state, pod, row)
+        if placement is None:
+            msg = f"pod {pod.key} runs on {pod.node} but its GPUs cannot be accounted there"
+            log.warning(msg)
+            self.errors.add(msg)
+            return
+        try:
+            self.ledger.hold(pod.uid, placement)
+        except OvercommitError as exc:
+            self.errors.add(f"pod {pod.key}: {exc}")
+            return
+        self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
+
+
+def _annotations_readable(obj: Any) -> bool:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return isinstance(meta, Mapping) and isinstance(meta.get("annotations") or {}, Mapping)

@@ -1,0 +1,407 @@
+"""Parse Kubernetes objects (plain dicts, as the API or a YAML file gives them) into domain types.
+
+The simulated cluster and the Kubernetes adapter both feed dicts through here, so both see exactly the
+same validation. Nothing here raises on bad user input: a pod with a bad request becomes a `PodInfo` whose
+`error` says why, and the scheduler reports it on the pod.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from types import MappingProxyType
+from typing import Any
+
+from scheduler.api.gpu_request import GPURequest, InvalidGPURequest, parse_gpu_request
+from scheduler.api.keys import (
+    DEFAULT_QUEUE,
+    GPU_FRACTION,
+    GPU_FRACTION_NUM_DEVICES,
+    GPU_MEMORY,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    KAI_POD_GROUP,
+    KAI_QUEUE_LABEL,
+    POD_GROUP,
+    QUEUE_LABEL,
+    SCHEDULER_NAME,
+    WHOLE_GPU_RESOURCE,
+)
+from scheduler.api.limits import (
+    MAX_CPU_MILLI,
+    MAX_GPU_MEMORY_MIB,
+    MAX_GPUS_PER_NODE,
+    MAX_MEMORY_MIB,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+)
+from scheduler.api.priority import resolve_priority
+from scheduler.api.quantity import InvalidQuantity, parse_quantity
+from scheduler.model.gpu_memory import memory_from_product
+from scheduler.model.types import NodeInfo, PodInfo, PodPhase, Taint, Toleration
+
+Obj = Mapping[str, Any]
+MIB = 1024 * 1024
+
+
+class InvalidObject(ValueError):
+    """A Kubernetes object the scheduler cannot use at all (missing name, bad capacity...)."""
+
+
+# Upper bounds of the quantities the scheduler reads (scheduler/api/limits.py), in their own units.
+_MAX_CORES = Decimal(MAX_CPU_MILLI) / 1000
+_MAX_BYTES = Decimal(MAX_MEMORY_MIB) * MIB
+_MAXIMUM = {"cpu": _MAX_CORES, "memory": _MAX_BYTES, WHOLE_GPU_RESOURCE: Decimal(MAX_GPUS_PER_NODE)}
+_MIB_LABEL = re.compile(r"[0-9]{1,12}", re.ASCII)
+
+
+def quantity(raw: object, *, what: str, maximum: Decimal | None = None) -> Decimal:
+    value = _quantity_or_reason(raw, maximum)
+    if isinstance(value, str):
+        raise InvalidObject(f"{what}: {value}")
+    return value
+
+
+def _quantity_or_reason(raw: object, maximum: Decimal | None) -> Decimal | str:
+    # bool is an int: it must not share the memo with 1 and 0 (parse_quantity refuses it)
+    if type(raw) is str or (type(raw) is int):
+        return _parsed_quantity(raw, maximum)
+    return _parse_quantity(raw, maximum)
+
+
+def _parse_quantity(raw: object, maximum: Decimal | None) -> Decimal | str:
+    """The quantity, or why it is not one (a string, so that the memo below can keep it too)."""
+    try:
+        return parse_quantity(raw, maximum=maximum)
+    except InvalidQuantity as exc:
+        return str(exc)
+
+
+# Pods repeat a handful of quantities ("4", "16Gi"): parsing each once saves most of a pod's parse time.
+_parsed_quantity = functools.lru_cache(maxsize=4096)(_parse_quantity)
+
+
+def cpu_milli(raw: object, what: str = "cpu") -> int:
+    return math.ceil(quantity(raw, what=what, maximum=_MAX_CORES) * 1000)
+
+
+def memory_mib(raw: object, what: str = "memory") -> int:
+    return math.ceil(quantity(raw, what=what, maximum=_MAX_BYTES) / MIB)
+
+
+def _mapping(value: object, what: str) -> Mapping[str, Any]:
+    """A map field (labels, resources...); absent is empty, any other shape is refused."""
+    if type(value) is dict:  # the common case first: isinstance against an ABC is slow
+        return value
+    if value is None:
+        return _EMPTY
+    if not isinstance(value, Mapping):
+        raise InvalidObject(f"{what} must be a map, not a {type(value).__name__}")
+    return value
+
+
+def _items(value: object, what: str) -> list[Mapping[str, Any]]:
+    """A list of maps (containers, taints, tolerations); absent is empty."""
+    if value is None:
+        return []
+    if type(value) is not list or not all(type(v) is dict or isinstance(v, Mapping) for v in value):
+        raise InvalidObject(f"{what} must be a list of maps")
+    return value
+
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _strings(value: object, what: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _mapping(value, what).items()}
+
+
+def _meta(obj: Obj) -> Obj:
+    if not isinstance(obj, Mapping):
+        raise InvalidObject(f"an object must be a map, not a {type(obj).__name__}")
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise InvalidObject(f"{obj.get('kind', 'object')} without metadata.name")
+    return meta
+
+
+def parse_node(obj: Obj) -> NodeInfo:
+    """Parse a node; InvalidObject (one line, naming the node and the field) when it cannot be used."""
+    meta = _meta(obj)
+    name = str(meta["name"])
+    try:
+        return _parse_node(name, meta, obj)
+    except InvalidObject as exc:
+        raise InvalidObject(f"node {name} is unusable: {exc}") from None
+    except (TypeError, AttributeError, ValueError, ArithmeticError) as exc:
+        raise InvalidObject(f"node {name} is unusable: malformed object ({type(exc).__name__})") from None
+
+
+def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
+    labels = _strings(meta.get("labels"), "metadata.labels")
+    status = _mapping(obj.get("status"), "status")
+    capacity = _mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
+    spec = _mapping(obj.get("spec"), "spec")
+    gpu_raw = capacity.get(WHOLE_GPU_RESOURCE, 0)
+    gpus_exact = quantity(gpu_raw, what=f"{WHOLE_GPU_RESOURCE}", maximum=Decimal(MAX_GPUS_PER_NODE))
+    if gpus_exact != gpus_exact.to_integral_value():
+        raise InvalidObject(f"{WHOLE_GPU_RESOURCE}={gpu_raw!r} is not a whole number of GPUs")
+    gpus = int(gpus_exact)
+    gpu_mem_raw = labels.get(GPU_MEMORY_LABEL)
+    gpu_mem = 0
+    if gpu_mem_raw:
+        if not _MIB_LABEL.fullmatch(gpu_mem_raw):
+            raise InvalidObject(f"label {GPU_MEMORY_LABEL}={gpu_mem_raw[:40]!r} is not MiB (ASCII digits)")
+        gpu_mem = int(gpu_mem_raw)
+        if gpu_mem > MAX_GPU_MEMORY_MIB:
+            raise InvalidObject(
+                f"label {GPU_MEMORY_LABEL}={gpu_mem_raw} MiB is more than any GPU has "
+                f"(at most {MAX_GPU_MEMORY_MIB} MiB)"
+            )
+    warning = None
+    if gpus and gpu_mem <= 0:
+        product = labels.get(GPU_PRODUCT_LABEL, "")
+        gpu_mem = memory_from_product(product) or 0
+        if gpu_mem > MAX_GPU_MEMORY_MIB:
+            raise InvalidObject(
+                f"label {GPU_PRODUCT_LABEL}={product[:63]!r} names more memory than any GPU has "
+                f"(at most {MAX_GPU_MEMORY_MIB} MiB)"
+            )
+        if gpu_mem > 0:
+            warning = (
+                f"node {name} has no {GPU_MEMORY_LABEL} label; assuming {gpu_mem} MiB per GPU from its product "
+                f"{product[:63]!r}: label it (NVIDIA's GPU feature discovery does) for exact figures"
+            )
+        # Else 0: unknown until the node agent's GPUNodeReport says it (gpu_identity.py).
+    taints = tuple(
+        Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""), effect=str(t.get("effect", "")))
+        for t in _items(spec.get("taints"), "spec.taints")
+    )
+    return NodeInfo(
+        name=name,
+        cpu_milli=cpu_milli(capacity.get("cpu", 0), "cpu"),
+        memory_mib=memory_mib(capacity.get("memory", 0), "memory"),
+        gpu_count=gpus,
+        gpu_model=labels.get(GPU_PRODUCT_LABEL, "unknown") if gpus else "",
+        gpu_memory_mib=gpu_mem,
+        labels=labels,
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable", False)),
+        warning=warning,
+    )
+
+
+def _add_container(container: Obj, field: str, values: object, total: dict[str, Decimal], init: bool) -> None:
+    if not values:
+        return
+    for k, raw in _mapping(values, f"resources.{field}").items():
+        maximum = _MAXIMUM.get(k)
+        if maximum is None:
+            continue  # a resource the scheduler does not read (the API server checked its syntax)
+        amount = _parsed_quantity(raw, maximum) if type(raw) is str else _quantity_or_reason(raw, maximum)
+        if type(amount) is str:
+            raise InvalidObject(f"container {container.get('name')} {field}.{k}: {amount}")
+        assert isinstance(amount, Decimal)
+        old = total.get(k)
+        total[k] = amount if old is None else (max(old, amount) if init else old + amount)
+
+
+def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
+    """The pod's effective (requests, limits) of the resources the scheduler reads (cpu, memory, whole
+    GPUs): max(sum of containers, any init container) as the kubelet computes it, a limit standing in for
+    a missing request (Kubernetes defaulting). Each value and each total is bounded
+    (scheduler/api/limits.py); InvalidObject with a one-line reason otherwise. (The webhook uses it too.)"""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    for kind in ("containers", "initContainers"):
+        init = kind == "initContainers"
+        for c in _items(spec.get(kind), f"spec.{kind}"):
+            resources = c.get("resources")
+            if not resources:
+                continue
+            resources = _mapping(resources, "resources")
+            _add_container(c, "requests", resources.get("requests"), requests, init)
+            _add_container(c, "limits", resources.get("limits"), limits, init)
+    for field, total in (("requests", requests), ("limits", limits)):
+        for k, v in total.items():
+            if v > _MAXIMUM[k]:
+                raise InvalidObject(
+                    f"the pod's total {field}.{k} ({v}) is more than accepted ({_MAXIMUM[k]})"
+                )
+    for k, v in limits.items():
+        requests.setdefault(k, v)
+    return requests, limits
+
+
+def _created_s(meta: Obj) -> float:
+    # An unreadable creation time (the API server sets it) sorts the pod as the oldest.
+    created = timestamp_s(meta.get("creationTimestamp"))
+    return 0.0 if created is None else created
+
+
+def timestamp_s(raw: object) -> float | None:
+    """An RFC 3339 time from an object (a string, or a datetime from the client) as Unix time; None when
+    absent or unreadable."""
+    try:
+        if isinstance(raw, datetime):
+            return raw.timestamp()
+        if isinstance(raw, str) and raw:
+            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError, OSError):
+        pass
+    return None
+
+
+def started_s(obj: Obj) -> float | None:
+    """When the pod started (status.startTime, set by the kubelet once it accepted the pod); None before.
+    Minimum runtimes are measured from it (docs/min-runtime.md)."""
+    status = obj.get("status")
+    return timestamp_s(status.get("startTime")) if isinstance(status, Mapping) else None
+
+
+def _phase(obj: Obj) -> PodPhase:
+    status_phase = str(_mapping(obj.get("status"), "status").get("phase") or "Pending")
+    node = _mapping(obj.get("spec"), "spec").get("nodeName")
+    if status_phase in ("Succeeded", "Failed"):
+        return PodPhase(status_phase)
+    if status_phase == "Running":
+        return PodPhase.RUNNING
+    return PodPhase.BOUND if node else PodPhase.PENDING
+
+
+def pod_queue(labels: Mapping[str, str]) -> str:
+    return labels.get(QUEUE_LABEL) or labels.get(KAI_QUEUE_LABEL) or DEFAULT_QUEUE
+
+
+def pod_group_name(annotations: Mapping[str, Any]) -> str | None:
+    """The PodGroup a pod names by annotation, Tessera's before KAI's; None: none."""
+    return annotations.get(POD_GROUP) or annotations.get(KAI_POD_GROUP) or None
+
+
+def pod_group(namespace: str, annotations: Mapping[str, str]) -> str | None:
+    """`pod_group_name` as the job key (namespace/name)."""
+    name = pod_group_name(annotations)
+    return f"{namespace}/{name}" if name else None
+
+
+_NO_GPU = GPURequest()  # immutable: shared by every pod that asks for no GPU (or whose request is invalid)
+
+
+@functools.lru_cache(maxsize=4096)
+def _gpu_request(
+    fraction: str | None, memory: str | None, devices: str | None, whole: Decimal | None, max_mib: int | None
+) -> GPURequest:
+    """parse_gpu_request of just the fields it reads; memoised, since pods repeat a few requests (a
+    GPURequest is immutable, so sharing one is safe; invalid ones raise and are not cached)."""
+    annotations = {
+        k: v
+        for k, v in ((GPU_FRACTION, fraction), (GPU_MEMORY, memory), (GPU_FRACTION_NUM_DEVICES, devices))
+        if v is not None
+    }
+    limits = {WHOLE_GPU_RESOURCE: whole} if whole is not None else {}
+    return parse_gpu_request(annotations, limits, max_gpu_memory_mib=max_mib)
+
+
+def _grace_s(spec: Obj) -> float:
+    """terminationGracePeriodSeconds (Kubernetes' default 30 when unset or unreadable)."""
+    raw = spec.get("terminationGracePeriodSeconds")
+    return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0 else 30.0
+
+
+def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
+    """Parse a pod; an invalid GPU request, resource or priority lands in `PodInfo.error`.
+
+    Raises InvalidObject (one line) only when the pod has no name, or when its shape is not a pod's
+    (labels that are not a map, containers that are not a list...: the API server never sends those).
+    """
+    meta = _meta(obj)
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta["name"])
+    try:
+        return _parse_pod(obj, meta, namespace, name, max_gpu_memory_mib)
+    except InvalidObject as exc:
+        raise InvalidObject(f"pod {namespace}/{name}: {exc}") from None
+    except (TypeError, AttributeError, ValueError, ArithmeticError) as exc:
+        raise InvalidObject(f"pod {namespace}/{name}: malformed object ({type(exc).__name__})") from None
+
+
+def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mib: int | None) -> PodInfo:
+    spec = _mapping(obj.get("spec"), "spec")
+    annotations = _strings(meta.get("annotations"), "metadata.annotations")
+    labels = _strings(meta.get("labels"), "metadata.labels")
+    error: str | None = None
+    request = _NO_GPU
+    cpu = mem = 0
+    try:
+        requests, limits = pod_resources(spec)
+        cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
+        mem = math.ceil(requests.get("memory", Decimal(0)) / MIB)
+        request = _gpu_request(
+            annotations.get(GPU_FRACTION),
+            annotations.get(GPU_MEMORY),
+            annotations.get(GPU_FRACTION_NUM_DEVICES),
+            limits.get(WHOLE_GPU_RESOURCE),
+            max_gpu_memory_mib,
+        )
+    except (InvalidGPURequest, InvalidObject) as exc:
+        error = str(exc)
+    priority_value = spec.get("priority")
+    if isinstance(priority_value, int) and not MIN_PRIORITY <= priority_value <= MAX_PRIORITY:
+        error = error or f"spec.priority={priority_value} is not a 32-bit integer"
+        priority_value = None
+    priority, preemptible = resolve_priority(
+        _text(spec.get("priorityClassName")),
+        priority_value if isinstance(priority_value, int) and not isinstance(priority_value, bool) else None,
+    )
+    selector = _strings(spec.get("nodeSelector"), "spec.nodeSelector")
+    models = frozenset({selector[GPU_PRODUCT_LABEL]}) if GPU_PRODUCT_LABEL in selector else None
+    tolerations = tuple(
+        Toleration(
+            key=str(t.get("key") or ""),
+            operator=str(t.get("operator") or "Equal"),
+            value=str(t.get("value") or ""),
+            effect=str(t.get("effect") or ""),
+        )
+        for t in _items(spec.get("tolerations"), "spec.tolerations")
+    )
+    return PodInfo(
+        uid=str(meta.get("uid") or f"{namespace}/{name}"),
+        namespace=namespace,
+        name=name,
+        queue=pod_queue(labels),
+        priority=priority,
+        preemptible=preemptible,
+        request=request,
+        cpu_milli=cpu,
+        memory_mib=mem,
+        node_selector=selector,
+        tolerations=tolerations,
+        gpu_models=models,
+        group=pod_group(namespace, annotations),
+        created_s=_created_s(meta),
+        started_s=started_s(obj),
+        phase=_phase(obj),
+        node=_text(spec.get("nodeName")),
+        ours=spec.get("schedulerName") == SCHEDULER_NAME,
+        error=error,
+        annotations=annotations,
+        terminating=bool(meta.get("deletionTimestamp")),
+        grace_s=_grace_s(spec),
+        controlled=has_controller(meta),
+    )
+
+
+def has_controller(meta: Mapping[str, Any]) -> bool:
+    """Whether a controller owns the pod (an ownerReference with `controller: true`): it recreates the pod
+    when it is evicted. A bare pod evicted is gone."""
+    refs = meta.get("ownerReferences")
+    return isinstance(refs, list) and any(isinstance(r, dict) and r.get("controller") is True for r in refs)
+
+
+def _text(value: object) -> str | None:
+    """An optional string field (nodeName, priorityClassName); empty is absent."""
+    return str(value) if value not in (None, "") else None
