@@ -208,6 +208,7 @@ def test_drain_evicts_and_a_victims_gpus_wait_for_its_graceful_termination(sandb
         # kubectl drain goes through the Eviction API; the victim stays Terminating for its grace period.
         sandbox.apply(ns, pod("victim", gpus=1, grace_s=6, node_selector=on_node_1))
         (held,) = sandbox.assignment(sandbox.running(ns, "victim")).gpus
+        wait_for("victim Ready", lambda: _ready(sandbox.pod(ns, "victim")))  # the kubelet's start is over
         began = time.monotonic()
         drain = subprocess.Popen(
             [str(sandbox.kubectl_bin), f"--kubeconfig={sandbox.state.kubeconfig}", "drain", "gpu-node-1",
@@ -244,10 +245,15 @@ def test_drain_evicts_and_a_victims_gpus_wait_for_its_graceful_termination(sandb
             sandbox.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/holder/eviction", "-f", "-",
                             input=json.dumps(eviction))  # fmt: skip
             while True:
-                # The waiter is read first: bound then, with the holder still there after, is the violation
-                # (read the other way round, a bind right after the holder went would be one too).
+                # The waiter is read first: bound then, with the holder still running after, is the
+                # violation (read the other way round, a bind right after the holder stopped would be one
+                # too). The holder stops holding its GPUs when its containers are dead: the kubelet reports
+                # it Failed (killed at the end of its grace period), then deletes it.
                 bound = sandbox.pod(ns, "waiter")["spec"].get("nodeName")
-                if sandbox.kubectl("get", "pod", "holder", "-n", ns, check=False).returncode != 0:
+                got = sandbox.kubectl(
+                    "get", "pod", "holder", "-n", ns, "-o", "jsonpath={.status.phase}", check=False
+                )
+                if got.returncode != 0 or got.stdout in ("Failed", "Succeeded"):
                     break
                 assert not bound, "bound while the victim held its GPUs"
                 time.sleep(0.2)
@@ -258,6 +264,10 @@ def test_drain_evicts_and_a_victims_gpus_wait_for_its_graceful_termination(sandb
             }
         finally:
             sandbox.kubectl("uncordon", "gpu-node-2")
+
+
+def _ready(obj: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in obj["status"].get("conditions") or [])
 
 
 def test_a_refused_allocate_fails_the_pod_as_the_kubelet_does(sandbox: SandboxEnv) -> None:
