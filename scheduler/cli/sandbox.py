@@ -24,7 +24,7 @@ from rich.table import Table
 
 from scheduler.api.cli import FAILURE, USAGE, check_choice, fail, new_app, output_console
 from scheduler.sandbox.processes import alive
-from scheduler.sandbox.sandbox import Sandbox, SandboxError, SandboxState, default_data_dir
+from scheduler.sandbox.sandbox import KUBELETS, Sandbox, SandboxError, SandboxState, default_data_dir
 
 DataDir = Annotated[
     Path | None,
@@ -38,7 +38,8 @@ def register(app: typer.Typer) -> None:
     sandbox_app = new_app(
         "A real Kubernetes API on loopback with fake GPU nodes: etcd, kube-apiserver, "
         "kube-controller-manager and kube-scheduler, the chart's manifests, the scheduler, and per node "
-        "a kubelet stand-in, the device plugin and the agent (docs/sandbox.md).",
+        "a real kubelet (on a fake container runtime) or a stand-in, the device plugin and the agent "
+        "(docs/sandbox.md).",
         no_args_is_help=True,
     )
 
@@ -48,8 +49,21 @@ def register(app: typer.Typer) -> None:
         gpus: Annotated[
             str, typer.Option(help="GPUs of each node, as tessera-agent --fake-gpus takes them.")
         ] = ("2xA100-40GB"),
-        cpu: Annotated[str, typer.Option(help="CPU capacity of each node.")] = "32",
-        memory: Annotated[str, typer.Option(help="Memory capacity of each node.")] = "256Gi",
+        kubelet: Annotated[
+            str,
+            typer.Option(
+                help="real: kubelet v1.34 on a fake CRI runtime, in its own mount namespace (needs root); "
+                "standin: the Python stand-in (many nodes, made-up capacity, no root)."
+            ),
+        ] = "real",
+        cpu: Annotated[
+            str | None,
+            typer.Option(help="CPUs each node offers (real: the host's, or less; standin: 32)."),
+        ] = None,
+        memory: Annotated[
+            str | None,
+            typer.Option(help="Memory each node offers (real: the host's, or less; standin: 256Gi)."),
+        ] = None,
         timeout: Annotated[float, typer.Option(help="Seconds to wait for each part to be ready.")] = 180.0,
         kai_compat: Annotated[
             bool,
@@ -69,6 +83,7 @@ def register(app: typer.Typer) -> None:
             parse_gpu_spec(gpus)
         except GPUSpecError as exc:
             raise typer.BadParameter(str(exc), param_hint="--gpus") from None
+        check_choice(kubelet, KUBELETS, "--kubelet")
         began = time.monotonic()
         box = Sandbox(
             data_dir,
@@ -76,7 +91,13 @@ def register(app: typer.Typer) -> None:
         )
         try:
             state = box.up(
-                nodes=nodes, gpus=gpus, cpu=cpu, memory=memory, timeout_s=timeout, kai_compat=kai_compat
+                nodes=nodes,
+                gpus=gpus,
+                kubelet=kubelet,
+                cpu=cpu,
+                memory=memory,
+                timeout_s=timeout,
+                kai_compat=kai_compat,
             )
         except SandboxError as exc:
             raise fail(str(exc), FAILURE) from None
@@ -119,6 +140,21 @@ def register(app: typer.Typer) -> None:
         except SandboxError as exc:
             raise fail(str(exc), FAILURE) from None
         typer.echo(f"stopped {len(stopped)} process(es); removed {box.data_dir}")
+
+    @sandbox_app.command()
+    def restart(
+        process: Annotated[
+            str, typer.Argument(help="A process as `status` names it: kubelet/gpu-node-1, device-plugin/...")
+        ],
+        data_dir: DataDir = None,
+    ) -> None:
+        """Stop one process of the sandbox and start it again as it was started (a kubelet restart...)."""
+        box = Sandbox(data_dir)
+        try:
+            rec = box.restart(process)
+        except SandboxError as exc:
+            raise fail(str(exc), FAILURE) from None
+        typer.echo(f"restarted {rec.name} (pid {rec.pid}); log {rec.log}")
 
     @sandbox_app.command()
     def status(

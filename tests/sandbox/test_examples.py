@@ -1,4 +1,6 @@
-"""Every file in examples/ on the real API server of `tessera sandbox`.
+"""Every file in examples/ on the real API server of `tessera sandbox`, with kubelet stand-ins: the install
+examples are sized for real GPU nodes (a gang worker asks 4 CPUs and 16Gi), which a real kubelet on this
+machine (the host's 2 CPUs) cannot offer, and the stand-in's nodes can (32 CPUs, 256Gi).
 
 - examples/install/ is what docs/install.md has users apply, in its order: applied with kubectl as they
   are, and each workload must run (the half-GPU pod at once; the gang of 4 whole GPUs, all of the
@@ -25,6 +27,11 @@ pytestmark = pytest.mark.apiserver
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 INSTALL = ["queues.yaml", "fractional-pod.yaml", "gang-job.yaml"]  # in docs/install.md's order
+
+
+@pytest.fixture(scope="module")
+def sandbox(standin_sandbox: SandboxEnv) -> SandboxEnv:
+    return standin_sandbox
 
 
 def _gang(sandbox: SandboxEnv) -> list[dict]:

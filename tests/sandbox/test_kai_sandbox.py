@@ -32,7 +32,10 @@ EXPECTED = {("default", "cpu-only-pod"): 1, ("default", "gpu-pod"): 1, ("default
 def kai_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SandboxEnv, dict[str, str], str]]:
     data_dir = tmp_path_factory.mktemp("kai-sandbox")
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(_assets())}
-    up = tessera("sandbox", "up", "--kai-compat", "--gpus=4xA100-40GB", f"--data-dir={data_dir}", env=env)
+    # Stand-in kubelets: team-training's workers ask 4 CPUs and 16Gi each, more than a real kubelet on this
+    # machine offers (the host's CPUs).
+    up = tessera("sandbox", "up", "--kai-compat", "--kubelet=standin", "--gpus=4xA100-40GB",
+                 f"--data-dir={data_dir}", env=env)  # fmt: skip
     table = ProcessTable(data_dir)
     try:
         assert up.returncode == 0, f"tessera sandbox up --kai-compat failed ({up.returncode}):\n{up.stderr}"

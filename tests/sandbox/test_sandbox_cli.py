@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def test_status_says_what_runs(sandbox: SandboxEnv, sandbox_env: tuple[Path, dic
         "tessera-scheduler",
     } <= names
     for node in ("gpu-node-1", "gpu-node-2"):
-        assert {f"kubelet/{node}", f"device-plugin/{node}", f"agent/{node}"} <= names
+        assert {f"kubelet/{node}", f"fakecri/{node}", f"device-plugin/{node}", f"agent/{node}"} <= names
 
 
 def test_a_second_up_refuses_with_one_line(
@@ -74,3 +75,15 @@ def test_doctor_finds_the_sandbox_healthy(
     proc = tessera("doctor", f"--kubeconfig={sandbox.state.kubeconfig}", "-o", "json", env=env)
     findings = json.loads(proc.stdout)
     assert proc.returncode == 0 and [f for f in findings if f["status"] != "ok"] == [], findings
+
+
+def test_up_without_what_real_kubelets_need_says_so_in_one_line(tmp_path: Path) -> None:
+    """No `unshare` on PATH (as on a machine without util-linux): `up` refuses before starting anything."""
+    env = {**os.environ, "PATH": str(tmp_path / "empty")}
+    proc = tessera("sandbox", "up", "--nodes=1", f"--data-dir={tmp_path / 'box'}", env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() in (
+        "error: real kubelets need `unshare` (util-linux) on PATH; or use --kubelet standin",
+        "error: real kubelets need root (a private mount namespace per kubelet); run as root or use --kubelet standin",
+    )
+    assert not (tmp_path / "box").exists()
