@@ -30,7 +30,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.cache.containment import RETRIED, Quarantined, failure, retry_after
 from scheduler.cache.ledger import Holding, HoldKind, Ledger, Owner, same_charge
-from scheduler.model.jobs import Job, build_job, is_job_member, job_key
+from scheduler.model.jobs import Job, build_job, is_job_member, job_facts, job_key
 from scheduler.model.types import PodInfo, PodPhase
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class JobIndex:
         self._members: dict[str, dict[str, PodInfo]] = {}
         self._jobs: dict[str, Job] = {}
         self._dirty: dict[str, None] = {}
-        self._active: dict[str, None] = {}  # jobs with pending pods: rebuilt every cycle
+        self._active: dict[str, None] = {}  # jobs with members not placed: rebuilt every cycle
         self._admitted: dict[str, Admitted] = {}  # running jobs: what they were admitted with
 
     def touch(self, key: str, *, changed: bool = True) -> None:
@@ -191,7 +191,7 @@ class JobIndex:
                     key, list(members.values()), self.podgroups,
                     succeeded=len(self._succeeded.get(key, ())), priority_classes=self.priority_classes,
                 )  # fmt: skip
-                self._pin(job)
+                job = self._pin(job)
             except Exception as exc:  # one job: see scheduler/cache/containment.py
                 log.exception("building job %s failed", key)
                 self.quarantine(key, f"the scheduler failed on this pod's job ({failure(exc)}); {RETRIED}")
@@ -200,9 +200,9 @@ class JobIndex:
             owner = Owner(job.queue, job.key, not job.preemptible)
             if key in self.quarantined:  # tried again after its backoff: it stays on probation (strikes)
                 self.quarantined[key] = replace(self.quarantined[key], until=self.generation)
-            for p in (*job.running, *job.pending):
+            for p in job.members:
                 self.ledger.reown(p.uid, owner)
-            if job.pending:
+            if job_facts(job, self.ledger).unplaced:
                 self._active[key] = None
             else:
                 self._active.pop(key, None)
@@ -213,34 +213,36 @@ class JobIndex:
         q = self.quarantined.get(key)
         return q is not None and q.until > self.generation
 
-    def _pin(self, job: Job) -> None:
+    def _pin(self, job: Job) -> Job:
         """A running job keeps the queue, priority and preemptibility it was admitted with: those of the
         version the actions placed (the last one built while nothing of it ran), else those its pods'
         assignments record (a restarted scheduler), else what its objects say now. It is charged to
         `default` once its queue is gone (and stays there). A job with nothing running takes what its labels
         or PodGroup say, checked by the actions."""
-        if not job.running:
+        running = [p for p in job.members if self.ledger.on_node(p)]
+        if not running:
             self._admitted.pop(job.key, None)
-            return
-        pinned = self._admitted.get(job.key) or self._admission(job)
+            return job
+        pinned = self._admitted.get(job.key) or self._admission(job, running)
         if pinned.queue not in self.queues and pinned.queue != DEFAULT_QUEUE:
             pinned = replace(pinned, queue=DEFAULT_QUEUE)
         self._admitted[job.key] = pinned
-        job.queue, job.priority, job.preemptible = pinned.queue, pinned.priority, pinned.preemptible
+        return replace(job, queue=pinned.queue, priority=pinned.priority, preemptible=pinned.preemptible)
 
-    def _admission(self, job: Job) -> Admitted:
+    def _admission(self, job: Job, running: list[PodInfo]) -> Admitted:
         before = self._jobs.get(job.key)
         if before is not None:
             return Admitted(before.queue, before.priority, before.preemptible)
-        for pod in job.running:
+        for pod in running:
             if (admission := admitted_with(pod)) is not None and admission.job == job.key:
                 return Admitted(admission.queue, admission.priority, admission.preemptible)
-        owner = next((h.owner for p in job.running if (h := self.ledger.pods.get(p.uid)) and h.owner), None)
+        owner = next((h.owner for p in running if (h := self.ledger.pods.get(p.uid)) and h.owner), None)
         return Admitted(owner.queue if owner is not None else job.queue, job.priority, job.preemptible)
 
     def pending_jobs(self) -> list[Job]:
-        """The jobs with pending pods, as of the last `jobs()`, in the same order as it returned them."""
-        return [job for key, job in self._jobs.items() if job.pending and not self._left_out(key)]
+        """The jobs with members not placed (pending or invalid), as of the last `jobs()`, in the same
+        order as it returned them."""
+        return [job for key, job in self._jobs.items() if key in self._active and not self._left_out(key)]
 
     # ------------------------------------------------------------------------------------ quarantine
     def quarantine(self, key: str, message: str) -> bool:
@@ -262,5 +264,5 @@ class JobIndex:
             for key, q in self.quarantined.items()
             if self._left_out(key)
             for p in q.members
-            if not p.holds_resources
+            if not self.ledger.on_node(p)
         ]

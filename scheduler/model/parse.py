@@ -1,5 +1,8 @@
 """Parse Kubernetes objects (plain dicts, as the API or a YAML file gives them) into domain types.
 
+Every `PodInfo` of the scheduler is made here: `parse_pod`, or `invalid_pod` for what can be read of a pod
+it refused.
+
 The simulated cluster and the Kubernetes adapter both feed dicts through here, so both see exactly the
 same validation. Nothing here raises on bad user input: a pod with a bad request becomes a `PodInfo` whose
 `error` says why, and the scheduler reports it on the pod.
@@ -409,6 +412,69 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         grace_s=_grace_s(spec),
         controlled=has_controller(meta),
     )
+
+
+def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
+    """What can be read of a pod `parse_pod` refused, with `reason` as its error: enough to report it on
+    the pod (pending, `InvalidRequest`), to account a bound one where it runs, and to keep it in its gang
+    (a gang with an unreadable member is not started without it). None without a name."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        return None
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+    namespace = namespace or "default"
+    node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
+    raw_phase = status.get("phase")
+    phase = {"Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED, "Failed": PodPhase.FAILED}.get(
+        raw_phase if isinstance(raw_phase, str) else "", PodPhase.BOUND if node else PodPhase.PENDING
+    )
+    annotations = meta.get("annotations")
+    kept = (
+        {k: v for k, v in annotations.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(annotations, Mapping)
+        else {}
+    )
+    uid = meta.get("uid") if isinstance(meta.get("uid"), str) and meta.get("uid") else None
+    request, cpu, memory = _readable_request(spec, kept)
+    return PodInfo(
+        uid=uid or f"{namespace}/{meta['name']}",
+        namespace=namespace,
+        name=meta["name"],
+        queue=DEFAULT_QUEUE,
+        priority=0,
+        preemptible=True,
+        request=request,
+        cpu_milli=cpu,
+        memory_mib=memory,
+        phase=phase,
+        node=node,
+        ours=spec.get("schedulerName") == SCHEDULER_NAME,
+        error=reason,
+        annotations=kept,
+        group=pod_group(namespace, kept),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _readable_request(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[GPURequest, int, int]:
+    """What a pod refused for another reason (its labels, say) asks, where that part can be read: a running
+    one found so by a restarted scheduler is accounted with its CPU, memory and GPUs, not as empty."""
+    try:
+        requests, limits = pod_resources(dict(spec))
+    except Exception:  # unreadable too: nothing is known of what it asks
+        return _NO_GPU, 0, 0
+    cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
+    memory = math.ceil(requests.get("memory", Decimal(0)) / MIB)
+    whole = limits.get(WHOLE_GPU_RESOURCE)
+    try:
+        request = parse_gpu_request(annotations, {WHOLE_GPU_RESOURCE: whole} if whole is not None else {})
+    except Exception:  # an invalid GPU request: its assignment, if any, says what it holds
+        request = _NO_GPU
+    return request, cpu, memory
 
 
 def has_controller(meta: Mapping[str, Any]) -> bool:

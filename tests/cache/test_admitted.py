@@ -59,7 +59,7 @@ def test_a_running_pod_annotated_into_another_group_stays_in_its_job() -> None:
     run(sim, sched, cycles=3)
     assert not sim.pods[f"ns/{other}"].obj["spec"].get("nodeName")  # a's limit of 1 GPU still holds
     assert job(sched, f"pod:ns/{running}").queue == "a"
-    assert [p.name for p in job(sched, "ns/sink").running] == ["s0"]
+    assert [p.name for p in job(sched, "ns/sink").members] == ["s0"]
     assert any("its pod group changed to ns/sink while it runs" in e for e in sched.cache.errors)
     sched = restarted(sim)  # the annotation says sink; the assignment says the job it was bound in
     run(sim, sched, cycles=2)
