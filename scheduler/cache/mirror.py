@@ -71,6 +71,7 @@ class ClusterMirror:
         # unknown, all of the node's). Those GPUs take no new pod until every pod there is charged; tried
         # again after every batch of events (`_recharge`).
         self.uncharged: dict[str, tuple[PodInfo, frozenset[int] | None]] = {}
+        self._told_uncharged: dict[str, frozenset[int] | None] = {}  # each told once, not at every retry
         self._max_mem: int | None = None
         self._max_mem_key = -1
 
@@ -137,7 +138,7 @@ class ClusterMirror:
                 try:
                     self.ledger.hold(uid, pl)
                 except OvercommitError as exc:
-                    self._uncharged(pod, pl, str(exc))
+                    self._uncharged(pod, pl, f"pod {pod.key}: {exc}")
                 else:
                     self._held(pod, pl)
         else:
@@ -351,6 +352,7 @@ class ClusterMirror:
         for held in self.unsized.values():
             held.discard(uid)
         self.uncharged.pop(uid, None)
+        self._told_uncharged.pop(uid, None)
         old = self.pods.pop(uid, None)
         if old is not None:
             self.index.unindex(old)
@@ -428,6 +430,7 @@ class ClusterMirror:
 
     def _held(self, pod: PodInfo, placement: Placement) -> None:
         """`pod` holds `placement` now: remember it if its GPUs' memory is still to come."""
+        self._told_uncharged.pop(pod.uid, None)
         if pod.node is not None and unsized(self.state, placement):
             self.unsized.setdefault(pod.node, set()).add(pod.uid)
 
@@ -438,13 +441,16 @@ class ClusterMirror:
         if placement is not None and not slots:
             self.errors.add(why)  # CPU or memory only: no GPU to keep new pods off
             return
+        self.uncharged[pod.uid] = (pod, slots)
+        if pod.uid in self._told_uncharged and self._told_uncharged[pod.uid] == slots:
+            return  # tried again, with the same outcome: said already
+        self._told_uncharged[pod.uid] = slots
         where = (
             f"GPU {','.join(map(str, sorted(slots)))} of {pod.node}" if slots else f"the GPUs of {pod.node}"
         )
         message = f"{why}; {where} take no new pod until it is charged or gone"
         log.warning(message)
         self.errors.add(message)
-        self.uncharged[pod.uid] = (pod, slots)
 
     def _size(self, name: str, *, memory_changed: bool = False) -> None:
         """Node `name`'s GPU memory may be known now: fill in the MiB of the shares held there without them;
