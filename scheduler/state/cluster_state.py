@@ -191,7 +191,7 @@ class ClusterState:
                 # unhealthy, a dip of the count): keep its holdings, take no new pod, retire it once free.
                 draining.add(j)
                 self.healthy[row, j] = False
-                if int(self.total_mib[row, j]) <= 0 < node.gpu_memory_mib:  # its memory known only now
+                if 0 < node.gpu_memory_mib != int(self.total_mib[row, j]):  # known now, or measured now
                     self.total_mib[row, j] = self.report_free_mib[row, j] = node.gpu_memory_mib
                     self.free_mib[row, j] = node.gpu_memory_mib - mib_used[j]
                 continue

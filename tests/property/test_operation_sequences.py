@@ -238,6 +238,17 @@ FOUND_WITH: list[tuple[list[tuple[str, int]], list[Op], dict[str, Any]]] = [
         ("submit", ("fraction", "0.1", 1), "default", "train", 0, None, False),
         ("restart", 1),
     ], {"unlabelled": frozenset([0])}),
+    # ... and kept the memory assumed from the model name (81559 MiB) when the report measured 81920.
+    ([("H100", 3)], [
+        *[("submit", ("fraction", "0.1", 1), "default", "train", 0, None, False)] * 3,
+        ("gang", ("fraction", "0.1", 1), "default", 2, 0),
+        ("gang", ("fraction", "0.1", 1), "default", 2, 0),
+        ("gang", ("whole", "", 1), "default", 2, 0),
+        ("node_add", 0, 1),
+        ("gang", ("fraction", "0.1", 1), "default", 2, 0),
+        ("submit", ("fraction", "0.1", 1), "default", "train", 0, None, False),
+        ("restart", 1),
+    ], {"unlabelled": frozenset([0])}),
 ]  # fmt: skip
 
 
