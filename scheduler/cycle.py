@@ -22,6 +22,7 @@ from scheduler.cache.cluster import Cluster
 from scheduler.cache.containment import MAX_CULPRITS, RETRIED, culprit, failure
 from scheduler.cache.inflight import Deferred
 from scheduler.framework.budget import Budget, BudgetLimits
+from scheduler.framework.eviction import EvictionPolicy
 from scheduler.framework.memo import Memo
 from scheduler.framework.session import Session, cluster_capacity
 from scheduler.model.jobs import Job
@@ -51,6 +52,8 @@ class SchedulerConfig:
     # passes `BudgetLimits.live()` (a wall-clock cap on top).
     budget: BudgetLimits = field(default_factory=BudgetLimits)
     usage: UsageParams | None = None  # time-based fair share (docs/fairshare.md); None: off
+    # Victims' grace period cap and what a refusing disruption budget means (framework/eviction.py).
+    eviction: EvictionPolicy = field(default_factory=EvictionPolicy)
 
 
 @dataclass
@@ -177,7 +180,7 @@ class Scheduler:
         k_value = self.fairshare.params.k_value if self.fairshare is not None else 1.0
         return Session.open(
             self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=epoch, recent_usage=usage,
-            k_value=k_value,
+            k_value=k_value, eviction=self.config.eviction,
         )  # fmt: skip
 
     def _execute(self, action: Action, session: Session) -> None:
@@ -263,7 +266,7 @@ class Scheduler:
         problems = self.cache.mirror.problems
         for name, message in problems.nodes.items():
             now[("Node", None, name, "NodeUnusable")] = message
-        for name, message in problems.queues.items():
+        for name, message in (*problems.queues.items(), *session.tree.invalid.items()):
             now[("Queue", None, name, "QueueInvalid")] = message
         for group, message in problems.podgroups.items():
             namespace, _, name = group.partition("/")

@@ -35,6 +35,9 @@ class Cache:
     mirror: ClusterMirror
     error_log: ErrorLog
     inflight: InFlight = field(default_factory=InFlight)
+    # Victims whose eviction a disruption budget refused (`--disruption-budgets respect`): pod uid -> the
+    # session time until which no victim search takes them (scheduler/framework/eviction.py).
+    refused: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def create(cls, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 64) -> Cache:

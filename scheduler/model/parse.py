@@ -198,7 +198,8 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
     )
 
 
-def _add_container(container: Obj, field: str, values: object, total: dict[str, Decimal], init: bool) -> None:
+def _add_container(container: Obj, field: str, values: object, total: dict[str, Decimal]) -> None:
+    """Add one container's requests or limits (`field`) into `total`."""
     if not values:
         return
     for k, raw in _mapping(values, f"resources.{field}").items():
@@ -210,25 +211,40 @@ def _add_container(container: Obj, field: str, values: object, total: dict[str, 
             raise InvalidObject(f"container {container.get('name')} {field}.{k}: {amount}")
         assert isinstance(amount, Decimal)
         old = total.get(k)
-        total[k] = amount if old is None else (max(old, amount) if init else old + amount)
+        total[k] = amount if old is None else old + amount
 
 
 def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
     """The pod's effective (requests, limits) of the resources the scheduler reads (cpu, memory, whole
-    GPUs): max(sum of containers, any init container) as the kubelet computes it, a limit standing in for
-    a missing request (Kubernetes defaulting). Each value and each total is bounded
-    (scheduler/api/limits.py); InvalidObject with a one-line reason otherwise. (The webhook uses it too.)"""
+    GPUs), as the kubelet computes them: the app containers and the sidecars (init containers with
+    `restartPolicy: Always`, which run beside them) summed, or any other init container with the sidecars
+    started before it, whichever is more; a limit standing in for a missing request (Kubernetes
+    defaulting). Each value and each total is bounded (scheduler/api/limits.py); InvalidObject with a
+    one-line reason otherwise. (The webhook uses it too.)"""
     requests: dict[str, Decimal] = {}
     limits: dict[str, Decimal] = {}
-    for kind in ("containers", "initContainers"):
-        init = kind == "initContainers"
-        for c in _items(spec.get(kind), f"spec.{kind}"):
-            resources = c.get("resources")
-            if not resources:
-                continue
-            resources = _mapping(resources, "resources")
-            _add_container(c, "requests", resources.get("requests"), requests, init)
-            _add_container(c, "limits", resources.get("limits"), limits, init)
+    for field, total in (("requests", requests), ("limits", limits)):
+        app: dict[str, Decimal] = {}  # the app containers, summed
+        sidecars: dict[str, Decimal] = {}  # the sidecars started so far, summed
+        peak: dict[str, Decimal] = {}  # an init container's with the sidecars started before it, at the most
+        for kind in ("containers", "initContainers"):
+            for c in _items(spec.get(kind), f"spec.{kind}"):
+                resources = c.get("resources")
+                if not resources:
+                    continue
+                values = _mapping(resources, "resources").get(field)
+                if kind == "containers":
+                    _add_container(c, field, values, app)
+                elif c.get("restartPolicy") == "Always":
+                    _add_container(c, field, values, sidecars)
+                else:
+                    alone: dict[str, Decimal] = {}
+                    _add_container(c, field, values, alone)
+                    for k, v in alone.items():
+                        with_sidecars = v + sidecars.get(k, Decimal(0))
+                        peak[k] = max(peak.get(k, with_sidecars), with_sidecars)
+        for k in {*app, *sidecars, *peak}:
+            total[k] = max(app.get(k, Decimal(0)) + sidecars.get(k, Decimal(0)), peak.get(k, Decimal(0)))
     for field, total in (("requests", requests), ("limits", limits)):
         for k, v in total.items():
             if v > _MAXIMUM[k]:
@@ -423,6 +439,7 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         else {}
     )
     uid = meta.get("uid") if isinstance(meta.get("uid"), str) and meta.get("uid") else None
+    request, cpu, memory = _readable_request(spec, kept)
     return PodInfo(
         uid=uid or f"{namespace}/{meta['name']}",
         namespace=namespace,
@@ -430,7 +447,9 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         queue=DEFAULT_QUEUE,
         priority=0,
         preemptible=True,
-        request=_NO_GPU,
+        request=request,
+        cpu_milli=cpu,
+        memory_mib=memory,
         phase=phase,
         node=node,
         ours=spec.get("schedulerName") == SCHEDULER_NAME,
@@ -439,6 +458,23 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         group=pod_group(namespace, kept),
         terminating=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _readable_request(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[GPURequest, int, int]:
+    """What a pod refused for another reason (its labels, say) asks, where that part can be read: a running
+    one found so by a restarted scheduler is accounted with its CPU, memory and GPUs, not as empty."""
+    try:
+        requests, limits = pod_resources(dict(spec))
+    except Exception:  # unreadable too: nothing is known of what it asks
+        return _NO_GPU, 0, 0
+    cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
+    memory = math.ceil(requests.get("memory", Decimal(0)) / MIB)
+    whole = limits.get(WHOLE_GPU_RESOURCE)
+    try:
+        request = parse_gpu_request(annotations, {WHOLE_GPU_RESOURCE: whole} if whole is not None else {})
+    except Exception:  # an invalid GPU request: its assignment, if any, says what it holds
+        request = _NO_GPU
+    return request, cpu, memory
 
 
 def has_controller(meta: Mapping[str, Any]) -> bool:
