@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 
@@ -46,7 +47,13 @@ class GPUAssignment(BaseModel):
 
     @classmethod
     def from_annotation(cls, raw: str) -> GPUAssignment:
-        """Parse the annotation; raises ValueError with a one-line reason on malformed input."""
+        """Parse the annotation; raises ValueError with a one-line reason on malformed input. The result
+        is immutable and shared: the same text read again (a relist reads each pod's twice: its place and
+        what it was admitted with) is parsed once."""
+        return _from_annotation(raw) if isinstance(raw, str) else cls._parse(raw)
+
+    @classmethod
+    def _parse(cls, raw: str) -> GPUAssignment:
         try:
             return cls.model_validate(json.loads(raw))
         except (json.JSONDecodeError, ValidationError, TypeError) as exc:
@@ -56,3 +63,8 @@ class GPUAssignment(BaseModel):
     @property
     def whole_gpus(self) -> bool:
         return bool(self.gpus) and all(g.milli == MILLI_PER_GPU for g in self.gpus)
+
+
+@functools.lru_cache(maxsize=256)
+def _from_annotation(raw: str) -> GPUAssignment:
+    return GPUAssignment._parse(raw)
