@@ -256,6 +256,46 @@ def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
     return requests, limits
 
 
+# Pods repeat a few resource declarations (a Deployment's replicas, a Job's pods, a relist of them all):
+# their effective figures are computed once per distinct declaration. The key is the text of exactly what
+# `pod_resources` reads (`repr` tells "1" from 1 and True, as the parser does); one that is refused is
+# never kept (its message names the pod's container).
+Resources = tuple[Mapping[str, Decimal], Mapping[str, Decimal]]
+_RESOURCES_MEMO: dict[str, Resources] = {}
+_RESOURCES_MEMO_MAX = 4096
+
+
+def _resources_key(spec: Obj) -> str | None:
+    """What `pod_resources` reads of `spec`, as text; None when its containers are not a list of maps."""
+    containers = spec.get("containers")
+    init = spec.get("initContainers")
+    if type(containers) is not list or (init is not None and type(init) is not list):
+        return None
+    try:
+        return repr((
+            [(c["resources"] if "resources" in c else None, c.get("restartPolicy")) for c in containers],
+            [(c["resources"] if "resources" in c else None, c.get("restartPolicy")) for c in init or ()],
+            init is None, spec.get("resources"), spec.get("overhead"),
+        ))  # fmt: skip
+    except (TypeError, AttributeError):  # a container that is not a map: pod_resources says why
+        return None
+
+
+def pod_resources_shared(spec: Obj) -> Resources:
+    """`pod_resources`, shared between pods that declare the same resources: read-only maps."""
+    key = _resources_key(spec)
+    if key is None:
+        return pod_resources(spec)
+    found = _RESOURCES_MEMO.get(key)
+    if found is None:
+        requests, limits = pod_resources(spec)
+        found = (MappingProxyType(requests), MappingProxyType(limits))
+        if len(_RESOURCES_MEMO) >= _RESOURCES_MEMO_MAX:
+            _RESOURCES_MEMO.clear()  # a cluster of that many distinct declarations: start again
+        _RESOURCES_MEMO[key] = found
+    return found
+
+
 def _created_s(meta: Obj) -> float:
     # An unreadable creation time (the API server sets it) sorts the pod as the oldest.
     created = timestamp_s(meta.get("creationTimestamp"))
@@ -356,7 +396,7 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
     request = _NO_GPU
     cpu = mem = 0
     try:
-        requests, limits = pod_resources(spec)
+        requests, limits = pod_resources_shared(spec)
         cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
         mem = math.ceil(requests.get("memory", Decimal(0)) / MIB)
         request = _gpu_request(
