@@ -273,8 +273,8 @@ def _resources_key(spec: Obj) -> str | None:
         return None
     try:
         return repr((
-            [(c["resources"] if "resources" in c else None, c.get("restartPolicy")) for c in containers],
-            [(c["resources"] if "resources" in c else None, c.get("restartPolicy")) for c in init or ()],
+            [(c.get("resources"), c.get("restartPolicy")) for c in containers],
+            [(c.get("resources"), c.get("restartPolicy")) for c in init or ()],
             init is None, spec.get("resources"), spec.get("overhead"),
         ))  # fmt: skip
     except (TypeError, AttributeError):  # a container that is not a map: pod_resources says why
