@@ -43,7 +43,9 @@ def test_a_queue_charged_less_after_the_restart_is_found() -> None:
 
 
 def test_an_over_committed_or_forgotten_gpu_is_found() -> None:
-    found = restart_findings(BEFORE, _after(), PROBE_REQUEST, GPUS, {("n1", 0): 1100, ("n1", 1): 600}, PROBE_GPU)
+    found = restart_findings(
+        BEFORE, _after(), PROBE_REQUEST, GPUS, {("n1", 0): 1100, ("n1", 1): 600}, PROBE_GPU
+    )
     assert any("over-committed" in f for f in found) and any("other shares" in f for f in found)
     forgotten = restart_findings(BEFORE, _after(), PROBE_REQUEST, GPUS, {("n1", 1): 600}, PROBE_GPU)
     assert forgotten == ["1 GPUs hold other shares than before the restart, first n1/0: 1000 -> 0 milli"]

@@ -34,9 +34,7 @@ class Item:
         return str(self.body["metadata"]["name"])
 
 
-def pod_body(
-    cfg: E2EConfig, name: str, *, fraction: bool, group: str | None, cpu_only: bool = False
-) -> Obj:
+def pod_body(cfg: E2EConfig, name: str, *, fraction: bool, group: str | None, cpu_only: bool = False) -> Obj:
     annotations: dict[str, str] = {}
     limits: dict[str, str] = {}
     if fraction:
