@@ -213,6 +213,13 @@ class JobIndex:
         q = self.quarantined.get(key)
         return q is not None and q.until > self.generation
 
+    def admitted_as(self, admission: Admission) -> None:
+        """What the assignment of a pod first seen running records of its job's admission (a restarted
+        scheduler reads each one once, at the relist), for `_pin`; what this scheduler built the job with
+        comes first."""
+        if admission.job not in self._jobs and admission.job not in self._admitted:
+            self._admitted[admission.job] = Admitted(admission.queue, admission.priority, admission.preemptible)
+
     def _pin(self, job: Job) -> Job:
         """A running job keeps the queue, priority and preemptibility it was admitted with: those of the
         version the actions placed (the last one built while nothing of it ran), else those its pods'

@@ -13,6 +13,7 @@ with the second's per-GPU gauges: what the new scheduler believes is what the po
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -140,6 +141,13 @@ def run_failover_api(
         from_pods = pods_gpu_use(world)
         probe_gpus = {k: 1000 for k in from_pods if k[0] == probe_node and k not in before_gpus}
         findings = restart_findings(before, after, API_PROBE_REQUEST, before_gpus, after_gpus, probe_gpus)
+        over = sorted(k for k, milli in from_pods.items() if milli > 1000)
+        if over:
+            findings.append(f"{len(over)} GPUs over-committed by the pods' assignments, first {over[0]}")
+        if os.environ.get("TESSERA_FAILOVER_DEBUG"):
+            time.sleep(10)
+            again = gauges(new.metrics())[1]
+            progress(f"DEBUG gauges 10 s later differ on {sum(1 for k in set(from_pods) | set(again) if from_pods.get(k) != again.get(k))} GPUs")
         if from_pods != after_gpus:
             differ = sorted(
                 k for k in set(from_pods) | set(after_gpus) if from_pods.get(k) != after_gpus.get(k)
