@@ -41,7 +41,9 @@ _CHARGED = (HoldKind.BOUND, HoldKind.ASSUMED)  # a releasing victim counts for n
 
 def usage_of(h: Holding) -> Usage:
     pl = h.placement
-    return (sum(g.milli for g in pl.gpus), pl.cpu_milli, pl.memory_mib)
+    gpus = pl.gpus
+    milli = gpus[0].milli if len(gpus) == 1 else sum(g.milli for g in gpus)  # one GPU: most pods
+    return (milli, pl.cpu_milli, pl.memory_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +81,12 @@ class QueueUsage:
             if h is None or h.owner is None or h.kind not in _CHARGED:  # pods only, assumed too
                 continue
             books = (self.all, self.nonpreemptible) if h.owner.nonpreemptible else (self.all,)
+            milli, cpu, mem = usage_of(h)
             for book in books:
                 acc = book.setdefault(h.owner.queue, [0, 0, 0])
-                for i, v in enumerate(usage_of(h)):
-                    acc[i] += sign * v
+                acc[0] += sign * milli
+                acc[1] += sign * cpu
+                acc[2] += sign * mem
 
     def by_queue(self, *, nonpreemptible: bool = False) -> dict[str, Usage]:
         book = self.nonpreemptible if nonpreemptible else self.all
@@ -234,6 +238,8 @@ class JobIndex:
         if pinned.queue not in self.queues and pinned.queue != DEFAULT_QUEUE:
             pinned = replace(pinned, queue=DEFAULT_QUEUE)
         self._admitted[job.key] = pinned
+        if (job.queue, job.priority, job.preemptible) == (pinned.queue, pinned.priority, pinned.preemptible):
+            return job  # as admitted (the common case: a relist builds every running job)
         return replace(job, queue=pinned.queue, priority=pinned.priority, preemptible=pinned.preemptible)
 
     def _admission(self, job: Job, running: list[PodInfo]) -> Admitted:
