@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -54,11 +53,16 @@ class GPUAssignment(BaseModel):
 
     @classmethod
     def _parse(cls, raw: str) -> GPUAssignment:
-        try:
-            return cls.model_validate(json.loads(raw))
-        except (json.JSONDecodeError, ValidationError, TypeError) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(f"annotation {GPU_ASSIGNMENT} is malformed: {first}") from None
+        try:  # pydantic's own JSON reader: 2x faster than json.loads and a validation of the result
+            return cls.model_validate_json(raw)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            first = errors[0] if errors else None
+            where = ".".join(str(x) for x in first["loc"]) if first and first["loc"] else ""
+            why = f"{where + ': ' if where else ''}{first['msg']}" if first else str(exc).splitlines()[0]
+            raise ValueError(f"annotation {GPU_ASSIGNMENT} is malformed: {why}") from None
+        except (TypeError, ValueError) as exc:  # not text at all
+            raise ValueError(f"annotation {GPU_ASSIGNMENT} is malformed: {type(exc).__name__}") from None
 
     @property
     def whole_gpus(self) -> bool:
