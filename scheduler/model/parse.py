@@ -120,6 +120,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def _strings(value: object, what: str) -> dict[str, str]:
+    if not value and (value is None or type(value) is dict):
+        return {}  # most pods have no node selector, many no labels
     return {str(k): str(v) for k, v in _mapping(value, what).items()}
 
 
@@ -309,7 +311,7 @@ def timestamp_s(raw: object) -> float | None:
         if isinstance(raw, datetime):
             return raw.timestamp()
         if isinstance(raw, str) and raw:
-            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+            return datetime.fromisoformat(raw).timestamp()  # (3.11 reads the API server's "Z" itself)
     except (ValueError, OverflowError, OSError):
         pass
     return None
@@ -371,6 +373,25 @@ def _grace_s(spec: Obj) -> float:
     return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0 else 30.0
 
 
+# Tolerations repeat across pods (every pod has the API server's not-ready and unreachable ones): one
+# shared, immutable `Toleration` per distinct one, instead of two new objects a pod.
+_TOLERATIONS: dict[tuple[str, str, str, str], Toleration] = {}
+
+
+def _tolerations(raw: object) -> tuple[Toleration, ...]:
+    out = []
+    for t in _items(raw, "spec.tolerations"):
+        key = (str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+               str(t.get("effect") or ""))  # fmt: skip
+        found = _TOLERATIONS.get(key)
+        if found is None:
+            if len(_TOLERATIONS) >= 4096:
+                _TOLERATIONS.clear()
+            found = _TOLERATIONS[key] = Toleration(*key)
+        out.append(found)
+    return tuple(out)
+
+
 def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
     """Parse a pod; an invalid GPU request, resource or priority lands in `PodInfo.error`.
 
@@ -418,15 +439,8 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
     )
     selector = _strings(spec.get("nodeSelector"), "spec.nodeSelector")
     models = frozenset({selector[GPU_PRODUCT_LABEL]}) if GPU_PRODUCT_LABEL in selector else None
-    tolerations = tuple(
-        Toleration(
-            key=str(t.get("key") or ""),
-            operator=str(t.get("operator") or "Equal"),
-            value=str(t.get("value") or ""),
-            effect=str(t.get("effect") or ""),
-        )
-        for t in _items(spec.get("tolerations"), "spec.tolerations")
-    )
+    raw_tolerations = spec.get("tolerations")
+    tolerations = _tolerations(raw_tolerations) if raw_tolerations else ()
     return PodInfo(
         uid=str(meta.get("uid") or f"{namespace}/{name}"),
         namespace=namespace,
