@@ -13,7 +13,6 @@ with the second's per-GPU gauges: what the new scheduler believes is what the po
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -132,9 +131,16 @@ def run_failover_api(
         cpu_s = cpu_seconds(new.pid)
         probe_node = watch.nodes[PROBE]
 
-        def counted() -> bool:  # its gauges are written after the cycle that bound the probe
-            usage, _ = gauges(new.metrics())
-            return usage.get((PROBE_QUEUE, "gpu"), 0.0) >= before.get((PROBE_QUEUE, "gpu"), 0.0) + 1
+        def counted() -> bool:
+            """Its gauges are written after the cycle that bound the probe, every GPU's after its first cycle
+            (one at a time: a scrape may come half-way through, so until all are there)."""
+            text = new.metrics()
+            usage, _ = gauges(text)
+            series = text.count("\ntessera_gpu_allocated_fraction{")
+            return (
+                usage.get((PROBE_QUEUE, "gpu"), 0.0) >= before.get((PROBE_QUEUE, "gpu"), 0.0) + 1
+                and series >= cfg.nodes * cfg.gpus_per_node
+            )
 
         _wait("the second scheduler's queue gauge", counted, 60)
         after, after_gpus = gauges(new.metrics())
@@ -144,10 +150,6 @@ def run_failover_api(
         over = sorted(k for k, milli in from_pods.items() if milli > 1000)
         if over:
             findings.append(f"{len(over)} GPUs over-committed by the pods' assignments, first {over[0]}")
-        if os.environ.get("TESSERA_FAILOVER_DEBUG"):
-            time.sleep(10)
-            again = gauges(new.metrics())[1]
-            progress(f"DEBUG gauges 10 s later differ on {sum(1 for k in set(from_pods) | set(again) if from_pods.get(k) != again.get(k))} GPUs")
         if from_pods != after_gpus:
             differ = sorted(
                 k for k in set(from_pods) | set(after_gpus) if from_pods.get(k) != after_gpus.get(k)
