@@ -90,4 +90,4 @@ def test_failover_the_new_scheduler_binds_the_next_pod_holding_what_the_killed_o
                          timeout_s=120)  # fmt: skip
     assert r["invariants_hold"], r["findings"]
     assert r["queues"]["default/gpu"] == r["config"]["gpu_pods"] == 10  # 7/8 of the GPUs, rounded down
-    assert 0 < r["synced_s"] <= r["first_bind_s"] and r["probe_node"]
+    assert r["synced_s"] > 0 and r["first_bind_s"] > 0 and r["probe_node"]  # (readyz is polled: either first)
