@@ -112,7 +112,7 @@ class Ledger:
         old = table.get(key)
         was = old.placement if old is not None and old.kind.in_arrays else None
         now = new.placement if new is not None and new.kind.in_arrays else None
-        if arrays and was != now:
+        if arrays and was is not now and was != now:  # (a re-owned holding keeps its placement object)
             if was is not None:
                 self._write(was, -1, key)
             if now is not None:
