@@ -222,7 +222,9 @@ class JobIndex:
         scheduler reads each one once, at the relist), for `_pin`; what this scheduler built the job with
         comes first."""
         if admission.job not in self._jobs and admission.job not in self._admitted:
-            self._admitted[admission.job] = Admitted(admission.queue, admission.priority, admission.preemptible)
+            self._admitted[admission.job] = Admitted(
+                admission.queue, admission.priority, admission.preemptible
+            )
 
     def _pin(self, job: Job) -> Job:
         """A running job keeps the queue, priority and preemptibility it was admitted with: those of the

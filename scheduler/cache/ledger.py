@@ -240,7 +240,9 @@ class Ledger:
     def reown(self, uid: str, owner: Owner | None) -> None:
         """Charge pod `uid`'s holding to `owner` from now on (its job was rebuilt)."""
         old = self.pods.get(uid)
-        if old is not None and old.owner != owner:  # (the constructor: `replace` costs 3x, 150,000 x a relist)
+        if (
+            old is not None and old.owner != owner
+        ):  # (the constructor: `replace` costs 3x, 150,000 x a relist)
             self._swap(self.pods, uid, Holding(old.kind, old.placement, owner, old.reservation))
 
     def reserve(self, res: Reservation) -> None:
