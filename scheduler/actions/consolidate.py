@@ -169,7 +169,7 @@ def _make_room(session: Session, tx: Transaction, job: Job, pod: PodInfo, meter:
     for r in by_node:
         if bool(static[r]):
             fit = RowFit.of(session, d, r, static)
-            if fit.fits(d, *freed_on(ledger.pods, r, by_node[r])):
+            if fit.fits(d, freed_on(ledger.pods, r, by_node[r])):
                 fits[r] = fit
     order = sorted(fits, key=lambda r: (-sum(s.node_gpu_row(r)), r))[:MAX_ROWS]
     best: Plan | None = None
@@ -207,7 +207,7 @@ def _plan_on(
         for group in combinations(units, size):  # the most expendable sets of this size first
             if meter.exhausted or tried >= MAX_SETS_PER_ROW:
                 return None
-            if not fit.fits(d, *freed_on(ledger.pods, row, list(group))):  # arithmetic: no trial, no work
+            if not fit.fits(d, freed_on(ledger.pods, row, list(group))):  # arithmetic: no trial, no work
                 continue
             tried += 1
             meter.spend()

@@ -149,7 +149,7 @@ class VictimSearch:
 
             def fits(victims: list[Victim], fit: RowFit = fit, row: int = row) -> bool:
                 self._checks += 1  # arithmetic, no trial: bounded apart from the budget
-                return fit.fits(d, *freed_on(held, row, victims))
+                return fit.fits(d, freed_on(held, row, victims))
 
             if not fit.ok or not fits(units):
                 continue  # not even every victim here makes room
@@ -181,7 +181,7 @@ class VictimSearch:
             fit = RowFit.of(self.session, d, row, static)
             for v in list(reversed(victims)):  # a search cut short may keep one it does not need
                 rest = [u for u in victims if u is not v]
-                if rest and fit.fits(d, *freed_on(held, row, rest)) and self._rule(rest) is None:
+                if rest and fit.fits(d, freed_on(held, row, rest)) and self._rule(rest) is None:
                     victims = rest
             if self._trial(victims, keep=True, row=row):
                 return victims

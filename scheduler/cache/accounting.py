@@ -44,7 +44,9 @@ def from_assignment(state: ClusterState, pod: PodInfo, row: int) -> Placement | 
         )
         for g in a.gpus
     )
-    return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+    return Placement(
+        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars
+    )
 
 
 def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
@@ -59,4 +61,6 @@ def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | Non
     if len(free) < n:
         return None
     shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])
-    return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+    return Placement(
+        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars
+    )

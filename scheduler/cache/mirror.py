@@ -263,8 +263,8 @@ class ClusterMirror:
         """A running pod runs with the request it was bound with: GPU request annotations edited (or made
         invalid) after the bind change nothing it holds, nor how it is moved or evicted (the webhook
         refuses such edits; this is for pods it did not see)."""
-        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error) == (
-            old.request, old.cpu_milli, old.memory_mib, old.error,
+        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.scalars, pod.error) == (
+            old.request, old.cpu_milli, old.memory_mib, old.scalars, old.error,
         ):  # fmt: skip
             return pod
         if pod.error is not None and old.error is None:
@@ -272,8 +272,9 @@ class ClusterMirror:
                 f"pod {pod.key}: {pod.error} (ignored: it runs with the request it was bound with)"
             )
         return replace(
-            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error
-        )
+            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, scalars=old.scalars,
+            error=old.error,
+        )  # fmt: skip
 
     def forget_pod(self, uid: str) -> None:
         for waiting in self.awaiting_node.values():

@@ -24,6 +24,7 @@ from scheduler.api.keys import (
     GPU_MEMORY,
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
+    GPU_SLICE_RESOURCE,
     KAI_POD_GROUP,
     KAI_QUEUE_LABEL,
     POD_GROUP,
@@ -36,12 +37,15 @@ from scheduler.api.limits import (
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS_PER_NODE,
     MAX_MEMORY_MIB,
+    MAX_PODS_PER_NODE,
     MAX_PRIORITY,
+    MAX_SCALAR,
     MIN_PRIORITY,
 )
 from scheduler.api.priority import resolve_priority
 from scheduler.api.quantity import InvalidQuantity, parse_quantity
 from scheduler.model.gpu_memory import memory_from_product
+from scheduler.model.requests import aggregate, container_requests, pod_requests
 from scheduler.model.types import NodeInfo, PodInfo, PodPhase, Taint, Toleration
 
 Obj = Mapping[str, Any]
@@ -56,6 +60,7 @@ class InvalidObject(ValueError):
 _MAX_CORES = Decimal(MAX_CPU_MILLI) / 1000
 _MAX_BYTES = Decimal(MAX_MEMORY_MIB) * MIB
 _MAXIMUM = {"cpu": _MAX_CORES, "memory": _MAX_BYTES, WHOLE_GPU_RESOURCE: Decimal(MAX_GPUS_PER_NODE)}
+_MAX_SCALAR = Decimal(MAX_SCALAR)
 _MIB_LABEL = re.compile(r"[0-9]{1,12}", re.ASCII)
 
 
@@ -181,10 +186,19 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
         Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""), effect=str(t.get("effect", "")))
         for t in _items(spec.get("taints"), "spec.taints")
     )
+    allocatable = _resource_list(capacity, "allocatable")
+    pods_raw = allocatable.get("pods")
+    if pods_raw is not None and (pods_raw != pods_raw.to_integral_value() or pods_raw > MAX_PODS_PER_NODE):
+        raise InvalidObject(
+            f"allocatable pods={capacity.get('pods')!r} is not a whole number up to {MAX_PODS_PER_NODE}"
+        )
     return NodeInfo(
         name=name,
         cpu_milli=cpu_milli(capacity.get("cpu", 0), "cpu"),
-        memory_mib=memory_mib(capacity.get("memory", 0), "memory"),
+        # Rounded down: a node is never taken to have memory it lacks (pods' requests are rounded up).
+        memory_mib=int(quantity(capacity.get("memory", 0), what="memory", maximum=_MAX_BYTES) // MIB),
+        pods=None if pods_raw is None else int(pods_raw),
+        scalars=tuple(sorted((k, int(v)) for k, v in allocatable.items() if k not in _OWN_FIELDS)),
         gpu_count=gpus,
         gpu_model=labels.get(GPU_PRODUCT_LABEL, "unknown") if gpus else "",
         gpu_memory_mib=gpu_mem,
@@ -195,46 +209,71 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
     )
 
 
-def _add_container(container: Obj, field: str, values: object, total: dict[str, Decimal], init: bool) -> None:
+# The GPU resources are Tessera's own arrays (whole GPUs, and the slice the webhook adds for fractions):
+# never a generic column.
+GPU_RESOURCES = frozenset({WHOLE_GPU_RESOURCE, GPU_SLICE_RESOURCE})
+# Resources with a field of their own; every other one a pod asks for is a column of `scalars`.
+_OWN_FIELDS = frozenset({"cpu", "memory", "pods"}) | GPU_RESOURCES
+
+
+def _maximum(name: str) -> Decimal:
+    return _MAXIMUM.get(name, _MAX_SCALAR)
+
+
+def _resource_list(values: object, what: str) -> dict[str, Decimal]:
+    """A resource list (requests, limits, overhead), each quantity checked against its bound."""
+    out: dict[str, Decimal] = {}
     if not values:
-        return
-    for k, raw in _mapping(values, f"resources.{field}").items():
-        maximum = _MAXIMUM.get(k)
-        if maximum is None:
-            continue  # a resource the scheduler does not read (the API server checked its syntax)
+        return out
+    for k, raw in _mapping(values, what).items():
+        name = str(k)
+        maximum = _maximum(name)
         amount = _parsed_quantity(raw, maximum) if type(raw) is str else _quantity_or_reason(raw, maximum)
         if type(amount) is str:
-            raise InvalidObject(f"container {container.get('name')} {field}.{k}: {amount}")
+            raise InvalidObject(f"{what}.{name}: {amount}")
         assert isinstance(amount, Decimal)
-        old = total.get(k)
-        total[k] = amount if old is None else (max(old, amount) if init else old + amount)
+        out[name] = amount
+    return out
 
 
 def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
-    """The pod's effective (requests, limits) of the resources the scheduler reads (cpu, memory, whole
-    GPUs): max(sum of containers, any init container) as the kubelet computes it, a limit standing in for
-    a missing request (Kubernetes defaulting). Each value and each total is bounded
-    (scheduler/api/limits.py); InvalidObject with a one-line reason otherwise. (The webhook uses it too.)"""
-    requests: dict[str, Decimal] = {}
-    limits: dict[str, Decimal] = {}
-    for kind in ("containers", "initContainers"):
-        init = kind == "initContainers"
-        for c in _items(spec.get(kind), f"spec.{kind}"):
-            resources = c.get("resources")
-            if not resources:
-                continue
-            resources = _mapping(resources, "resources")
-            _add_container(c, "requests", resources.get("requests"), requests, init)
-            _add_container(c, "limits", resources.get("limits"), limits, init)
+    """The pod's effective (requests, limits) of every resource, as the kubelet computes them
+    (scheduler/model/requests.py: sidecars add up, init containers take the max, pod-level requests,
+    overhead; a container's limit stands in for its missing request). Each value and each total is
+    bounded (scheduler/api/limits.py); InvalidObject with a one-line reason otherwise. (The webhook
+    reads the whole-GPU limit from it.)"""
+    containers = [
+        (c, kind == "initContainers")
+        for kind in ("containers", "initContainers")
+        for c in _items(spec.get(kind), f"spec.{kind}")
+    ]
+
+    def resources_of(c: Obj) -> Obj:
+        return _mapping(c.get("resources"), "resources") if c.get("resources") else _EMPTY
+
+    def requests_of(c: Obj) -> dict[str, Decimal]:
+        r = resources_of(c)
+        return container_requests(r, _resource_list, f"container {c.get('name')}") if r else {}
+
+    def limits_of(c: Obj) -> dict[str, Decimal]:
+        r = resources_of(c)
+        return _resource_list(r.get("limits"), f"container {c.get('name')} limits") if r else {}
+
+    requests = pod_requests(spec, containers, requests_of, _resource_list, _mapping)
+    limits = aggregate(containers, limits_of)
     for field, total in (("requests", requests), ("limits", limits)):
         for k, v in total.items():
-            if v > _MAXIMUM[k]:
+            if v > _maximum(k):
                 raise InvalidObject(
-                    f"the pod's total {field}.{k} ({v}) is more than accepted ({_MAXIMUM[k]})"
+                    f"the pod's total {field}.{k} ({v}) is more than accepted ({_maximum(k)})"
                 )
-    for k, v in limits.items():
-        requests.setdefault(k, v)
     return requests, limits
+
+
+def scalar_requests(requests: Mapping[str, Decimal]) -> tuple[tuple[str, int], ...]:
+    """The requests without a field of their own (ephemeral-storage, hugepages, extended resources), as
+    integers (a quantity's Value(), rounded up, as kube-scheduler counts them), by name; zeros left out."""
+    return tuple(sorted((k, math.ceil(v)) for k, v in requests.items() if k not in _OWN_FIELDS and v > 0))
 
 
 def _created_s(meta: Obj) -> float:
@@ -336,10 +375,12 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
     error: str | None = None
     request = _NO_GPU
     cpu = mem = 0
+    scalars: tuple[tuple[str, int], ...] = ()
     try:
         requests, limits = pod_resources(spec)
         cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
         mem = math.ceil(requests.get("memory", Decimal(0)) / MIB)
+        scalars = scalar_requests(requests)
         request = _gpu_request(
             annotations.get(GPU_FRACTION),
             annotations.get(GPU_MEMORY),
@@ -378,6 +419,7 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         request=request,
         cpu_milli=cpu,
         memory_mib=mem,
+        scalars=scalars,
         node_selector=selector,
         tolerations=tolerations,
         gpu_models=models,

@@ -49,6 +49,11 @@ class NodeInfo:
     unschedulable: bool = False
     gpu_uuids: tuple[str, ...] = ()  # by index, from the node's GPUNodeReport (gpu_identity.py)
     warning: str | None = None  # usable, but something is assumed (e.g. GPU memory from the model name)
+    # Allocatable `pods` (the kubelet's maxPods); None: the node does not say (a simulated node), no limit.
+    pods: int | None = None
+    # Allocatable of every other resource (ephemeral-storage, hugepages in bytes; extended resources in
+    # units), by name: columns of the state's `free_scalar`.
+    scalars: tuple[tuple[str, int], ...] = ()
 
     def uuid(self, index: int) -> str:
         """The GPU's UUID as its node agent reported it; "" while unknown (never an invented one: the
@@ -77,6 +82,9 @@ class PodInfo:
     request: GPURequest
     cpu_milli: int = 0
     memory_mib: int = 0
+    # Every other resource the pod requests (ephemeral-storage, hugepages, extended resources), as
+    # integers by name (scheduler/model/requests.py says how the containers add up).
+    scalars: tuple[tuple[str, int], ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     gpu_models: frozenset[str] | None = None
@@ -115,7 +123,10 @@ class GPUShare:
 
 @dataclass(frozen=True)
 class Placement:
+    """One pod's place: it takes its GPU shares, CPU, memory, its other resources and one pod slot."""
+
     node: int  # row in the state arrays
     gpus: tuple[GPUShare, ...]
     cpu_milli: int
     memory_mib: int
+    scalars: tuple[tuple[str, int], ...] = ()  # other resources by name (PodInfo.scalars)

@@ -35,7 +35,10 @@ def explain_unschedulable(state: NodeArrays, d: PodDemand) -> str:
             what = f"model not in {'|'.join(sorted(d.models))}" if d.models else "no GPUs"
             parts.append(f"{n} with {what}")
         remaining = remaining & c.model
-    for mask, label in ((c.cpu, "short of CPU"), (c.memory, "short of memory")):
+    # kube-scheduler's words for the resources it checks the same way (NodeResourcesFit)
+    checks = [(c.pods, "Too many pods"), (c.cpu, "short of CPU"), (c.memory, "short of memory")]
+    checks += [(mask, f"Insufficient {name}") for name, mask in c.scalars]
+    for mask, label in checks:
         if (n := _count(xp, remaining & ~mask)) > 0:
             parts.append(f"{n} {label}")
         remaining = remaining & mask

@@ -61,6 +61,15 @@ class NodeChecks:
     model: Array
     cpu: Array
     memory: Array
+    pods: Array  # a pod slot left (allocatable `pods`)
+    scalars: tuple[tuple[str, Array], ...]  # per other resource requested: enough of it left
+
+    def resources(self) -> Array:
+        """bool[N]: CPU, memory, a pod slot and every other resource requested fit."""
+        ok = self.cpu & self.memory & self.pods
+        for _, mask in self.scalars:
+            ok = ok & mask
+        return ok
 
 
 def _model_ok(state: NodeArrays, d: PodDemand) -> Array:
@@ -114,7 +123,17 @@ def node_checks(state: NodeArrays, d: PodDemand) -> NodeChecks:
         model=_model_ok(state, d),
         cpu=state.free_cpu >= d.cpu_milli,
         memory=state.free_mem >= d.memory_mib,
+        pods=state.free_pods >= 1,
+        scalars=tuple((name, _scalar_ok(state, name, amount)) for name, amount in d.scalars),
     )
+
+
+def _scalar_ok(state: NodeArrays, name: str, amount: int) -> Array:
+    """bool[N]: at least `amount` of resource `name` left (none where no node advertises it)."""
+    col = state.scalars.get(name)
+    if col is None:
+        return state.xp.zeros(state.valid.shape, dtype=state.xp.bool)
+    return state.free_scalar[:, col] >= amount
 
 
 def fit_counts(xp: ArrayNamespace, fit: Array) -> Array:
@@ -125,7 +144,7 @@ def feasible(state: NodeArrays, d: PodDemand) -> tuple[Array, Array]:
     """(bool[N] feasible nodes, bool[N, G] fitting GPUs)."""
     xp = state.xp
     c = node_checks(state, d)
-    mask = c.usable & c.model & c.cpu & c.memory
+    mask = c.usable & c.model & c.resources()
     if not d.uses_gpu:
         return mask, xp.zeros(state.present.shape, dtype=xp.bool)
     fit = gpu_fit(state, d)

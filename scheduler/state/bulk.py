@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.model.types import Placement
 from scheduler.state.backend import ArrayNamespace
+from scheduler.state.codebook import Codebook
 
 
 def segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]], size: int) -> list[Any]:
@@ -33,11 +35,24 @@ def segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]],
     return out
 
 
+@dataclass(frozen=True)
+class Totals:
+    """What a list of placements takes in all, as dense arrays over the state's rows (and GPU slots)."""
+
+    milli: Any  # int64[R, G]
+    mib: Any  # int64[R, G]
+    cpu: Any  # int64[R]
+    mem: Any  # int64[R] MiB
+    pods: Any  # int64[R]: one slot per placement
+    scalar: Any  # int64[R, K]: other resources, by the columns of the state's `scalars` codebook
+    rows: list[int]  # the rows touched, ascending
+
+
 def placement_totals(
-    xp: ArrayNamespace, placements: list[Placement], shape: tuple[int, int]
-) -> tuple[Any, Any, Any, Any, list[int]]:
-    """What `placements` take in all, as dense arrays over the state's `shape` (rows, GPU slots):
-    (milli int64[R, G], MiB int64[R, G], CPU milli int64[R], memory MiB int64[R], the rows touched)."""
+    xp: ArrayNamespace, placements: list[Placement], shape: tuple[int, int], scalars: Codebook, width: int
+) -> Totals:
+    """What `placements` take in all over the state's `shape` (rows, GPU slots) and `width` columns of
+    other resources. Every resource the placements name must have a column in `scalars`."""
     rows_n, g = shape
     keys: list[int] = []
     milli: list[int] = []
@@ -45,17 +60,36 @@ def placement_totals(
     rows: list[int] = []
     cpu: list[int] = []
     mem: list[int] = []
+    ones: list[int] = []
+    s_keys: list[int] = []
+    s_amount: list[int] = []
     for pl in placements:
         rows.append(pl.node)
         cpu.append(pl.cpu_milli)
         mem.append(pl.memory_mib)
+        ones.append(1)
         for share in pl.gpus:
             keys.append(pl.node * g + share.slot)
             milli.append(share.milli)
             mib.append(share.mib)
+        for name, amount in pl.scalars:
+            col = scalars.get(name)
+            assert col is not None, name
+            s_keys.append(pl.node * width + col)
+            s_amount.append(amount)
     d_milli, d_mib = segment_totals(xp, keys, [milli, mib], rows_n * g)
-    d_cpu, d_mem = segment_totals(xp, rows, [cpu, mem], rows_n)
-    return xp.reshape(d_milli, shape), xp.reshape(d_mib, shape), d_cpu, d_mem, sorted(set(rows))
+    d_cpu, d_mem, d_pods = segment_totals(xp, rows, [cpu, mem, ones], rows_n)
+    (d_scalar,) = segment_totals(xp, s_keys, [s_amount], rows_n * width)
+    d_scalar = xp.reshape(d_scalar, (rows_n, width))
+    return Totals(
+        xp.reshape(d_milli, shape),
+        xp.reshape(d_mib, shape),
+        d_cpu,
+        d_mem,
+        d_pods,
+        d_scalar,
+        sorted(set(rows)),
+    )
 
 
 def arrays_agree(state: Any, placements: list[Placement]) -> bool:
@@ -63,15 +97,19 @@ def arrays_agree(state: Any, placements: list[Placement]) -> bool:
     node row: the check that a failure left nothing behind in the arrays that the holdings do not explain."""
     xp = state.xp
     shape = (state.capacity, state.max_gpus)
-    milli, mib, cpu, mem, _ = placement_totals(xp, placements, shape)
+    t = placement_totals(xp, placements, shape, state.scalars, int(state.free_scalar.shape[1]))
     present = state.present
     zero = xp.zeros(shape, dtype=xp.int64)
-    free_milli = xp.where(present, MILLI_PER_GPU - milli, zero)
-    free_mib = xp.where(present, state.total_mib - mib, zero)
+    free_milli = xp.where(present, MILLI_PER_GPU - t.milli, zero)
+    free_mib = xp.where(present, state.total_mib - t.mib, zero)
     live = xp.asarray([n is not None for n in state.nodes] + [False] * (state.capacity - len(state.nodes)))
+    zero_row = xp.zeros_like(t.cpu)
+    free_scalar = state.free_scalar - (state.total_scalar - t.scalar)
     return bool(
         xp.all(xp.astype(state.free_milli, xp.int64) == free_milli)
         and xp.all(state.free_mib == free_mib)
-        and xp.all(xp.where(live, state.free_cpu - (state.total_cpu - cpu), xp.zeros_like(cpu)) == 0)
-        and xp.all(xp.where(live, state.free_mem - (state.total_mem - mem), xp.zeros_like(mem)) == 0)
+        and xp.all(xp.where(live, state.free_cpu - (state.total_cpu - t.cpu), zero_row) == 0)
+        and xp.all(xp.where(live, state.free_mem - (state.total_mem - t.mem), zero_row) == 0)
+        and xp.all(xp.where(live, state.free_pods - (state.total_pods - t.pods), zero_row) == 0)
+        and xp.all(xp.where(live[:, None], free_scalar, xp.zeros_like(free_scalar)) == 0)
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.api.limits import MAX_PODS_PER_NODE
 from scheduler.model.types import GPUShare, NodeInfo, Placement
 from scheduler.state.backend import ArrayNamespace
 from scheduler.state.bulk import placement_totals
@@ -26,6 +27,8 @@ from scheduler.state.row_view import RowView
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 # Rows changed are logged (one entry per version) up to this many; older questions get None.
 _CHANGE_LOG_MAX = 1 << 16
+# The pod slots of a node that does not say how many pods it takes (a simulated node): never the limit.
+UNLIMITED_PODS = MAX_PODS_PER_NODE << 20
 
 
 class OvercommitError(RuntimeError):
@@ -51,6 +54,7 @@ class ClusterState:
         self.models = Codebook()
         self.labels = Codebook()
         self.taints = Codebook()
+        self.scalars = Codebook()  # resource names: the columns of free_scalar / total_scalar
         self.domains = DomainColumns()  # topology levels: the columns of `domain`
         self._journal: list[_JournalEntry] = []
         self.version = 0  # bumped on every change of a row; lets callers cache derived values
@@ -60,10 +64,10 @@ class ClusterState:
         # Per row: GPU slots the node no longer has (its GPU count dipped) that pods still hold: kept present
         # but unhealthy, so their holdings stay in the arrays and nothing new goes there; retired once free.
         self.draining: dict[int, set[int]] = {}
-        self._allocate(max(capacity, 1), label_cols=8, taint_cols=4)
+        self._allocate(max(capacity, 1), label_cols=8, taint_cols=4, scalar_cols=2)
 
     # ----------------------------------------------------------------------------------------- storage
-    def _allocate(self, rows: int, *, label_cols: int, taint_cols: int) -> None:
+    def _allocate(self, rows: int, *, label_cols: int, taint_cols: int, scalar_cols: int) -> None:
         xp, g = self.xp, self.max_gpus
         i32 = xp.int32
         self.free_milli = xp.zeros((rows, g), dtype=i32)
@@ -76,6 +80,12 @@ class ClusterState:
         self.free_mem = xp.zeros((rows,), dtype=xp.int64)
         self.total_cpu = xp.zeros((rows,), dtype=xp.int64)
         self.total_mem = xp.zeros((rows,), dtype=xp.int64)
+        # One slot per pod (allocatable `pods`), and every other resource a node advertises (a column per
+        # name in `scalars`: ephemeral-storage, hugepages, extended resources; 0 where a node has none).
+        self.free_pods = xp.zeros((rows,), dtype=xp.int64)
+        self.total_pods = xp.zeros((rows,), dtype=xp.int64)
+        self.free_scalar = xp.zeros((rows, scalar_cols), dtype=xp.int64)
+        self.total_scalar = xp.zeros((rows, scalar_cols), dtype=xp.int64)
         self.model = xp.full((rows,), -1, dtype=i32)
         self.valid = xp.zeros((rows,), dtype=xp.bool)
         self.label_matrix = xp.zeros((rows, label_cols), dtype=xp.bool)
@@ -106,6 +116,13 @@ class ClusterState:
         for name in ("free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy"):
             self._grow_cols(name, gpus)
         self.max_gpus = gpus
+
+    def _scalar_column(self, name: str) -> int:
+        """The column of resource `name` in free_scalar and total_scalar (both grown together)."""
+        col = self._column(self.scalars, "free_scalar", name)
+        if self.total_scalar.shape[1] < self.free_scalar.shape[1]:
+            self._grow_cols("total_scalar", self.free_scalar.shape[1])
+        return col
 
     def _column(self, book: Codebook, matrix: str, name: str) -> int:
         col = book.code(name)
@@ -170,13 +187,19 @@ class ClusterState:
         ]
         alloc_cpu = int(self.total_cpu[row]) - int(self.free_cpu[row])
         alloc_mem = int(self.total_mem[row]) - int(self.free_mem[row])
+        alloc_pods = int(self.total_pods[row]) - int(self.free_pods[row])
+        alloc_scalar = self.total_scalar[row, :] - self.free_scalar[row, :]
         self.nodes[row] = node
         self._write_node(row, node, alloc_milli=(alloc_milli, alloc_mib, alloc_cpu, alloc_mem))
+        self.free_pods[row] = int(self.free_pods[row]) - alloc_pods
+        self.free_scalar[row, : alloc_scalar.shape[0]] -= alloc_scalar
         return row
 
     def _write_node(
         self, row: int, node: NodeInfo, *, alloc_milli: tuple[list[int], list[int], int, int] | None
     ) -> None:
+        """Write the node's capacity; what pods hold is `alloc_milli` (GPUs, CPU, memory) and, for pod
+        slots and other resources, subtracted by the caller (`update_node`)."""
         g = self.max_gpus
         milli_used, mib_used, cpu_used, mem_used = alloc_milli or ([0] * g, [0] * g, 0, 0)
         draining = self.draining.setdefault(row, set())
@@ -206,6 +229,13 @@ class ClusterState:
         self.total_mem[row] = node.memory_mib
         self.free_cpu[row] = node.cpu_milli - cpu_used
         self.free_mem[row] = node.memory_mib - mem_used
+        pods = UNLIMITED_PODS if node.pods is None else node.pods
+        self.total_pods[row] = pods
+        self.free_pods[row] = pods
+        self.total_scalar[row, :] = 0
+        for name, amount in node.scalars:
+            self.total_scalar[row, self._scalar_column(name)] = amount
+        self.free_scalar[row, :] = self.total_scalar[row, :]
         self.model[row] = self.models.code(node.gpu_model) if node.gpu_count else -1
         self.valid[row] = not node.unschedulable
         self.label_matrix[row, :] = False
@@ -232,8 +262,17 @@ class ClusterState:
             arr[row, :] = 0
         self.present[row, :] = False
         self.healthy[row, :] = False
-        for arr in (self.free_cpu, self.free_mem, self.total_cpu, self.total_mem):
+        for arr in (
+            self.free_cpu,
+            self.free_mem,
+            self.total_cpu,
+            self.total_mem,
+            self.free_pods,
+            self.total_pods,
+        ):
             arr[row] = 0
+        self.free_scalar[row, :] = 0
+        self.total_scalar[row, :] = 0
         self.valid[row] = False
         self.model[row] = -1
         self.draining.pop(row, None)
@@ -310,8 +349,18 @@ class ClusterState:
         row = placement.node
         cpu = int(self.free_cpu[row]) - sign * placement.cpu_milli
         mem = int(self.free_mem[row]) - sign * placement.memory_mib
+        pods = int(self.free_pods[row]) - sign
         if sign > 0 and (cpu < 0 or mem < 0):
             raise OvercommitError(f"node {self.node_names[row]}: CPU or memory would be over-committed")
+        if sign > 0 and pods < 0:
+            raise OvercommitError(f"node {self.node_names[row]}: more pods than its allocatable pods")
+        scalars = []
+        for name, amount in placement.scalars:
+            col = self._scalar_column(name)
+            left = int(self.free_scalar[row, col]) - sign * amount
+            if sign > 0 and left < 0:
+                raise OvercommitError(f"node {self.node_names[row]}: {name} would be over-committed")
+            scalars.append((col, left))
         updates = []
         for share in placement.gpus:
             s = share.slot
@@ -329,6 +378,9 @@ class ClusterState:
             self.free_mib[row, s] = mib
         self.free_cpu[row] = cpu
         self.free_mem[row] = mem
+        self.free_pods[row] = pods
+        for col, left in scalars:
+            self.free_scalar[row, col] = left
         self._touch(row)
 
     def apply(self, placement: Placement, sign: int = 1) -> None:
@@ -393,11 +445,17 @@ class ClusterState:
         if not placements:
             return
         xp, shape = self.xp, (self.capacity, self.max_gpus)
-        d_milli, d_mib, d_cpu, d_mem, rows = placement_totals(xp, placements, shape)
+        for pl in placements:  # every resource named has its column before the totals are made
+            for name, _ in pl.scalars:
+                self._scalar_column(name)
+        t = placement_totals(xp, placements, shape, self.scalars, int(self.free_scalar.shape[1]))
+        d_milli, d_mib, d_cpu, d_mem, rows = t.milli, t.mib, t.cpu, t.mem, t.rows
         free_milli = xp.astype(self.free_milli, xp.int64) - sign * d_milli
         free_mib = self.free_mib - sign * d_mib
         free_cpu = self.free_cpu - sign * d_cpu
         free_mem = self.free_mem - sign * d_mem
+        free_pods = self.free_pods - sign * t.pods
+        free_scalar = self.free_scalar - sign * t.scalar
         used_cell = d_milli > 0
         bad = (
             xp.any(used_cell & ~self.present)
@@ -407,11 +465,14 @@ class ClusterState:
             | xp.any(free_mib > self.total_mib)
             | (xp.any(free_cpu < 0) if sign > 0 else False)
             | (xp.any(free_mem < 0) if sign > 0 else False)
+            | (xp.any((free_pods < 0) & (t.pods > 0)) if sign > 0 else False)
+            | (xp.any((free_scalar < 0) & (t.scalar > 0)) if sign > 0 else False)
         )
         if bool(bad):
             raise OvercommitError(f"{len(placements)} placements at once would over-commit a node")
         self.free_milli = xp.astype(free_milli, self.free_milli.dtype)
         self.free_mib, self.free_cpu, self.free_mem = free_mib, free_cpu, free_mem
+        self.free_pods, self.free_scalar = free_pods, free_scalar
         for row in rows:
             self._touch(row)
 

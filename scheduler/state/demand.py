@@ -22,6 +22,8 @@ class PodDemand:
     models: frozenset[str] | None = None
     selector: tuple[str, ...] = ()  # "key=value" node labels required
     tolerations: tuple[Toleration, ...] = ()
+    # Every other resource it requests (ephemeral-storage, hugepages, extended resources), by name.
+    scalars: tuple[tuple[str, int], ...] = ()
 
     @property
     def whole(self) -> bool:
@@ -57,4 +59,5 @@ def demand_for(pod: PodInfo) -> PodDemand:
         # The GPU-model label is matched through `models` (a clearer reason when it fails).
         selector=tuple(sorted(f"{k}={v}" for k, v in pod.node_selector.items() if k != GPU_PRODUCT_LABEL)),
         tolerations=pod.tolerations,
+        scalars=pod.scalars,
     )

@@ -17,7 +17,7 @@ Array = Any
 # Per-row arrays (first axis: node rows), in the order `ClusterState` allocates them.
 ROW_ARRAYS = (
     "free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy", "free_cpu",
-    "free_mem", "total_cpu", "total_mem", "model", "valid", "label_matrix", "taint_matrix", "row_version",
+    "free_mem", "total_cpu", "total_mem", "free_pods", "total_pods", "free_scalar", "total_scalar", "model", "valid", "label_matrix", "taint_matrix", "row_version",
     "domain",
 )  # fmt: skip
 
@@ -42,6 +42,10 @@ class NodeArrays(Protocol):
     def labels(self) -> Codebook: ...
     @property
     def taints(self) -> Codebook: ...
+    @property
+    def scalars(self) -> Codebook:
+        """Resource names other than cpu, memory and GPUs: the columns of free_scalar / total_scalar."""
+        ...
 
     # per GPU: int[R, G] / bool[R, G]
     @property
@@ -66,6 +70,20 @@ class NodeArrays(Protocol):
     def total_cpu(self) -> Array: ...
     @property
     def total_mem(self) -> Array: ...
+    @property
+    def free_pods(self) -> Array:
+        """int64[R]: pod slots left (allocatable `pods` less the pods there)."""
+        ...
+
+    @property
+    def total_pods(self) -> Array: ...
+    @property
+    def free_scalar(self) -> Array:
+        """int64[R, K]: what is left of each other resource (a column per name in `scalars`)."""
+        ...
+
+    @property
+    def total_scalar(self) -> Array: ...
     @property
     def model(self) -> Array: ...
     @property

@@ -43,6 +43,10 @@ class RowView:
     free_mem = _Rows()
     total_cpu = _Rows()
     total_mem = _Rows()
+    free_pods = _Rows()
+    total_pods = _Rows()
+    free_scalar = _Rows()
+    total_scalar = _Rows()
     model = _Rows()
     valid = _Rows()
     label_matrix = _Rows()
@@ -60,6 +64,7 @@ class RowView:
         self.models: Codebook = state.models
         self.labels: Codebook = state.labels
         self.taints: Codebook = state.taints
+        self.scalars: Codebook = state.scalars
         first = rows[0] if rows else 0
         contiguous = rows == list(range(first, first + len(rows)))
         self._slice = slice(first, first + len(rows)) if contiguous else None
