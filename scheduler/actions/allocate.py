@@ -74,9 +74,17 @@ def _schedulable(session: Session) -> list[Job]:
         for p in job.pending:
             if p.error:
                 session.set_reason(p, Reason.INVALID_REQUEST, p.error)
+        for p in job.pending:
+            if p.gates and not p.error:
+                session.set_reason(
+                    p, Reason.SCHEDULING_GATED, f"waits for its scheduling gates: {', '.join(p.gates)}"
+                )
         job.reserved += [p for p in job.pending if p.uid in session.pipelined]  # placed, waiting for victims
         job.invalid = [p for p in job.pending if p.error]
-        job.pending = [p for p in job.pending if not p.error and p.uid not in session.pipelined]
+        job.pending = [
+            p for p in job.pending if not p.error and not p.gates and p.uid not in session.pipelined
+        ]
+
         if not job.pending:
             continue
         if (err := session.tree.leaf_error(job.queue)) is not None:

@@ -56,7 +56,8 @@ def empty_capacity(state: NodeArrays, d: PodDemand) -> Array:
     pod slots and every other resource)."""
     xp = state.xp
     c = node_checks(state, d)
-    ok = c.usable & c.model
+    ok = c.placeable()
+
     big = 1 << 30
     n = xp.full(state.valid.shape, big, dtype=xp.int64)
     if d.cpu_milli:

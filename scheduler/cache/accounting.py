@@ -45,8 +45,9 @@ def from_assignment(state: ClusterState, pod: PodInfo, row: int) -> Placement | 
         for g in a.gpus
     )
     return Placement(
-        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars
-    )
+        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars,
+        ports=pod.constraints.host_ports,
+    )  # fmt: skip
 
 
 def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
@@ -62,5 +63,6 @@ def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | Non
         return None
     shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])
     return Placement(
-        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars
-    )
+        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars,
+        ports=pod.constraints.host_ports,
+    )  # fmt: skip

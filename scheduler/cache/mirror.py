@@ -204,8 +204,8 @@ class ClusterMirror:
         """Node `name` takes no new pod; what runs there stays accounted."""
         row = self.state.row_of(name)
         node = self.state.nodes[row] if row is not None else None
-        if node is not None and not node.unschedulable:
-            self.state.update_node(replace(node, unschedulable=True))
+        if node is not None and node.usable:
+            self.state.update_node(replace(node, usable=False))
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
         self.gpu_identities.on_report(self.state, ev.type, ev.obj)

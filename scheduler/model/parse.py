@@ -44,8 +44,10 @@ from scheduler.api.limits import (
 )
 from scheduler.api.priority import resolve_priority
 from scheduler.api.quantity import InvalidQuantity, parse_quantity
+from scheduler.model.constraints import NO_CONSTRAINTS, PodConstraints, parse_constraints
 from scheduler.model.gpu_memory import memory_from_product
 from scheduler.model.requests import aggregate, container_requests, pod_requests
+from scheduler.model.selectors import InvalidSelector
 from scheduler.model.types import NodeInfo, PodInfo, PodPhase, Taint, Toleration
 
 Obj = Mapping[str, Any]
@@ -399,7 +401,13 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         priority_value if isinstance(priority_value, int) and not isinstance(priority_value, bool) else None,
     )
     selector = _strings(spec.get("nodeSelector"), "spec.nodeSelector")
-    models = frozenset({selector[GPU_PRODUCT_LABEL]}) if GPU_PRODUCT_LABEL in selector else None
+    constraints = NO_CONSTRAINTS
+    if _has_constraints(spec):
+        try:
+            constraints = parse_constraints(spec, namespace, name, labels)
+        except InvalidSelector as exc:
+            error = error or str(exc)
+    models = gpu_models(selector, constraints)
     tolerations = tuple(
         Toleration(
             key=str(t.get("key") or ""),
@@ -422,6 +430,11 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         scalars=scalars,
         node_selector=selector,
         tolerations=tolerations,
+        constraints=constraints,
+        gates=tuple(
+            str(g.get("name") or "") for g in _items(spec.get("schedulingGates"), "spec.schedulingGates")
+        ),
+        labels=labels,
         gpu_models=models,
         group=pod_group(namespace, annotations),
         created_s=_created_s(meta),
@@ -435,6 +448,40 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         grace_s=_grace_s(spec),
         controlled=has_controller(meta),
     )
+
+
+_CONSTRAINT_FIELDS = ("affinity", "topologySpreadConstraints", "volumes", "hostNetwork")
+
+
+def _has_constraints(spec: Obj) -> bool:
+    """Whether the spec has any field `parse_constraints` reads (most pods have none: skip the walk)."""
+    if any(spec.get(f) for f in _CONSTRAINT_FIELDS):
+        return True
+    return any(
+        isinstance(c, Mapping) and c.get("ports")
+        for kind in ("containers", "initContainers")
+        for c in (spec.get(kind) or ())
+    )
+
+
+def gpu_models(selector: Mapping[str, str], constraints: PodConstraints) -> frozenset[str] | None:
+    """The GPU models the pod may run on, from its node selector and its required node affinity (when
+    every term names the models with `In`); None: any. The filter checks the full affinity anyway; this
+    only names the models (for the reason, and for placements that keep scarce models free)."""
+    models = frozenset({selector[GPU_PRODUCT_LABEL]}) if GPU_PRODUCT_LABEL in selector else None
+    terms = constraints.required_nodes
+    if not terms:
+        return models
+    named: set[str] = set()
+    for term in terms:
+        ins = [r for r in term.expressions if r.key == GPU_PRODUCT_LABEL and r.operator == "In"]
+        if not term.valid or not ins:
+            return models
+        allowed = set(ins[0].values)
+        for r in ins[1:]:
+            allowed &= set(r.values)
+        named |= allowed
+    return frozenset(named) if models is None else models & frozenset(named)
 
 
 def has_controller(meta: Mapping[str, Any]) -> bool:

@@ -18,17 +18,24 @@ def explain_unschedulable(state: NodeArrays, d: PodDemand) -> str:
     E.g. "no node fits 500 milli of a GPU (model A100): 12 nodes lack 1 GPU with room, 3 short of CPU".
     """
     xp = state.xp
-    live = state.valid
+    live = state.valid | state.cordoned
     total = _count(xp, live)
     if total == 0:
         return "no schedulable node in the cluster"
     c = node_checks(state, d)
     parts: list[str] = []
     remaining = live
-    excluded = remaining & ~c.usable
-    if (n := _count(xp, excluded)) > 0:
-        parts.append(f"{n} excluded by node selector or taints")
-    remaining = remaining & c.usable
+    # kube-scheduler's words for the filters it shares (NodeUnschedulable ... NodePorts)
+    for mask, label in (
+        (c.usable, "node(s) were unschedulable"),
+        (c.taints, "node(s) had untolerated taint(s)"),
+        (c.affinity, "node(s) didn't match Pod's node affinity/selector"),
+        (c.ports, "node(s) didn't have free ports for the requested pod ports"),
+    ):
+        if (n := _count(xp, remaining & ~mask)) > 0:
+            parts.append(f"{n} {label}")
+        remaining = remaining & mask
+
     if d.uses_gpu:
         excluded = remaining & ~c.model
         if (n := _count(xp, excluded)) > 0:
@@ -50,4 +57,5 @@ def explain_unschedulable(state: NodeArrays, d: PodDemand) -> str:
                 room = f"{d.num_gpus} {'free GPUs' if d.whole else 'GPUs with room'}"
             parts.append(f"{n} lack {room}")
     detail = "; ".join(parts) if parts else "capacity taken by pods placed earlier this cycle"
-    return f"no node fits {d.describe()} (of {total} nodes: {detail})"
+    what = d.describe() if d.uses_gpu else "the pod"
+    return f"no node fits {what} (of {total} nodes: {detail})"

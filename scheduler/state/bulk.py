@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.model.types import Placement
 from scheduler.state.backend import ArrayNamespace
 from scheduler.state.codebook import Codebook
+
+
+class Books(Protocol):
+    """The state's codebooks and port matrix, as the totals need them."""
+
+    @property
+    def scalars(self) -> Codebook: ...
+    @property
+    def ports(self) -> Codebook: ...
+    @property
+    def port_use(self) -> Any: ...
 
 
 def segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]], size: int) -> list[Any]:
@@ -45,14 +56,18 @@ class Totals:
     mem: Any  # int64[R] MiB
     pods: Any  # int64[R]: one slot per placement
     scalar: Any  # int64[R, K]: other resources, by the columns of the state's `scalars` codebook
+    port: Any  # int64[R, P]: host ports bound, by the columns of the state's `ports` codebook
     rows: list[int]  # the rows touched, ascending
 
 
 def placement_totals(
-    xp: ArrayNamespace, placements: list[Placement], shape: tuple[int, int], scalars: Codebook, width: int
+    xp: ArrayNamespace, placements: list[Placement], shape: tuple[int, int], books: Books, width: int
 ) -> Totals:
     """What `placements` take in all over the state's `shape` (rows, GPU slots) and `width` columns of
-    other resources. Every resource the placements name must have a column in `scalars`."""
+    other resources. Every resource and port the placements name must have a column in `books`."""
+    scalars, ports = books.scalars, books.ports
+    port_width = int(books.port_use.shape[1])
+    p_keys: list[int] = []
     rows_n, g = shape
     keys: list[int] = []
     milli: list[int] = []
@@ -77,19 +92,20 @@ def placement_totals(
             assert col is not None, name
             s_keys.append(pl.node * width + col)
             s_amount.append(amount)
+        for code in pl.ports:
+            col = ports.get(code)
+            assert col is not None, code
+            p_keys.append(pl.node * port_width + col)
     d_milli, d_mib = segment_totals(xp, keys, [milli, mib], rows_n * g)
     d_cpu, d_mem, d_pods = segment_totals(xp, rows, [cpu, mem, ones], rows_n)
     (d_scalar,) = segment_totals(xp, s_keys, [s_amount], rows_n * width)
     d_scalar = xp.reshape(d_scalar, (rows_n, width))
+    (d_port,) = segment_totals(xp, p_keys, [[1] * len(p_keys)], rows_n * port_width)
+    d_port = xp.reshape(d_port, (rows_n, port_width))
     return Totals(
-        xp.reshape(d_milli, shape),
-        xp.reshape(d_mib, shape),
-        d_cpu,
-        d_mem,
-        d_pods,
-        d_scalar,
+        xp.reshape(d_milli, shape), xp.reshape(d_mib, shape), d_cpu, d_mem, d_pods, d_scalar, d_port,
         sorted(set(rows)),
-    )
+    )  # fmt: skip
 
 
 def arrays_agree(state: Any, placements: list[Placement]) -> bool:
@@ -97,7 +113,7 @@ def arrays_agree(state: Any, placements: list[Placement]) -> bool:
     node row: the check that a failure left nothing behind in the arrays that the holdings do not explain."""
     xp = state.xp
     shape = (state.capacity, state.max_gpus)
-    t = placement_totals(xp, placements, shape, state.scalars, int(state.free_scalar.shape[1]))
+    t = placement_totals(xp, placements, shape, state, int(state.free_scalar.shape[1]))
     present = state.present
     zero = xp.zeros(shape, dtype=xp.int64)
     free_milli = xp.where(present, MILLI_PER_GPU - t.milli, zero)
@@ -112,4 +128,5 @@ def arrays_agree(state: Any, placements: list[Placement]) -> bool:
         and xp.all(xp.where(live, state.free_mem - (state.total_mem - t.mem), zero_row) == 0)
         and xp.all(xp.where(live, state.free_pods - (state.total_pods - t.pods), zero_row) == 0)
         and xp.all(xp.where(live[:, None], free_scalar, xp.zeros_like(free_scalar)) == 0)
+        and xp.all(xp.astype(state.port_use, xp.int64) == t.port)
     )

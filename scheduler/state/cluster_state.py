@@ -18,13 +18,11 @@ from scheduler.api.limits import MAX_PODS_PER_NODE
 from scheduler.model.types import GPUShare, NodeInfo, Placement
 from scheduler.state.backend import ArrayNamespace
 from scheduler.state.bulk import placement_totals
-from scheduler.state.codebook import Codebook
+from scheduler.state.codebook import Codebook, LabelBook, TaintBook
 from scheduler.state.domains import DomainColumns
 from scheduler.state.node_arrays import ROW_ARRAYS
 from scheduler.state.row_view import RowView
 
-# Only these taint effects keep pods away at scheduling time.
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 # Rows changed are logged (one entry per version) up to this many; older questions get None.
 _CHANGE_LOG_MAX = 1 << 16
 # The pod slots of a node that does not say how many pods it takes (a simulated node): never the limit.
@@ -52,8 +50,9 @@ class ClusterState:
         self.nodes: list[NodeInfo | None] = []
         self._free_rows: list[int] = []
         self.models = Codebook()
-        self.labels = Codebook()
-        self.taints = Codebook()
+        self.labels = LabelBook()
+        self.taints = TaintBook()
+        self.ports = Codebook()  # host ports in use ("protocol/port/hostIP"): the columns of port_use
         self.scalars = Codebook()  # resource names: the columns of free_scalar / total_scalar
         self.domains = DomainColumns()  # topology levels: the columns of `domain`
         self._journal: list[_JournalEntry] = []
@@ -64,10 +63,12 @@ class ClusterState:
         # Per row: GPU slots the node no longer has (its GPU count dipped) that pods still hold: kept present
         # but unhealthy, so their holdings stay in the arrays and nothing new goes there; retired once free.
         self.draining: dict[int, set[int]] = {}
-        self._allocate(max(capacity, 1), label_cols=8, taint_cols=4, scalar_cols=2)
+        self._allocate(max(capacity, 1), label_cols=8, taint_cols=4, scalar_cols=2, port_cols=2)
 
     # ----------------------------------------------------------------------------------------- storage
-    def _allocate(self, rows: int, *, label_cols: int, taint_cols: int, scalar_cols: int) -> None:
+    def _allocate(
+        self, rows: int, *, label_cols: int, taint_cols: int, scalar_cols: int, port_cols: int
+    ) -> None:
         xp, g = self.xp, self.max_gpus
         i32 = xp.int32
         self.free_milli = xp.zeros((rows, g), dtype=i32)
@@ -87,7 +88,10 @@ class ClusterState:
         self.free_scalar = xp.zeros((rows, scalar_cols), dtype=xp.int64)
         self.total_scalar = xp.zeros((rows, scalar_cols), dtype=xp.int64)
         self.model = xp.full((rows,), -1, dtype=i32)
-        self.valid = xp.zeros((rows,), dtype=xp.bool)
+        self.valid = xp.zeros((rows,), dtype=xp.bool)  # live, usable and not cordoned
+        self.cordoned = xp.zeros((rows,), dtype=xp.bool)  # live and usable, but spec.unschedulable
+        # pods per row binding each host port (a column per "protocol/port/hostIP" in `ports`)
+        self.port_use = xp.zeros((rows, port_cols), dtype=xp.int32)
         self.label_matrix = xp.zeros((rows, label_cols), dtype=xp.bool)
         self.taint_matrix = xp.zeros((rows, taint_cols), dtype=xp.bool)
         # per topology level, the node's domain code (-1: outside that topology); see state/domains.py
@@ -95,6 +99,7 @@ class ClusterState:
         # version at which each row last changed: a cache compares it with the version it saw last and
         # re-scores only the rows that moved since (an array op, no per-consumer bookkeeping here)
         self.row_version = xp.zeros((rows,), dtype=xp.int64)
+        self.row_id = xp.arange(rows, dtype=xp.int64)  # each row's own index (a RowView gathers it)
         self.capacity = rows
 
     def _grow_rows(self, rows: int) -> None:
@@ -104,6 +109,8 @@ class ClusterState:
             pad_shape = (rows - old.shape[0], *old.shape[1:])
             fill = -1 if name in ("model", "domain") else 0
             pad = xp.full(pad_shape, fill, dtype=old.dtype)
+            if name == "row_id":
+                pad = xp.arange(old.shape[0], rows, dtype=old.dtype)
             setattr(self, name, xp.concat([old, pad], axis=0))
         self.capacity = rows
 
@@ -237,16 +244,16 @@ class ClusterState:
             self.total_scalar[row, self._scalar_column(name)] = amount
         self.free_scalar[row, :] = self.total_scalar[row, :]
         self.model[row] = self.models.code(node.gpu_model) if node.gpu_count else -1
-        self.valid[row] = not node.unschedulable
+        self.valid[row] = node.usable and not node.unschedulable
+        self.cordoned[row] = node.usable and node.unschedulable
         self.label_matrix[row, :] = False
         for k, v in node.labels.items():
             col = self._column(self.labels, "label_matrix", f"{k}={v}")  # may grow (replace) the matrix
             self.label_matrix[row, col] = True
         self.taint_matrix[row, :] = False
-        for taint in node.taints:
-            if taint.effect in _BLOCKING_EFFECTS:
-                col = self._column(self.taints, "taint_matrix", taint.code)
-                self.taint_matrix[row, col] = True
+        for taint in node.taints:  # every effect: PreferNoSchedule ones are scored, not filtered
+            col = self._column(self.taints, "taint_matrix", taint.code)
+            self.taint_matrix[row, col] = True
         for col, code in enumerate(self.domains.codes(node.labels)):
             self.domain[row, col] = code
         self.node_epoch += 1
@@ -273,7 +280,9 @@ class ClusterState:
             arr[row] = 0
         self.free_scalar[row, :] = 0
         self.total_scalar[row, :] = 0
+        self.port_use[row, :] = 0
         self.valid[row] = False
+        self.cordoned[row] = False
         self.model[row] = -1
         self.draining.pop(row, None)
         self.domain[row, :] = -1
@@ -381,6 +390,9 @@ class ClusterState:
         self.free_pods[row] = pods
         for col, left in scalars:
             self.free_scalar[row, col] = left
+        for code in placement.ports:
+            col = self._column(self.ports, "port_use", code)
+            self.port_use[row, col] = int(self.port_use[row, col]) + sign
         self._touch(row)
 
     def apply(self, placement: Placement, sign: int = 1) -> None:
@@ -445,10 +457,12 @@ class ClusterState:
         if not placements:
             return
         xp, shape = self.xp, (self.capacity, self.max_gpus)
-        for pl in placements:  # every resource named has its column before the totals are made
+        for pl in placements:  # every resource and port named has its column before the totals are made
             for name, _ in pl.scalars:
                 self._scalar_column(name)
-        t = placement_totals(xp, placements, shape, self.scalars, int(self.free_scalar.shape[1]))
+            for code in pl.ports:
+                self._column(self.ports, "port_use", code)
+        t = placement_totals(xp, placements, shape, self, int(self.free_scalar.shape[1]))
         d_milli, d_mib, d_cpu, d_mem, rows = t.milli, t.mib, t.cpu, t.mem, t.rows
         free_milli = xp.astype(self.free_milli, xp.int64) - sign * d_milli
         free_mib = self.free_mib - sign * d_mib
@@ -473,6 +487,7 @@ class ClusterState:
         self.free_milli = xp.astype(free_milli, self.free_milli.dtype)
         self.free_mib, self.free_cpu, self.free_mem = free_mib, free_cpu, free_mem
         self.free_pods, self.free_scalar = free_pods, free_scalar
+        self.port_use = xp.astype(self.port_use + sign * t.port, self.port_use.dtype)
         for row in rows:
             self._touch(row)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler.api.keys import GPU_PRODUCT_LABEL, MILLI_PER_GPU
+from scheduler.model.selectors import NodeSelectorTerm
 from scheduler.model.types import PodInfo, Toleration
 
 
@@ -24,6 +25,9 @@ class PodDemand:
     tolerations: tuple[Toleration, ...] = ()
     # Every other resource it requests (ephemeral-storage, hugepages, extended resources), by name.
     scalars: tuple[tuple[str, int], ...] = ()
+    # Required node affinity (the OR of its terms); None: none.
+    node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    host_ports: tuple[str, ...] = ()  # "protocol/port/hostIP" it binds
 
     @property
     def whole(self) -> bool:
@@ -60,4 +64,6 @@ def demand_for(pod: PodInfo) -> PodDemand:
         selector=tuple(sorted(f"{k}={v}" for k, v in pod.node_selector.items() if k != GPU_PRODUCT_LABEL)),
         tolerations=pod.tolerations,
         scalars=pod.scalars,
+        node_terms=pod.constraints.required_nodes,
+        host_ports=pod.constraints.host_ports,
     )
