@@ -47,16 +47,20 @@ def try_place_job(
         if limit is not None and placed == limit:
             break
         d = demand_for(pod)
-        msg = unplaceable.get(d)
+        # Inter-pod rules depend on the pod, not only its demand, and a placement can satisfy them (affinity):
+        # such a pod is never taken for an identical one that failed.
+        interpod = session.cache.pod_topology.applies(d)
+        msg = None if interpod else unplaceable.get(d)
         t0 = time.perf_counter()
         pl = None if msg is not None else session.place(d)
         t1 = time.perf_counter()
         session.add_time("scoring", t1 - t0)
         if pl is None:
             if msg is None:
-                msg = explain_unschedulable(session.state, d)
-                if not tx.ops:
+                msg = explain_unschedulable(session.state, d, session.cache.pod_topology.checks(d))
+                if not tx.ops and not interpod:
                     unplaceable[d] = msg
+
             session.set_reason(pod, Reason.UNSCHEDULABLE, msg)
             if placed + (len(job.pending) - i - 1) < job.need:
                 break  # the gang can no longer reach minMember

@@ -24,6 +24,7 @@ from scheduler.cache.inflight import InFlight
 from scheduler.cache.job_index import JobIndex
 from scheduler.cache.ledger import Ledger
 from scheduler.cache.mirror import ClusterMirror
+from scheduler.cache.pod_topology import PodTopology
 from scheduler.model.types import Placement, PodInfo
 from scheduler.state.backend import ArrayNamespace
 from scheduler.state.cluster_state import ClusterState
@@ -56,6 +57,10 @@ class Cache:
     @property
     def xp(self) -> ArrayNamespace:
         return self.ledger.state.xp
+
+    @property
+    def pod_topology(self) -> PodTopology:
+        return self.mirror.pod_topology
 
     @property
     def pods(self) -> dict[str, PodInfo]:

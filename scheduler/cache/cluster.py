@@ -16,7 +16,8 @@ from scheduler.api.queue import QueueStatus
 from scheduler.model.reasons import Reason
 from scheduler.model.types import PodInfo
 
-Kind = Literal["Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "PriorityClass", "Topology"]
+Kind = Literal["Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "PriorityClass", "Topology", "Namespace"]
+
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 

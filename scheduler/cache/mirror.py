@@ -30,7 +30,8 @@ from scheduler.cache.containment import failure, invalid_pod, object_name, one_l
 from scheduler.cache.error_log import ErrorLog, Problems
 from scheduler.cache.gpu_identity import GPUIdentities
 from scheduler.cache.job_index import JobIndex
-from scheduler.cache.ledger import Ledger
+from scheduler.cache.ledger import Holding, Ledger
+from scheduler.cache.pod_topology import PodTopology
 from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
 from scheduler.model.jobs import job_key
 from scheduler.model.parse import InvalidObject, parse_node, parse_pod
@@ -63,6 +64,11 @@ class ClusterMirror:
         self.awaiting_node: dict[str, set[str]] = {}
         # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
         self._deferred: dict[str, tuple[PodInfo, Placement]] = {}
+        self.uid_by_key: dict[str, str] = {}  # namespace/name -> uid of the pods above
+        self.namespaces: dict[str, dict[str, str]] = {}  # namespace -> its labels (namespace selectors)
+        # Where pods are, as inter-pod affinity and spread count them: told of every holding change.
+        self.pod_topology = PodTopology(self.state, self.pod_for, self.namespaces)
+        ledger.add_pod_listener(self.pod_topology)
         self._max_mem: int | None = None
         self._max_mem_key = -1
 
@@ -77,6 +83,8 @@ class ClusterMirror:
                     self._on_node(ev)
                 elif ev.kind == "GPUNodeReport":
                     self._on_gpunodereport(ev)
+                elif ev.kind == "Namespace":
+                    self._on_namespace(ev)
                 elif ev.kind in SPEC_KINDS:
                     self.specs.apply(ev, self.index)
             except (
@@ -212,7 +220,34 @@ class ClusterMirror:
         for name in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
             self._mask(name)
 
+    def _on_namespace(self, ev: WatchEvent) -> None:
+        """A namespace's labels are what affinity terms' namespace selectors match."""
+        name = object_name(ev.obj)
+        meta = ev.obj.get("metadata") or {}
+        labels = (
+            None if ev.type == "DELETED" else {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        )
+        if self.namespaces.get(name) == labels:
+            return
+        if labels is None:
+            self.namespaces.pop(name, None)
+        else:
+            self.namespaces[name] = labels
+        self.pod_topology.namespaces_changed()
+
     # ------------------------------------------------------------------------------------------ pods
+    def pod_for(self, key: str, holding: Holding) -> PodInfo | None:
+        """The pod a ledger holding is of: by uid, or, for a reserved place, the pipelined pod or the pod
+        being moved (by namespace/name)."""
+        pod = self.pods.get(key)
+        if pod is not None:
+            return pod
+        res = holding.reservation
+        if res is not None:
+            uid = res.uid or self.uid_by_key.get(res.pod_key)
+            return self.pods.get(uid) if uid is not None else None
+        return None
+
     def _on_pod(self, ev: WatchEvent) -> None:
         if (echoed := bind_echo(ev, self.pods, self.ledger)) is not None:
             self.index.touch(job_key(echoed))  # its job's pods changed phase (see bind_echo.py)
@@ -247,6 +282,11 @@ class ClusterMirror:
             pod = self._as_admitted(pod, old)
         self.index.index(pod, old)
         self.pods[pod.uid] = pod
+        self.uid_by_key[pod.key] = pod.uid
+        if old is not None and old.labels != pod.labels:  # inter-pod rules count it by its labels
+            for table in (self.ledger.pods, self.ledger.releasing):
+                if pod.uid in table:
+                    self.pod_topology.refresh(pod.uid, table[pod.uid])
         if pod.holds_resources:
             if pod.uid in self.ledger.releasing:
                 pass  # evicted, still terminating: it stays releasing until it is gone
@@ -282,6 +322,8 @@ class ClusterMirror:
         old = self.pods.pop(uid, None)
         if old is not None:
             self.index.unindex(old)
+            if self.uid_by_key.get(old.key) == uid:
+                del self.uid_by_key[old.key]
         self.ledger.release(uid)
 
     # ------------------------------------------------------------------------------------ accounting

@@ -196,10 +196,19 @@ class Session:
             self._exclude = None
 
     def excluded(self, d: PodDemand) -> Array | None:
-        """bool[C]: rows `d` may not use this cycle (None when there are none)."""
+        """bool[C]: rows `d` may not use now (None when there are none): nodes whose GPUs are busy this
+        cycle, and nodes the pod's inter-pod rules refuse with the pods placed so far (affinity,
+        anti-affinity, existing pods' anti-affinity, topology spread: `cache/pod_topology.py`)."""
+        interpod = self.cache.pod_topology.mask(d)
+        locked = self._locked(d)
+        if interpod is None:
+            return locked
+        return ~interpod if locked is None else locked | ~interpod
+
+    def _locked(self, d: PodDemand) -> Array | None:
         if not self.unavailable or not d.uses_gpu:
             return None
-        if self._exclude is None:
+        if self._exclude is None or self._exclude.shape[0] != self.state.capacity:
             xp = self.xp
             mask = xp.zeros((self.state.capacity,), dtype=xp.bool)
             for row in sorted(self.unavailable):

@@ -282,3 +282,19 @@ def parse_constraints(
         host_ports=_host_ports(spec),
         claims=_claims(spec, name),
     )
+
+
+@dataclass(frozen=True)
+class PodScope:
+    """What inter-pod rules need of one pod: its namespace and labels (what other pods' terms and spread
+    selectors see), its node selector (spread's node affinity policy) and its own constraints. Frozen and
+    hashable: every pod of one template has the same."""
+
+    namespace: str
+    labels: tuple[tuple[str, str], ...]
+    node_selector: tuple[tuple[str, str], ...]
+    constraints: PodConstraints
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from scheduler.placement.filters import fit_counts, gpu_fit, node_checks
 from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
@@ -12,8 +15,9 @@ def _count(xp: ArrayNamespace, mask: object) -> int:
     return int(xp.sum(xp.astype(mask, xp.int64)))
 
 
-def explain_unschedulable(state: NodeArrays, d: PodDemand) -> str:
-    """Count, in filter order, how many live nodes each predicate removed.
+def explain_unschedulable(state: NodeArrays, d: PodDemand, extra: Sequence[tuple[str, Any]] = ()) -> str:
+    """Count, in filter order, how many live nodes each predicate removed; `extra`: (reason, bool[N] rows
+    that pass) of the checks after the resources (inter-pod rules, volumes), in their order.
 
     E.g. "no node fits 500 milli of a GPU (model A100): 12 nodes lack 1 GPU with room, 3 short of CPU".
     """
@@ -56,6 +60,11 @@ def explain_unschedulable(state: NodeArrays, d: PodDemand) -> str:
             if d.num_gpus > 1:
                 room = f"{d.num_gpus} {'free GPUs' if d.whole else 'GPUs with room'}"
             parts.append(f"{n} lack {room}")
+        remaining = remaining & fits
+    for label, mask in extra:
+        if (n := _count(xp, remaining & ~mask)) > 0:
+            parts.append(f"{n} {label}")
+        remaining = remaining & mask
     detail = "; ".join(parts) if parts else "capacity taken by pods placed earlier this cycle"
     what = d.describe() if d.uses_gpu else "the pod"
     return f"no node fits {what} (of {total} nodes: {detail})"

@@ -18,7 +18,8 @@ from scheduler.api.kai import is_kai, translate
 from scheduler.api.keys import KAI_SCHEDULER_NAME, SCHEDULER_NAME, TRANSLATED_FROM
 from scheduler.cache.containment import one_line
 
-SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology")
+SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology", "Namespace")
+
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 

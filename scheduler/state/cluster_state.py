@@ -20,6 +20,7 @@ from scheduler.state.backend import ArrayNamespace
 from scheduler.state.bulk import placement_totals
 from scheduler.state.codebook import Codebook, LabelBook, TaintBook
 from scheduler.state.domains import DomainColumns
+from scheduler.state.key_domains import KeyDomains
 from scheduler.state.node_arrays import ROW_ARRAYS
 from scheduler.state.row_view import RowView
 
@@ -55,6 +56,8 @@ class ClusterState:
         self.ports = Codebook()  # host ports in use ("protocol/port/hostIP"): the columns of port_use
         self.scalars = Codebook()  # resource names: the columns of free_scalar / total_scalar
         self.domains = DomainColumns()  # topology levels: the columns of `domain`
+        # Per node label key some pod's affinity or spread names: each row's domain code (key_domains.py).
+        self.key_domains = KeyDomains(xp, 0)
         self._journal: list[_JournalEntry] = []
         self.version = 0  # bumped on every change of a row; lets callers cache derived values
         self._changes: list[int] = []  # the row changed at version _changes_base + 1 + i
@@ -101,6 +104,7 @@ class ClusterState:
         self.row_version = xp.zeros((rows,), dtype=xp.int64)
         self.row_id = xp.arange(rows, dtype=xp.int64)  # each row's own index (a RowView gathers it)
         self.capacity = rows
+        self.key_domains.grow(rows)
 
     def _grow_rows(self, rows: int) -> None:
         xp = self.xp
@@ -113,6 +117,7 @@ class ClusterState:
                 pad = xp.arange(old.shape[0], rows, dtype=old.dtype)
             setattr(self, name, xp.concat([old, pad], axis=0))
         self.capacity = rows
+        self.key_domains.grow(rows)
 
     def _grow_cols(self, name: str, cols: int) -> None:
         old = getattr(self, name)
@@ -241,7 +246,9 @@ class ClusterState:
         self.free_pods[row] = pods
         self.total_scalar[row, :] = 0
         for name, amount in node.scalars:
-            self.total_scalar[row, self._scalar_column(name)] = amount
+            col = self._scalar_column(name)  # may grow (replace) the matrices: before indexing them
+            self.total_scalar[row, col] = amount
+
         self.free_scalar[row, :] = self.total_scalar[row, :]
         self.model[row] = self.models.code(node.gpu_model) if node.gpu_count else -1
         self.valid[row] = node.usable and not node.unschedulable
@@ -256,6 +263,7 @@ class ClusterState:
             self.taint_matrix[row, col] = True
         for col, code in enumerate(self.domains.codes(node.labels)):
             self.domain[row, col] = code
+        self.key_domains.write_row(row, node.labels)
         self.node_epoch += 1
         self._touch(row)
 
@@ -286,9 +294,14 @@ class ClusterState:
         self.model[row] = -1
         self.draining.pop(row, None)
         self.domain[row, :] = -1
+        self.key_domains.write_row(row, None)
         self._free_rows.append(row)
         self.node_epoch += 1
         self._touch(row)
+
+    def key_codes(self, key: str) -> Any:
+        """int32[C]: each row's domain code for node label `key` (-1: no such label); see key_domains.py."""
+        return self.key_domains.codes(key, [n.labels if n is not None else None for n in self.nodes])
 
     def set_topologies(self, topologies: dict[str, tuple[str, ...]]) -> None:
         """Use these topologies (name -> node label keys, outermost first): every node's domain codes

@@ -38,7 +38,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	_ "k8s.io/kubernetes/pkg/apis/core/install"
 	"k8s.io/kubernetes/pkg/features"
@@ -223,7 +222,6 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 		ans.Filtered[name] = verdict{Plugin: st.Plugin(), Code: st.Code().String(), Reasons: st.Reasons()}
 	}
 	sort.Strings(ans.Feasible)
-	_ = fwk.Success
 	return ans, nil
 }
 

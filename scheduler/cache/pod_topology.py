@@ -1,0 +1,328 @@
+"""Where pods are, as inter-pod affinity, anti-affinity and topology spread count them.
+
+A ledger listener: every holding that comes, goes or moves (a watch event, a placement of this cycle, its
+rollback) updates, on its node's row, the count of every selector the pod matches (`counts`: int32[C] per
+selector some pending pod asked about) and of every required anti-affinity term the pod carries
+(`holders`: the existing pods' anti-affinity, which any incoming pod must respect). So a gang's members
+placed earlier in the same transaction count for the next one, and a rollback takes them back out.
+Per-domain figures are derived from these per-row counts by the kernels (`scheduler/placement/interpod.py`)
+with the nodes' domain codes per key (`ClusterState.key_codes`).
+
+Every holding counts: bound, assumed (bind in flight), reserved (a pod's planned place) and releasing (an
+evicted or deleted pod still terminating: kube-scheduler counts it for affinity, not for spread). A
+selector is a conjunction of term scopes (a pod's affinity counts pods matching all its terms); a pod's
+matches are memoised by its namespace, labels and whether it terminates.
+
+`checks(d)` answers, for a pod's demand, kube-scheduler's verdicts in its filter order (PodTopologySpread,
+then InterPodAffinity: affinity, anti-affinity, existing pods' anti-affinity), each a bool[C] over the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.cache.ledger import Holding, HoldKind
+from scheduler.model.constraints import PodAffinityTerm, PodScope
+from scheduler.model.selectors import LabelSelector
+from scheduler.model.types import PodInfo
+from scheduler.placement.interpod import affinity_ok, in_occupied_domain, spread_ok
+from scheduler.placement.node_rules import FILTERED_EFFECTS, terms_mask, untolerated
+from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand
+
+Array = Any
+Labels = tuple[tuple[str, str], ...]
+MAX_SELECTORS = 512  # selectors kept counted; the least recently asked about goes first
+MAX_MASKS = 64  # pods' masks kept between changes
+
+SPREAD_MISSING = "node(s) didn't match pod topology spread constraints (missing required label)"
+SPREAD = "node(s) didn't match pod topology spread constraints"
+AFFINITY = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Pods one term reaches: in one of `namespaces` or a namespace `namespace_selector` picks (an empty
+    one: every namespace), with labels `selector` matches (None: no pod)."""
+
+    namespaces: frozenset[str]
+    namespace_selector: LabelSelector | None
+    selector: LabelSelector | None
+
+    def matches(self, namespace: str, ns_labels: Mapping[str, str] | None, labels: Mapping[str, str]) -> bool:
+        if self.selector is None or not self.selector.matches(labels):
+            return False
+        if namespace in self.namespaces:
+            return True
+        sel = self.namespace_selector
+        if sel is None:
+            return False
+        if not sel.requirements:
+            return True  # an empty namespace selector: every namespace
+        return ns_labels is not None and sel.matches(ns_labels)
+
+    @classmethod
+    def of(cls, term: PodAffinityTerm) -> Scope:
+        return cls(term.namespaces, term.namespace_selector, term.selector)
+
+
+@dataclass(frozen=True)
+class CountKey:
+    """What a count counts: pods matching every scope (and, `live_only`, not terminating)."""
+
+    scopes: tuple[Scope, ...]
+    live_only: bool = False
+
+
+@dataclass(frozen=True)
+class _Record:
+    """What was counted for one holding (so that it is uncounted exactly, whatever changed since)."""
+
+    row: int
+    namespace: str
+    labels: Labels
+    terminating: bool
+    anti: tuple[PodAffinityTerm, ...]
+
+
+PodLookup = Callable[[str, Holding], PodInfo | None]
+
+
+class PodTopology:
+    def __init__(
+        self, state: ClusterState, lookup: PodLookup, namespaces: Mapping[str, Mapping[str, str]]
+    ) -> None:
+        self.state = state
+        self.lookup = lookup  # the pod a holding is of (the mirror knows)
+        self.namespaces = namespaces  # namespace -> labels (the mirror keeps them from the watch)
+        self.records: dict[str, _Record] = {}
+        self.counts: dict[CountKey, Array] = {}
+        self.holders: dict[PodAffinityTerm, Array] = {}  # existing pods' required anti-affinity terms
+        self._holder_totals: dict[PodAffinityTerm, int] = {}
+        self._matched: dict[tuple[str, Labels, bool], tuple[CountKey, ...]] = {}
+        self._used: dict[CountKey, int] = {}  # when each selector was last asked about
+        self._masks: dict[tuple[PodScope, Any], tuple[tuple[int, int], list[tuple[str, Array]]]] = {}
+        self._tick = 0
+        self.version = 0  # bumped on every change of a count
+
+    # ---------------------------------------------------------------------------------- the listener
+    def moved(self, key: str, old: Holding | None, new: Holding | None) -> None:
+        before = self.records.pop(key, None)
+        after = self._record(key, new) if new is not None else None
+        if before == after:
+            if after is not None:
+                self.records[key] = after
+            return
+        if before is not None:
+            self._count(before, -1)
+        if after is not None:
+            self.records[key] = after
+            self._count(after, +1)
+        self.version += 1
+
+    def refresh(self, key: str, holding: Holding | None) -> None:
+        """The pod of `key` changed (its labels): count it again."""
+        self.moved(key, holding, holding)
+
+    def namespaces_changed(self) -> None:
+        """A namespace's labels changed: every selector with a namespace selector may count otherwise."""
+        self._matched.clear()
+        keys = list(self.counts)
+        self.counts.clear()
+        for ck in keys:
+            self._counted(ck)
+        self.version += 1
+
+    def _record(self, key: str, holding: Holding) -> _Record | None:
+        pod = self.lookup(key, holding)
+        if pod is None:
+            return None
+        terminating = holding.kind is HoldKind.RELEASING or pod.terminating
+        labels = tuple(sorted(pod.labels.items()))
+        return _Record(
+            holding.placement.node, pod.namespace, labels, terminating, pod.constraints.anti_affinity
+        )
+
+    def _count(self, rec: _Record, sign: int) -> None:
+        for ck in self._matching(rec.namespace, rec.labels, rec.terminating):
+            arr = self._fit(self.counts, ck)
+            arr[rec.row] = int(arr[rec.row]) + sign
+        for term in rec.anti:
+            arr = self._fit(self.holders, term)
+            arr[rec.row] = int(arr[rec.row]) + sign
+            total = self._holder_totals.get(term, 0) + sign
+            if total <= 0:
+                del self.holders[term], self._holder_totals[term]
+            else:
+                self._holder_totals[term] = total
+
+    def _fit(self, table: dict[Any, Array], key: Any) -> Array:
+        """table[key], created or grown to the state's rows."""
+        xp, capacity = self.state.xp, self.state.capacity
+        arr = table.get(key)
+        if arr is None:
+            arr = table[key] = xp.zeros((capacity,), dtype=xp.int32)
+        elif arr.shape[0] < capacity:
+            arr = table[key] = xp.concat([arr, xp.zeros((capacity - arr.shape[0],), dtype=xp.int32)])
+        return arr
+
+    def _matching(self, namespace: str, labels: Labels, terminating: bool) -> tuple[CountKey, ...]:
+        memo = (namespace, labels, terminating)
+        found = self._matched.get(memo)
+        if found is None:
+            label_map, ns_labels = dict(labels), self.namespaces.get(namespace)
+            found = self._matched[memo] = tuple(
+                ck for ck in self.counts
+                if not (ck.live_only and terminating)
+                and all(s.matches(namespace, ns_labels, label_map) for s in ck.scopes)
+            )  # fmt: skip
+        return found
+
+    def _counted(self, ck: CountKey) -> Array:
+        """The per-row counts of `ck`, counted from every holding the first time it is asked for."""
+        self._tick += 1
+        self._used[ck] = self._tick
+        arr = self.counts.get(ck)
+        if arr is not None:
+            return self._fit(self.counts, ck)
+        if len(self.counts) >= MAX_SELECTORS:
+            oldest = min(self.counts, key=lambda k: self._used.get(k, 0))
+            del self.counts[oldest]
+            self._used.pop(oldest, None)
+        self._matched.clear()  # memoised matches do not know the new selector
+        arr = self._fit(self.counts, ck)
+        for rec in self.records.values():
+            ns_labels = self.namespaces.get(rec.namespace)
+            if not (ck.live_only and rec.terminating) and all(
+                s.matches(rec.namespace, ns_labels, dict(rec.labels)) for s in ck.scopes
+            ):
+                arr[rec.row] = int(arr[rec.row]) + 1
+        return arr
+
+    # ------------------------------------------------------------------------------------- queries
+    def applies(self, d: PodDemand) -> bool:
+        """Whether any inter-pod rule can restrict `d` (its own, or an existing pod's anti-affinity)."""
+        scope = d.scope
+        if scope is None:
+            return False
+        c = scope.constraints
+        return bool(c.affinity or c.anti_affinity or any(s.hard for s in c.spread) or self.holders)
+
+    def mask(self, d: PodDemand) -> Array | None:
+        """bool[C]: the rows every inter-pod rule allows for `d`; None when no rule applies."""
+        checks = self.checks(d)
+        if not checks:
+            return None
+        ok = checks[0][1]
+        for _, m in checks[1:]:
+            ok = ok & m
+        return ok
+
+    def checks(self, d: PodDemand) -> list[tuple[str, Array]]:
+        """(kube-scheduler's reason, bool[C] rows that pass) for each rule that applies to `d`, in its
+        filter order."""
+        scope = d.scope
+        if scope is None or not self.applies(d):
+            return []
+        stamp = (self.version, self.state.node_epoch)
+        memo = (scope, d.tolerations)  # spread's taint policy reads the tolerations
+        kept = self._masks.get(memo)
+        if (
+            kept is not None
+            and kept[0] == stamp
+            and kept[1]
+            and kept[1][0][1].shape[0] == self.state.capacity
+        ):
+            return kept[1]
+        out = self._spread(d, scope) + self._affinity(scope)
+        if len(self._masks) >= MAX_MASKS:
+            self._masks.clear()
+        self._masks[memo] = (stamp, out)
+        return out
+
+    def _affinity(self, scope: PodScope) -> list[tuple[str, Array]]:
+        s, xp = self.state, self.state.xp
+        c = scope.constraints
+        labels = scope.label_map
+        out: list[tuple[str, Array]] = []
+        if c.affinity:
+            counts = self._counted(CountKey(tuple(Scope.of(t) for t in c.affinity)))
+            ns_labels = self.namespaces.get(scope.namespace)
+            itself = all(Scope.of(t).matches(scope.namespace, ns_labels, labels) for t in c.affinity)
+            codes = [(s.key_codes(t.topology_key), s.key_domains.size(t.topology_key)) for t in c.affinity]
+            out.append((AFFINITY, affinity_ok(xp, codes, counts, itself)))
+        if c.anti_affinity:
+            ok = xp.ones((s.capacity,), dtype=xp.bool)
+            for t in c.anti_affinity:
+                counts = self._counted(CountKey((Scope.of(t),)))
+                codes = s.key_codes(t.topology_key)
+                ok = ok & ~in_occupied_domain(xp, codes, counts, s.key_domains.size(t.topology_key))
+            out.append((ANTI_AFFINITY, ok))
+        if self.holders:
+            ns_labels = self.namespaces.get(scope.namespace)
+            ok = xp.ones((s.capacity,), dtype=xp.bool)
+            for term in list(self.holders):
+                if not Scope.of(term).matches(scope.namespace, ns_labels, labels):
+                    continue
+                codes = s.key_codes(term.topology_key)
+                held = self._fit(self.holders, term)
+                ok = ok & ~in_occupied_domain(xp, codes, held, s.key_domains.size(term.topology_key))
+            out.append((EXISTING_ANTI_AFFINITY, ok))
+        return out
+
+    def _spread(self, d: PodDemand, scope: PodScope) -> list[tuple[str, Array]]:
+        hard = [c for c in scope.constraints.spread if c.hard]
+        if not hard:
+            return []
+        s, xp = self.state, self.state.xp
+        codes = {c.topology_key: s.key_codes(c.topology_key) for c in hard}
+        has_keys = s.valid | s.cordoned
+        for k in codes.values():
+            has_keys = has_keys & (k >= 0)
+        affinity: Array | None = None
+        taints: Array | None = None
+        labels = scope.label_map
+        ok = xp.ones((s.capacity,), dtype=xp.bool)
+        missing = xp.ones((s.capacity,), dtype=xp.bool)
+        for c in hard:
+            eligible = has_keys
+            if c.honor_node_affinity:
+                if affinity is None:
+                    affinity = self._node_affinity(scope)
+                eligible = eligible & affinity
+            if c.honor_node_taints:
+                if taints is None:
+                    taints = ~untolerated(s, d.tolerations, FILTERED_EFFECTS)
+                eligible = eligible & taints
+            sel = c.selector
+            if sel is None or not sel.requirements:  # kube-scheduler counts no pod for an empty selector
+                counts = xp.zeros((s.capacity,), dtype=xp.int32)
+            else:
+                counts = self._counted(
+                    CountKey((Scope(frozenset({scope.namespace}), None, sel),), live_only=True)
+                )
+            key_codes = codes[c.topology_key]
+            missing = missing & (key_codes >= 0)
+            ok = ok & spread_ok(
+                xp, key_codes, s.key_domains.size(c.topology_key), counts, eligible,
+                max_skew=c.max_skew, min_domains=c.min_domains or 1,
+                self_match=sel is not None and sel.matches(labels),
+            )  # fmt: skip
+        return [(SPREAD_MISSING, missing), (SPREAD, ok | ~missing)]
+
+    def _node_affinity(self, scope: PodScope) -> Array:
+        """bool[C]: nodes the pod's node selector and required node affinity allow (spread's
+        nodeAffinityPolicy: Honor)."""
+        s, xp = self.state, self.state.xp
+        ok = xp.ones((s.capacity,), dtype=xp.bool)
+        for k, v in scope.node_selector:
+            col = s.labels.get(f"{k}={v}")
+            ok = ok & (s.label_matrix[:, col] if col is not None else xp.zeros_like(ok))
+        terms = scope.constraints.required_nodes
+        if terms is not None:
+            ok = ok & terms_mask(s, terms)
+        return ok
