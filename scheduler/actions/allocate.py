@@ -49,7 +49,7 @@ def try_place_job(
         d = demand_for(pod)
         # Inter-pod rules depend on the pod, not only its demand, and a placement can satisfy them (affinity):
         # such a pod is never taken for an identical one that failed.
-        interpod = session.cache.pod_topology.applies(d)
+        interpod = session.cache.pod_topology.applies(d) or bool(d.scope and d.scope.constraints.claims)
         msg = None if interpod else unplaceable.get(d)
         t0 = time.perf_counter()
         pl = None if msg is not None else session.place(d)
@@ -57,7 +57,8 @@ def try_place_job(
         session.add_time("scoring", t1 - t0)
         if pl is None:
             if msg is None:
-                msg = explain_unschedulable(session.state, d, session.cache.pod_topology.checks(d))
+                msg = explain_unschedulable(session.state, d, session.cache.pod_rules(d))
+
                 if not tx.ops and not interpod:
                     unplaceable[d] = msg
 

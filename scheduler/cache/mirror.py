@@ -33,6 +33,7 @@ from scheduler.cache.job_index import JobIndex
 from scheduler.cache.ledger import Holding, Ledger
 from scheduler.cache.pod_topology import PodTopology
 from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
+from scheduler.cache.volumes import VOLUME_KINDS, VolumeCatalog
 from scheduler.model.jobs import job_key
 from scheduler.model.parse import InvalidObject, parse_node, parse_pod
 from scheduler.model.types import Placement, PodInfo
@@ -69,6 +70,7 @@ class ClusterMirror:
         # Where pods are, as inter-pod affinity and spread count them: told of every holding change.
         self.pod_topology = PodTopology(self.state, self.pod_for, self.namespaces)
         ledger.add_pod_listener(self.pod_topology)
+        self.volumes = VolumeCatalog(self.state)  # PersistentVolumes, claims, StorageClasses
         self._max_mem: int | None = None
         self._max_mem_key = -1
 
@@ -85,6 +87,8 @@ class ClusterMirror:
                     self._on_gpunodereport(ev)
                 elif ev.kind == "Namespace":
                     self._on_namespace(ev)
+                elif ev.kind in VOLUME_KINDS:
+                    self.volumes.apply(ev)
                 elif ev.kind in SPEC_KINDS:
                     self.specs.apply(ev, self.index)
             except (
@@ -119,6 +123,9 @@ class ClusterMirror:
                 self._unusable_node(name, reason)
             elif ev.kind in SPEC_KINDS:
                 self.specs.unusable(ev, name, reason, self.index)
+            elif ev.kind in VOLUME_KINDS:
+                ns = (ev.obj.get("metadata") or {}).get("namespace") or "default"
+                self.volumes.forget(ev.kind, f"{ns}/{name}" if ev.kind == "PersistentVolumeClaim" else name)
         except Exception:
             log.exception("marking %s %s as unusable failed", ev.kind, name)
 

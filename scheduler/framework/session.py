@@ -199,7 +199,8 @@ class Session:
         """bool[C]: rows `d` may not use now (None when there are none): nodes whose GPUs are busy this
         cycle, and nodes the pod's inter-pod rules refuse with the pods placed so far (affinity,
         anti-affinity, existing pods' anti-affinity, topology spread: `cache/pod_topology.py`)."""
-        interpod = self.cache.pod_topology.mask(d)
+        interpod = self.cache.pod_mask(d)
+
         locked = self._locked(d)
         if interpod is None:
             return locked

@@ -77,6 +77,10 @@ class SimCluster:
                 sim._emit(kind, "ADDED", obj)
         for obj in namespaces(manifests):
             sim._emit("Namespace", "ADDED", obj)
+        volume_kinds: tuple[Kind, ...] = ("StorageClass", "PersistentVolume", "PersistentVolumeClaim")
+        for kind in volume_kinds:
+            for obj in manifests.objects.get(kind, []):
+                sim._emit(kind, "ADDED", obj)
 
         for obj in manifests.objects["Pod"]:
             sim.submit_pod(obj)

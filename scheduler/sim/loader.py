@@ -18,7 +18,11 @@ from scheduler.api.kai import is_kai, translate
 from scheduler.api.keys import KAI_SCHEDULER_NAME, SCHEDULER_NAME, TRANSLATED_FROM
 from scheduler.cache.containment import one_line
 
-SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology", "Namespace")
+SUPPORTED = (
+    "Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology", "Namespace", "PersistentVolume",
+    "PersistentVolumeClaim", "StorageClass",
+)  # fmt: skip
+
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -323,7 +323,96 @@ def clusters(draw: st.DrawFn) -> tuple[Cluster, Obj]:
         p["status"] = {"phase": "Running"}
         bound.append(p)
     pod = draw(pod_object("incoming", rich=True))
-    return Cluster(node_objs, bound, namespace_objects()), pod
+    cluster = Cluster(node_objs, bound, namespace_objects())
+    if draw(one_in(3)):
+        draw(volumes(cluster, pod))
+    return cluster, pod
+
+
+CLASSES = [
+    {"metadata": {"name": "wffc"}, "provisioner": "csi.example.com", "volumeBindingMode": "WaitForFirstConsumer"},
+    {"metadata": {"name": "zonal"}, "provisioner": "csi.example.com", "volumeBindingMode": "WaitForFirstConsumer",
+     "allowedTopologies": [{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": ["a", "b"]}]}]},
+    {"metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner",
+     "volumeBindingMode": "WaitForFirstConsumer"},
+    {"metadata": {"name": "immediate"}, "provisioner": "csi.example.com", "volumeBindingMode": "Immediate"},
+]  # fmt: skip
+
+
+@st.composite
+def volumes(draw: st.DrawFn, cluster: Cluster, pod: Obj) -> None:
+    """StorageClasses, PersistentVolumes (local to a node, zonal, or anywhere; bound, pre-bound or
+    available) and the pod's claims (bound, waiting for their first consumer, Immediate and unbound,
+    pre-bound, selected for a node, or missing), added to `cluster` and `pod`."""
+    ns = pod["metadata"]["namespace"]
+    cluster.storage_classes = [
+        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", **c} for c in CLASSES
+    ]
+    names = [n["metadata"]["name"] for n in cluster.nodes]
+    for i in range(draw(st.sampled_from([0, 1, 2, 3, 4]))):
+        pv: Obj = {
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": f"pv{i}", "labels": {"disk": draw(st.sampled_from(["ssd", "hdd"]))}},
+            "spec": {
+                "capacity": {"storage": draw(st.sampled_from(["5Gi", "10Gi", "100Gi"]))},
+                "accessModes": draw(st.sampled_from([["ReadWriteOnce"], ["ReadWriteOnce", "ReadOnlyMany"]])),
+                "storageClassName": draw(st.sampled_from(["local", "wffc", "local"])),
+            },
+            "status": {"phase": "Available"},
+        }  # fmt: skip
+        where = draw(st.sampled_from(["host", "zone", "any", "host"]))
+        if where == "host":
+            req = {
+                "key": "kubernetes.io/hostname",
+                "operator": "In",
+                "values": [draw(st.sampled_from(names))],
+            }
+        elif where == "zone":
+            req = {
+                "key": "topology.kubernetes.io/zone",
+                "operator": "In",
+                "values": [draw(st.sampled_from(ZONES))],
+            }
+            pv["metadata"]["labels"]["topology.kubernetes.io/zone"] = req["values"][0]
+        if where != "any":
+            pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [req]}]}}
+        cluster.pvs.append(pv)
+    claims = []
+    for i in range(draw(st.sampled_from([1, 1, 2]))):
+        name = f"data{i}"
+        kind = draw(st.sampled_from(["bound", "wffc", "wffc", "immediate", "prebound", "selected", "missing",
+                                     "wffc"]))  # fmt: skip
+        claims.append(name)
+        if kind == "missing":
+            continue
+        pvc: Obj = {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "annotations": {}},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": draw(st.sampled_from(["1Gi", "10Gi", "50Gi"]))}},
+                     "storageClassName": draw(st.sampled_from(["wffc", "zonal", "local", "local"]))},
+        }  # fmt: skip
+        if draw(one_in(4)):
+            pvc["spec"]["selector"] = {"matchLabels": {"disk": "ssd"}}
+        free = [pv for pv in cluster.pvs if "claimRef" not in pv["spec"]]
+        if kind in ("bound", "prebound") and free:
+            pv = draw(st.sampled_from(free))
+            pv["spec"]["claimRef"] = {"namespace": ns, "name": name, "uid": f"uid-{name}"}
+            pvc["spec"]["storageClassName"] = pv["spec"]["storageClassName"]
+            if kind == "bound":
+                pvc["spec"]["volumeName"] = pv["metadata"]["name"]
+                pvc["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = "yes"
+                pv["status"]["phase"] = "Bound"
+        elif kind == "immediate":
+            pvc["spec"]["storageClassName"] = draw(st.sampled_from(["immediate", "absent"]))
+        elif kind == "selected":
+            pvc["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] = draw(
+                st.sampled_from(names)
+            )
+        cluster.pvcs.append(pvc)
+    pod["spec"]["volumes"] = [
+        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)
+    ]
 
 
 def tessera_feasible(cluster: Cluster, pod: Obj, backend: str = "numpy") -> tuple[set[str], list[str]]:
@@ -334,6 +423,9 @@ def tessera_feasible(cluster: Cluster, pod: Obj, backend: str = "numpy") -> tupl
     events = [WatchEvent("Namespace", "ADDED", ns) for ns in cluster.namespaces]
     events += [WatchEvent("Node", "ADDED", n) for n in cluster.nodes]
     events += [WatchEvent("Pod", "ADDED", copy.deepcopy(p)) for p in cluster.pods]
+    for kind, objs in (("StorageClass", cluster.storage_classes), ("PersistentVolume", cluster.pvs),
+                       ("PersistentVolumeClaim", cluster.pvcs)):  # fmt: skip
+        events += [WatchEvent(kind, "ADDED", copy.deepcopy(o)) for o in objs]  # type: ignore[arg-type]
     cache.apply(events)
     info = parse_pod(copy.deepcopy(pod))
     if info.error:
@@ -341,7 +433,8 @@ def tessera_feasible(cluster: Cluster, pod: Obj, backend: str = "numpy") -> tupl
     d = demand_for(info)
     s = cache.state
     mask, _ = feasible(s, d)
-    interpod = cache.pod_topology.mask(d)
-    if interpod is not None:
-        mask = mask & interpod
+    rules = cache.pod_mask(d)  # volumes and inter-pod rules, as Session.excluded applies them
+    if rules is not None:
+        mask = mask & rules
+
     return {str(s.node_names[r]) for r in range(s.num_rows) if bool(mask[r])}, cache.errors

@@ -223,7 +223,73 @@ NAMED: dict[str, tuple[list[Obj], list[Obj], Obj]] = {
 }
 
 
+def _class(
+    name: str, provisioner: str = "csi.example.com", mode: str = "WaitForFirstConsumer", **kw: Any
+) -> Obj:
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+            "provisioner": provisioner, "volumeBindingMode": mode, **kw}  # fmt: skip
+
+
+def _pv(name: str, cls: str, host: str | None = None, modes: tuple[str, ...] = ("ReadWriteOnce",),
+        claim: str | None = None, labels: dict[str, str] | None = None) -> Obj:  # fmt: skip
+    pv: Obj = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name, "labels": labels or {}},
+               "spec": {"capacity": {"storage": "10Gi"}, "accessModes": list(modes), "storageClassName": cls},
+               "status": {"phase": "Available"}}  # fmt: skip
+    if host:
+        pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}]}}  # fmt: skip
+    if claim:
+        pv["spec"]["claimRef"] = {"namespace": "default", "name": claim}
+    return pv
+
+
+def _pvc(name: str, cls: str, volume: str | None = None, modes: tuple[str, ...] = ("ReadWriteOnce",),
+         **annotations: str) -> Obj:  # fmt: skip
+    pvc: Obj = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": name, "namespace": "default", "annotations": dict(annotations)},
+                "spec": {"accessModes": list(modes), "resources": {"requests": {"storage": "1Gi"}},
+                         "storageClassName": cls}}  # fmt: skip
+    if volume:
+        pvc["spec"]["volumeName"] = volume
+        pvc["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = "yes"
+    return pvc
+
+
+CLAIMING = _pod("p", volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}])
+LOCAL, WFFC = _class("local", "kubernetes.io/no-provisioner"), _class("wffc")
+ZONAL = _class("zonal", allowedTopologies=[{"matchLabelExpressions": [{"key": ZONE, "values": ["a", "b"]}]}])
+THREE = [_node("n0", "a"), _node("n1", "b"), _node("n2", "c")]
+SELECTED = {"volume.kubernetes.io/selected-node": "n1"}
+VOLUMES: dict[str, tuple[list[Obj], list[Obj], list[Obj]]] = {  # name: (classes, volumes, claims)
+    "a claim selected for a node takes that node": ([WFFC], [], [_pvc("data", "wffc", **SELECTED)]),
+    "a volume pre-bound to the claim is the only one it may take": (
+        [LOCAL], [_pv("mine", "local", "n0", claim="data"), _pv("other", "local", "n1")], [_pvc("data", "local")],
+    ),
+    "a class provisions in its allowed topologies only": ([ZONAL], [], [_pvc("data", "zonal")]),
+    "a volume must have every access mode the claim asks for": (
+        [LOCAL], [_pv("ro", "local", "n0"), _pv("rw", "local", "n1", modes=("ReadWriteOnce", "ReadWriteMany"))],
+        [_pvc("data", "local", modes=("ReadWriteMany",))],
+    ),
+    "a bound volume's node affinity": ([LOCAL], [_pv("pv", "local", "n2", claim="data")], [_pvc("data", "local", "pv")]),
+    "a claim bound to a volume that does not exist": ([LOCAL], [], [_pvc("data", "local", "gone")]),
+    "an unbound claim of an Immediate class waits for its volume": (
+        [_class("fast", mode="Immediate")], [], [_pvc("data", "fast")],
+    ),
+    "a bound volume's zone label (VolumeZone)": (
+        [WFFC], [_pv("pv", "wffc", claim="data", labels={ZONE: "a__b"})], [_pvc("data", "wffc", "pv")],
+    ),
+    "a claim that does not exist": ([WFFC], [], []),
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("name", sorted(NAMED))
 def test_named_cases_as_kube_scheduler_decides_them(oracle: SchedOracle, name: str) -> None:
     nodes, pods, pod = NAMED[name]
     check(oracle, Cluster(nodes, pods, namespace_objects()), pod)
+
+
+@pytest.mark.parametrize("name", sorted(VOLUMES))
+def test_volume_cases_as_kube_scheduler_decides_them(oracle: SchedOracle, name: str) -> None:
+    classes, pvs, pvcs = VOLUMES[name]
+    cluster = Cluster([*THREE, _node("n3", None)], [], namespace_objects(), pvs, pvcs, classes)
+    check(oracle, cluster, CLAIMING)
