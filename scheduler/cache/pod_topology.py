@@ -27,8 +27,15 @@ from scheduler.cache.ledger import Holding, HoldKind
 from scheduler.model.constraints import PodAffinityTerm, PodScope
 from scheduler.model.selectors import LabelSelector
 from scheduler.model.types import PodInfo
-from scheduler.placement.interpod import affinity_ok, in_occupied_domain, spread_ok
-from scheduler.placement.node_rules import FILTERED_EFFECTS, terms_mask, untolerated
+from scheduler.placement.interpod import affinity_ok, domain_totals, in_occupied_domain, read_back, spread_ok
+from scheduler.placement.node_rules import (
+    FILTERED_EFFECTS,
+    term_mask,
+    terms_mask,
+    untolerated,
+    untolerated_count,
+)
+from scheduler.placement.preferences import WEIGHTS, fewer_is_better, min_max, more_is_better, spread_score
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
 
@@ -313,6 +320,56 @@ class PodTopology:
                 self_match=sel is not None and sel.matches(labels),
             )  # fmt: skip
         return [(SPREAD_MISSING, missing), (SPREAD, ok | ~missing)]
+
+    # --------------------------------------------------------------------------------- preferences
+    def preference(self, d: PodDemand, mask: Array) -> Array | None:
+        """float64[C] in [0, 1]: how much the pod prefers each row, by kube-scheduler's default scores
+        (`scheduler/placement/preferences.py`), normalised over `mask` (the rows that pass every filter);
+        None when it states no preference and no node has a PreferNoSchedule taint."""
+        s, xp = self.state, self.state.xp
+        scope = d.scope
+        parts: list[tuple[float, Array]] = []
+        if any(eff == "PreferNoSchedule" for _, _, eff in s.taints.parsed):
+            untolerated = untolerated_count(s, d.tolerations, "PreferNoSchedule")
+            if bool(xp.any(untolerated > 0)):
+                parts.append((WEIGHTS["taints"], fewer_is_better(xp, untolerated, mask)))
+        if scope is not None:
+            c = scope.constraints
+            if c.preferred_nodes:
+                raw = xp.zeros((s.capacity,), dtype=xp.int64)
+                for weight, term in c.preferred_nodes:
+                    raw = raw + weight * xp.astype(term_mask(s, term), xp.int64)
+                parts.append((WEIGHTS["node_affinity"], more_is_better(xp, raw, mask)))
+            soft = [sc for sc in c.spread if not sc.hard]
+            if soft:
+                raw = xp.zeros((s.capacity,), dtype=xp.int64)
+                for sc in soft:
+                    if sc.selector is None or not sc.selector.requirements:
+                        continue
+                    key = CountKey((Scope(frozenset({scope.namespace}), None, sc.selector),), live_only=True)
+                    raw = raw + self._in_domain(key, sc.topology_key)
+                parts.append((WEIGHTS["spread"], spread_score(xp, raw, mask)))
+            if c.preferred_affinity or c.preferred_anti_affinity:
+                raw = xp.zeros((s.capacity,), dtype=xp.int64)
+                for sign, terms in ((1, c.preferred_affinity), (-1, c.preferred_anti_affinity)):
+                    for wt in terms:
+                        key = CountKey((Scope.of(wt.term),))
+                        raw = raw + sign * wt.weight * self._in_domain(key, wt.term.topology_key)
+                parts.append((WEIGHTS["pod_affinity"], min_max(xp, raw, mask)))
+        if not parts:
+            return None
+        total = sum(w for w, _ in parts)
+        out = xp.zeros((s.capacity,), dtype=xp.float64)
+        for w, p in parts:
+            out = out + (w / total) * p
+        return out
+
+    def _in_domain(self, key: CountKey, topology_key: str) -> Array:
+        """int64[C]: the pods `key` counts in each row's domain of `topology_key` (0 without the label)."""
+        s = self.state
+        codes = s.key_codes(topology_key)
+        totals = domain_totals(s.xp, codes, self._counted(key), s.key_domains.size(topology_key))
+        return read_back(s.xp, codes, totals)
 
     def _node_affinity(self, scope: PodScope) -> Array:
         """bool[C]: nodes the pod's node selector and required node affinity allow (spread's

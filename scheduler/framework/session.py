@@ -26,7 +26,7 @@ from scheduler.model.reasons import PendingReason, Reason
 from scheduler.model.resources import Resources, placement_usage
 from scheduler.model.types import Placement, PodInfo
 from scheduler.placement.filters import feasible
-from scheduler.placement.incremental import IncrementalPlacer
+from scheduler.placement.incremental import IncrementalPlacer, Prefer
 from scheduler.placement.placer import place_one, placement_at
 from scheduler.placement.policy import Array, PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
@@ -220,7 +220,12 @@ class Session:
     def place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`).
         `within`: bool[C] the rows it may use (a topology domain), None: any."""
-        return self.placer.place(d, exclude=self._outside(d, within))
+        return self.placer.place(d, exclude=self._outside(d, within), prefer=self._preference(d))
+
+    def _preference(self, d: PodDemand) -> Prefer | None:
+        """The pod's preferences (kube-scheduler's default scores), for the placer to blend in."""
+        topology = self.cache.pod_topology
+        return lambda mask: topology.preference(d, mask)
 
     def probe_place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` could go now, by the cheap row-local placer victim searches try their plans with."""
