@@ -19,15 +19,24 @@ then InterPodAffinity: affinity, anti-affinity, existing pods' anti-affinity), e
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.cache.ledger import Holding, HoldKind
 from scheduler.model.constraints import PodAffinityTerm, PodScope
 from scheduler.model.selectors import LabelSelector
 from scheduler.model.types import PodInfo
-from scheduler.placement.interpod import affinity_ok, domain_totals, in_occupied_domain, read_back, spread_ok
+from scheduler.placement.interpod import (
+    affinity_ok,
+    domain_totals,
+    in_domains,
+    in_rows,
+    occupied,
+    read_back,
+    spread_ok,
+)
 from scheduler.placement.node_rules import (
     FILTERED_EFFECTS,
     term_mask,
@@ -41,7 +50,7 @@ from scheduler.state.demand import PodDemand
 
 Array = Any
 Labels = tuple[tuple[str, str], ...]
-MAX_SELECTORS = 512  # selectors kept counted; the least recently asked about goes first
+MAX_SELECTORS = 4096  # selectors kept counted; the least recently asked about goes first
 MAX_MASKS = 64  # pods' masks kept between changes
 
 SPREAD_MISSING = "node(s) didn't match pod topology spread constraints (missing required label)"
@@ -79,10 +88,18 @@ class Scope:
 
 @dataclass(frozen=True)
 class CountKey:
-    """What a count counts: pods matching every scope (and, `live_only`, not terminating)."""
+    """What a count counts: pods matching every scope (and, `live_only`, not terminating). Its hash is
+    computed once (it keys every table here, and its scopes nest selectors)."""
 
     scopes: tuple[Scope, ...]
     live_only: bool = False
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.scopes, self.live_only)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True)
@@ -97,6 +114,43 @@ class _Record:
 
 
 PodLookup = Callable[[str, Holding], PodInfo | None]
+Sparse = dict[int, int]  # row -> pods counted there (rows with none left out)
+
+
+def _anchor(scopes: tuple[Scope, ...]) -> tuple[str, str] | None:
+    """A label (key, value) every pod a selector matches must carry (an `In` of one value), to index the
+    selector by; None when it has none (such selectors are tried on every pod)."""
+    for scope in scopes:
+        if scope.selector is None:
+            continue
+        for r in scope.selector.requirements:
+            if r.operator == "In" and len(r.values) == 1:
+                return (r.key, r.values[0])
+    return None
+
+
+class _Index:
+    """Selectors (or terms) by their anchor label: the candidates a pod's labels can match."""
+
+    def __init__(self) -> None:
+        self.by_label: dict[tuple[str, str], set[Any]] = {}
+        self.loose: set[Any] = set()
+
+    def add(self, item: Any, anchor: tuple[str, str] | None) -> None:
+        (self.by_label.setdefault(anchor, set()) if anchor is not None else self.loose).add(item)
+
+    def remove(self, item: Any, anchor: tuple[str, str] | None) -> None:
+        bucket = self.by_label.get(anchor) if anchor is not None else self.loose
+        if bucket is not None:
+            bucket.discard(item)
+            if anchor is not None and not bucket:
+                del self.by_label[anchor]
+
+    def candidates(self, labels: Labels) -> set[Any]:
+        found = set(self.loose)
+        for pair in labels:
+            found |= self.by_label.get(pair, set())
+        return found
 
 
 class PodTopology:
@@ -107,13 +161,17 @@ class PodTopology:
         self.lookup = lookup  # the pod a holding is of (the mirror knows)
         self.namespaces = namespaces  # namespace -> labels (the mirror keeps them from the watch)
         self.records: dict[str, _Record] = {}
-        self.counts: dict[CountKey, Array] = {}
-        self.holders: dict[PodAffinityTerm, Array] = {}  # existing pods' required anti-affinity terms
+        self._by_label: dict[tuple[str, str], set[str]] = {}  # label pair -> keys of the records carrying it
+        self.counts: dict[CountKey, Sparse] = {}
+        self.holders: dict[PodAffinityTerm, Sparse] = {}  # existing pods' required anti-affinity terms
         self._holder_totals: dict[PodAffinityTerm, int] = {}
+        self._count_index = _Index()  # the selectors counted, by anchor label
+        self._holder_index = _Index()  # the existing pods' anti-affinity terms, by anchor label
         self._matched: dict[tuple[str, Labels, bool], tuple[CountKey, ...]] = {}
-        self._used: dict[CountKey, int] = {}  # when each selector was last asked about
+        self._threats: dict[tuple[str, Labels], tuple[PodAffinityTerm, ...]] = {}
+        self._used: OrderedDict[CountKey, None] = OrderedDict()  # least recently asked about first
         self._masks: dict[tuple[PodScope, Any], tuple[tuple[int, int], list[tuple[str, Array]]]] = {}
-        self._tick = 0
+
         self.version = 0  # bumped on every change of a count
 
     # ---------------------------------------------------------------------------------- the listener
@@ -126,9 +184,17 @@ class PodTopology:
             return
         if before is not None:
             self._count(before, -1)
+            for pair in before.labels:
+                bucket = self._by_label.get(pair)
+                if bucket is not None:
+                    bucket.discard(key)
+                    if not bucket:
+                        del self._by_label[pair]
         if after is not None:
             self.records[key] = after
             self._count(after, +1)
+            for pair in after.labels:
+                self._by_label.setdefault(pair, set()).add(key)
         self.version += 1
 
     def refresh(self, key: str, holding: Holding | None) -> None:
@@ -138,8 +204,12 @@ class PodTopology:
     def namespaces_changed(self) -> None:
         """A namespace's labels changed: every selector with a namespace selector may count otherwise."""
         self._matched.clear()
+        self._threats.clear()
         keys = list(self.counts)
         self.counts.clear()
+        self._used.clear()
+
+        self._count_index = _Index()
         for ck in keys:
             self._counted(ck)
         self.version += 1
@@ -156,26 +226,21 @@ class PodTopology:
 
     def _count(self, rec: _Record, sign: int) -> None:
         for ck in self._matching(rec.namespace, rec.labels, rec.terminating):
-            arr = self._fit(self.counts, ck)
-            arr[rec.row] = int(arr[rec.row]) + sign
+            _add(self.counts[ck], rec.row, sign)
         for term in rec.anti:
-            arr = self._fit(self.holders, term)
-            arr[rec.row] = int(arr[rec.row]) + sign
+            held = self.holders.get(term)
+            if held is None:
+                held = self.holders[term] = {}
+                self._holder_index.add(term, _anchor((Scope.of(term),)))
+                self._threats.clear()
+            _add(held, rec.row, sign)
             total = self._holder_totals.get(term, 0) + sign
             if total <= 0:
                 del self.holders[term], self._holder_totals[term]
+                self._holder_index.remove(term, _anchor((Scope.of(term),)))
+                self._threats.clear()
             else:
                 self._holder_totals[term] = total
-
-    def _fit(self, table: dict[Any, Array], key: Any) -> Array:
-        """table[key], created or grown to the state's rows."""
-        xp, capacity = self.state.xp, self.state.capacity
-        arr = table.get(key)
-        if arr is None:
-            arr = table[key] = xp.zeros((capacity,), dtype=xp.int32)
-        elif arr.shape[0] < capacity:
-            arr = table[key] = xp.concat([arr, xp.zeros((capacity - arr.shape[0],), dtype=xp.int32)])
-        return arr
 
     def _matching(self, namespace: str, labels: Labels, terminating: bool) -> tuple[CountKey, ...]:
         memo = (namespace, labels, terminating)
@@ -183,32 +248,66 @@ class PodTopology:
         if found is None:
             label_map, ns_labels = dict(labels), self.namespaces.get(namespace)
             found = self._matched[memo] = tuple(
-                ck for ck in self.counts
+                ck for ck in self._count_index.candidates(labels)
                 if not (ck.live_only and terminating)
                 and all(s.matches(namespace, ns_labels, label_map) for s in ck.scopes)
             )  # fmt: skip
         return found
 
-    def _counted(self, ck: CountKey) -> Array:
-        """The per-row counts of `ck`, counted from every holding the first time it is asked for."""
-        self._tick += 1
-        self._used[ck] = self._tick
-        arr = self.counts.get(ck)
-        if arr is not None:
-            return self._fit(self.counts, ck)
+    def _counted(self, ck: CountKey) -> Sparse:
+        """The sparse per-row counts of `ck`, counted from every holding the first time it is asked for."""
+        found = self.counts.get(ck)
+        if found is not None:
+            self._used.move_to_end(ck)
+            return found
         if len(self.counts) >= MAX_SELECTORS:
-            oldest = min(self.counts, key=lambda k: self._used.get(k, 0))
+            oldest, _ = self._used.popitem(last=False)
             del self.counts[oldest]
-            self._used.pop(oldest, None)
-        self._matched.clear()  # memoised matches do not know the new selector
-        arr = self._fit(self.counts, ck)
-        for rec in self.records.values():
+            self._count_index.remove(oldest, _anchor(oldest.scopes))
+            self._matched.clear()
+        self._used[ck] = None
+
+        rows: Sparse = {}
+        anchor = _anchor(ck.scopes)
+        keys = self._by_label.get(anchor, set()) if anchor is not None else self.records.keys()
+        for rec in (self.records[k] for k in keys):
             ns_labels = self.namespaces.get(rec.namespace)
             if not (ck.live_only and rec.terminating) and all(
                 s.matches(rec.namespace, ns_labels, dict(rec.labels)) for s in ck.scopes
             ):
-                arr[rec.row] = int(arr[rec.row]) + 1
-        return arr
+                _add(rows, rec.row, 1)
+        self.counts[ck] = rows
+        self._count_index.add(ck, anchor)
+        self._matched.clear()  # memoised matches do not know the new selector (re-made from the index)
+        return rows
+
+    def _dense(self, rows: Sparse) -> Array:
+        xp, capacity = self.state.xp, self.state.capacity
+        if hasattr(xp, "bincount"):  # numpy and CuPy: one scatter
+            arr = xp.zeros((capacity,), dtype=xp.int32)
+            if rows:
+                arr[xp.asarray(list(rows), dtype=xp.int64)] = xp.asarray(list(rows.values()), dtype=xp.int32)
+            return arr
+        values = [0] * capacity
+        for r, n in rows.items():
+            values[r] = n
+        return xp.asarray(values, dtype=xp.int32)
+
+    def _dense_counted(self, ck: CountKey) -> Array:
+        """int32[C]: the counts of `ck` on every row (for the kernels that sum over many domains)."""
+        return self._dense(self._counted(ck))
+
+    def _threatening(self, namespace: str, labels: Labels) -> tuple[PodAffinityTerm, ...]:
+        """The existing pods' anti-affinity terms that match a pod of `namespace` with `labels`."""
+        memo = (namespace, labels)
+        found = self._threats.get(memo)
+        if found is None:
+            label_map, ns_labels = dict(labels), self.namespaces.get(namespace)
+            found = self._threats[memo] = tuple(
+                t for t in self._holder_index.candidates(labels)
+                if Scope.of(t).matches(namespace, ns_labels, label_map)
+            )  # fmt: skip
+        return found
 
     # ------------------------------------------------------------------------------------- queries
     def applies(self, d: PodDemand) -> bool:
@@ -217,7 +316,9 @@ class PodTopology:
         if scope is None:
             return False
         c = scope.constraints
-        return bool(c.affinity or c.anti_affinity or any(s.hard for s in c.spread) or self.holders)
+        if c.affinity or c.anti_affinity or any(s.hard for s in c.spread):
+            return True
+        return bool(self.holders) and bool(self._threatening(scope.namespace, scope.labels))
 
     def mask(self, d: PodDemand) -> Array | None:
         """bool[C]: the rows every inter-pod rule allows for `d`; None when no rule applies."""
@@ -257,29 +358,40 @@ class PodTopology:
         labels = scope.label_map
         out: list[tuple[str, Array]] = []
         if c.affinity:
-            counts = self._counted(CountKey(tuple(Scope.of(t) for t in c.affinity)))
+            rows = self._counted(CountKey(tuple(Scope.of(t) for t in c.affinity)))
             ns_labels = self.namespaces.get(scope.namespace)
             itself = all(Scope.of(t).matches(scope.namespace, ns_labels, labels) for t in c.affinity)
-            codes = [(s.key_codes(t.topology_key), s.key_domains.size(t.topology_key)) for t in c.affinity]
-            out.append((AFFINITY, affinity_ok(xp, codes, counts, itself)))
+            terms = [self._key(t.topology_key) for t in c.affinity]
+            out.append((AFFINITY, affinity_ok(xp, terms, rows, itself)))
         if c.anti_affinity:
             ok = xp.ones((s.capacity,), dtype=xp.bool)
             for t in c.anti_affinity:
-                counts = self._counted(CountKey((Scope.of(t),)))
-                codes = s.key_codes(t.topology_key)
-                ok = ok & ~in_occupied_domain(xp, codes, counts, s.key_domains.size(t.topology_key))
+                ok = ok & ~self._occupied(t.topology_key, self._counted(CountKey((Scope.of(t),))))
             out.append((ANTI_AFFINITY, ok))
-        if self.holders:
-            ns_labels = self.namespaces.get(scope.namespace)
+        threats = self._threatening(scope.namespace, scope.labels) if self.holders else ()
+        if threats:
             ok = xp.ones((s.capacity,), dtype=xp.bool)
-            for term in list(self.holders):
-                if not Scope.of(term).matches(scope.namespace, ns_labels, labels):
-                    continue
-                codes = s.key_codes(term.topology_key)
-                held = self._fit(self.holders, term)
-                ok = ok & ~in_occupied_domain(xp, codes, held, s.key_domains.size(term.topology_key))
+            for term in threats:
+                ok = ok & ~self._occupied(term.topology_key, self.holders[term])
+
+
             out.append((EXISTING_ANTI_AFFINITY, ok))
         return out
+
+    def _key(self, topology_key: str) -> tuple[Array, list[int], int]:
+        """(codes, host codes, domains) of a topology key."""
+        s = self.state
+        return s.key_codes(topology_key), s.key_codes_host(topology_key), s.key_domains.size(topology_key)
+
+    def _occupied(self, topology_key: str, rows: Sparse) -> Array:
+        """bool[C]: rows whose domain of `topology_key` holds a pod of `rows`."""
+        s = self.state
+        codes, host, size = self._key(topology_key)
+        domains = occupied(host, rows)
+        members = s.key_domains.members(topology_key, domains)
+        if members is not None:  # few nodes in those domains (hostnames, racks): set them one by one
+            return in_rows(s.xp, s.capacity, members)
+        return in_domains(s.xp, codes, domains, size)
 
     def _spread(self, d: PodDemand, scope: PodScope) -> list[tuple[str, Array]]:
         hard = [c for c in scope.constraints.spread if c.hard]
@@ -309,7 +421,7 @@ class PodTopology:
             if sel is None or not sel.requirements:  # kube-scheduler counts no pod for an empty selector
                 counts = xp.zeros((s.capacity,), dtype=xp.int32)
             else:
-                counts = self._counted(
+                counts = self._dense_counted(
                     CountKey((Scope(frozenset({scope.namespace}), None, sel),), live_only=True)
                 )
             key_codes = codes[c.topology_key]
@@ -368,7 +480,7 @@ class PodTopology:
         """int64[C]: the pods `key` counts in each row's domain of `topology_key` (0 without the label)."""
         s = self.state
         codes = s.key_codes(topology_key)
-        totals = domain_totals(s.xp, codes, self._counted(key), s.key_domains.size(topology_key))
+        totals = domain_totals(s.xp, codes, self._dense_counted(key), s.key_domains.size(topology_key))
         return read_back(s.xp, codes, totals)
 
     def _node_affinity(self, scope: PodScope) -> Array:
@@ -383,3 +495,11 @@ class PodTopology:
         if terms is not None:
             ok = ok & terms_mask(s, terms)
         return ok
+
+
+def _add(rows: Sparse, row: int, sign: int) -> None:
+    n = rows.get(row, 0) + sign
+    if n:
+        rows[row] = n
+    else:
+        rows.pop(row, None)

@@ -18,7 +18,7 @@ server merges them at creation (so a manifest read from a file means what it mea
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.model.selectors import (
@@ -186,11 +186,12 @@ def _spread(raw: object, what: str, labels: Mapping[str, str]) -> SpreadConstrai
             tuple(Requirement(k, "In", (labels[k],)) for k in keys if k in labels)
         )
     policies = {}
-    for field, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
-        value = str(c.get(field) or default)
+    for policy, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
+        value = str(c.get(policy) or default)
         if value not in ("Honor", "Ignore"):
-            raise InvalidSelector(f"{what}.{field} must be Honor or Ignore")
-        policies[field] = value == "Honor"
+            raise InvalidSelector(f"{what}.{policy} must be Honor or Ignore")
+        policies[policy] = value == "Honor"
+
     return SpreadConstraint(
         max_skew=_int(c.get("maxSkew"), f"{what}.maxSkew", 1),
         topology_key=key,
@@ -294,6 +295,15 @@ class PodScope:
     labels: tuple[tuple[str, str], ...]
     node_selector: tuple[tuple[str, str], ...]
     constraints: PodConstraints
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:  # it keys per-pod memos: hashed once, not per lookup
+        object.__setattr__(
+            self, "_hash", hash((self.namespace, self.labels, self.node_selector, self.constraints))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def label_map(self) -> dict[str, str]:

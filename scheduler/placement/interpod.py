@@ -1,10 +1,11 @@
 """Inter-pod affinity, anti-affinity and topology spread as array programs over per-node pod counts.
 
-Inputs are integer arrays over the node rows: `codes` (int32[C], a node's domain for one topology key,
--1 where it lacks the label: `ClusterState.key_codes`) and `counts` (int[C], the pods on each node that a
-selector matches: `scheduler/cache/pod_topology.py` keeps them as pods come and go). A domain's figure is a
-segment sum of the rows' counts by code; a row's answer reads its own domain's figure back. So a pod's
-constraints cost a few passes over the rows, whatever the number of pods. The rules are kube-scheduler's
+Inputs are the nodes' domain codes for one topology key (int32[C], -1 where a node lacks the label:
+`ClusterState.key_codes`) and the pods a selector matches per node (`scheduler/cache/pod_topology.py`
+keeps them as pods come and go): sparse ({row: pods}) for affinity and anti-affinity, where a selector
+matches a few pods (a Deployment's replicas): the occupied domains become a lookup table gathered by row;
+dense (int[C]) for spread, summed per domain (bincount, or a sort and cumulative sum) and read back per
+row. So a pod's constraints cost a few passes over the rows, whatever the number of pods. The rules are kube-scheduler's
 (InterPodAffinity and PodTopologySpread Filter plugins):
 
 - affinity: every term's topology key on the node, and, in that domain, pods matching all the terms;
@@ -51,30 +52,6 @@ def read_back(xp: ArrayNamespace, codes: Array, totals: Array) -> Array:
     return xp.where(codes >= 0, xp.take(totals, safe), xp.zeros(codes.shape, dtype=xp.int64))
 
 
-def in_occupied_domain(xp: ArrayNamespace, codes: Array, counts: Array, size: int) -> Array:
-    """bool[C]: rows whose domain holds at least one counted pod."""
-    return read_back(xp, codes, domain_totals(xp, codes, counts, size)) > 0
-
-
-def affinity_ok(
-    xp: ArrayNamespace, term_codes: list[tuple[Array, int]], counts: Array, matches_itself: bool
-) -> Array:
-    """bool[C] for the pod's required affinity terms (each (codes, domains) of its topology key); `counts`:
-    pods matching every term, per row."""
-    has_keys = term_codes[0][0] >= 0
-    for codes, _ in term_codes[1:]:
-        has_keys = has_keys & (codes >= 0)
-    ok = has_keys
-    anywhere = 0
-    for codes, size in term_codes:
-        totals = domain_totals(xp, codes, counts, size)
-        anywhere += int(xp.sum(totals))
-        ok = ok & (read_back(xp, codes, totals) > 0)
-    if anywhere == 0 and matches_itself:  # the first of a group: anywhere with the keys
-        return has_keys
-    return ok
-
-
 def spread_ok(
     xp: ArrayNamespace,
     codes: Array,
@@ -99,3 +76,61 @@ def spread_ok(
         smallest = int(xp.min(xp.where(present, totals, big)))
     skew = read_back(xp, codes, totals) + int(self_match) - smallest
     return (codes >= 0) & (skew <= max_skew)
+
+
+# Sparse counts: most selectors match a few pods (a Deployment's replicas), so their counts are kept as
+# {row: pods} and a domain's verdict is a lookup table over the domain codes, gathered by row.
+def occupied(codes_host: list[int], rows: dict[int, int]) -> list[int]:
+    """The domain codes of the rows where counted pods are (rows without the label count nowhere)."""
+    return sorted(
+        {codes_host[r] for r, n in rows.items() if n > 0 and r < len(codes_host) and codes_host[r] >= 0}
+    )
+
+
+def in_domains(xp: ArrayNamespace, codes: Array, domains: list[int], size: int) -> Array:
+    """bool[C]: rows whose domain code is one of `domains` (codes below `size`)."""
+    if not domains:
+        return xp.zeros(codes.shape, dtype=xp.bool)
+    if hasattr(xp, "bincount"):  # numpy and CuPy: one scatter
+        table = xp.zeros((size,), dtype=xp.bool)
+        table[xp.asarray(domains, dtype=xp.int64)] = True
+    else:  # the array API has no scatter: the table is built on the host
+        flags = [False] * size
+        for code in domains:
+            flags[code] = True
+        table = xp.asarray(flags, dtype=xp.bool)
+
+    safe = xp.clip(xp.astype(codes, xp.int64), 0, max(size - 1, 0))
+    return (codes >= 0) & xp.take(table, safe)
+
+
+def affinity_ok(
+    xp: ArrayNamespace, terms: list[tuple[Array, list[int], int]], rows: dict[int, int], matches_itself: bool
+) -> Array:
+    """bool[C] for the pod's required affinity terms: `terms` are (codes, host codes, domains) of each
+    term's key, `rows` the pods matching every term, per row (sparse)."""
+    has_keys = terms[0][0] >= 0
+    for codes, _, _ in terms[1:]:
+        has_keys = has_keys & (codes >= 0)
+    ok = has_keys
+    anywhere = False
+    for codes, host, size in terms:
+        domains = occupied(host, rows)
+        anywhere = anywhere or bool(domains)
+        ok = ok & in_domains(xp, codes, domains, size)
+    if not anywhere and matches_itself:
+        return has_keys
+    return ok
+
+
+def in_rows(xp: ArrayNamespace, size: int, rows: list[int]) -> Array:
+    """bool[size]: True on `rows` (the nodes of a few occupied domains)."""
+    if hasattr(xp, "bincount"):  # numpy and CuPy: one scatter
+        out = xp.zeros((size,), dtype=xp.bool)
+        if rows:
+            out[xp.asarray(rows, dtype=xp.int64)] = True
+        return out
+    flags = [False] * size
+    for r in rows:
+        flags[r] = True
+    return xp.asarray(flags, dtype=xp.bool)

@@ -301,7 +301,18 @@ class ClusterState:
 
     def key_codes(self, key: str) -> Any:
         """int32[C]: each row's domain code for node label `key` (-1: no such label); see key_domains.py."""
+        found = self.key_domains.codes_by_key.get(key)
+        if found is not None:
+            return found
         return self.key_domains.codes(key, [n.labels if n is not None else None for n in self.nodes])
+
+    def key_codes_host(self, key: str) -> list[int]:
+        """`key_codes` as a host list (for lookups by row)."""
+        found = self.key_domains.host_codes.get(key)
+        if found is not None:
+            return found
+        self.key_codes(key)
+        return self.key_domains.host_codes[key]
 
     def set_topologies(self, topologies: dict[str, tuple[str, ...]]) -> None:
         """Use these topologies (name -> node label keys, outermost first): every node's domain codes
