@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.cache.ledger import Holding, HoldKind
-from scheduler.model.constraints import PodAffinityTerm, PodScope
+from scheduler.model.constraints import PodAffinityTerm, PodScope, SpreadConstraint
 from scheduler.model.selectors import LabelSelector
 from scheduler.model.types import PodInfo
 from scheduler.placement.interpod import (
@@ -171,6 +171,7 @@ class PodTopology:
         self._threats: dict[tuple[str, Labels], tuple[PodAffinityTerm, ...]] = {}
         self._used: OrderedDict[CountKey, None] = OrderedDict()  # least recently asked about first
         self._masks: dict[tuple[PodScope, Any], tuple[tuple[int, int], list[tuple[str, Array]]]] = {}
+        self._eligibles: dict[tuple[PodScope, Any], tuple[int, list[Array]]] = {}
 
         self.version = 0  # bumped on every change of a count
 
@@ -374,7 +375,6 @@ class PodTopology:
             for term in threats:
                 ok = ok & ~self._occupied(term.topology_key, self.holders[term])
 
-
             out.append((EXISTING_ANTI_AFFINITY, ok))
         return out
 
@@ -399,24 +399,11 @@ class PodTopology:
             return []
         s, xp = self.state, self.state.xp
         codes = {c.topology_key: s.key_codes(c.topology_key) for c in hard}
-        has_keys = s.valid | s.cordoned
-        for k in codes.values():
-            has_keys = has_keys & (k >= 0)
-        affinity: Array | None = None
-        taints: Array | None = None
+        eligibles = self._eligible(d, scope, hard, codes)
         labels = scope.label_map
         ok = xp.ones((s.capacity,), dtype=xp.bool)
         missing = xp.ones((s.capacity,), dtype=xp.bool)
-        for c in hard:
-            eligible = has_keys
-            if c.honor_node_affinity:
-                if affinity is None:
-                    affinity = self._node_affinity(scope)
-                eligible = eligible & affinity
-            if c.honor_node_taints:
-                if taints is None:
-                    taints = ~untolerated(s, d.tolerations, FILTERED_EFFECTS)
-                eligible = eligible & taints
+        for c, eligible in zip(hard, eligibles, strict=True):
             sel = c.selector
             if sel is None or not sel.requirements:  # kube-scheduler counts no pod for an empty selector
                 counts = xp.zeros((s.capacity,), dtype=xp.int32)
@@ -482,6 +469,38 @@ class PodTopology:
         codes = s.key_codes(topology_key)
         totals = domain_totals(s.xp, codes, self._dense_counted(key), s.key_domains.size(topology_key))
         return read_back(s.xp, codes, totals)
+
+    def _eligible(
+        self, d: PodDemand, scope: PodScope, hard: list[SpreadConstraint], codes: dict[str, Array]
+    ) -> list[Array]:
+        """Per constraint, bool[C]: the rows whose domains count (every constraint's key, and the node
+        affinity and taints its policies honour). Nodes only: kept until a node changes."""
+        memo = (scope, d.tolerations)
+        kept = self._eligibles.get(memo)
+        if kept is not None and kept[0] == self.state.node_epoch:
+            return kept[1]
+        s = self.state
+        has_keys = s.valid | s.cordoned
+        for k in codes.values():
+            has_keys = has_keys & (k >= 0)
+        affinity: Array | None = None
+        taints: Array | None = None
+        out = []
+        for c in hard:
+            eligible = has_keys
+            if c.honor_node_affinity:
+                if affinity is None:
+                    affinity = self._node_affinity(scope)
+                eligible = eligible & affinity
+            if c.honor_node_taints:
+                if taints is None:
+                    taints = ~untolerated(s, d.tolerations, FILTERED_EFFECTS)
+                eligible = eligible & taints
+            out.append(eligible)
+        if len(self._eligibles) >= MAX_MASKS:
+            self._eligibles.clear()
+        self._eligibles[memo] = (s.node_epoch, out)
+        return out
 
     def _node_affinity(self, scope: PodScope) -> Array:
         """bool[C]: nodes the pod's node selector and required node affinity allow (spread's

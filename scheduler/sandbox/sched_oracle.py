@@ -23,6 +23,9 @@ from typing import Any
 from scheduler.sandbox import assets
 
 BINARY = "sched-oracle"
+RETRIES = 3
+_LAGGING = "could not find v1."
+
 
 Obj = Mapping[str, Any]
 
@@ -82,25 +85,35 @@ class SchedOracle:
             "pod": pod, "nodes": list(nodes), "pods": list(pods), "pvs": list(pvs), "pvcs": list(pvcs),
             "storageClasses": list(storage_classes), "namespaces": list(namespaces),
         }  # fmt: skip
+        # Every object is in the request: "could not find" can only be a cache the oracle's plugins fill
+        # from event handlers, a moment after the informers' stores. Asked again, it has them.
+        for _ in range(RETRIES):
+            verdict = _verdict(self._ask(request))
+            if not any(_LAGGING in r for _, reasons in verdict.filtered.values() for r in reasons):
+                break
+        return verdict
+
+    def evaluate_sequence(
+        self, pods: Sequence[Obj], nodes: Sequence[Obj], *, namespaces: Sequence[Obj] = ()
+    ) -> list[Verdict]:
+        """Each of `pods` (bound: spec.nodeName) judged against the pods before it, as if scheduled after
+        them: one verdict each, in order."""
+        request = {"sequence": True, "nodes": list(nodes), "pods": list(pods), "namespaces": list(namespaces)}
+        answer = self._ask(request)
+        return [_verdict(a) for a in answer.get("sequence") or []]
+
+    def _ask(self, request: Obj) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise OracleError(f"{BINARY} exited (status {self.proc.poll()})")
-        answer = json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
         if answer.get("error"):
             raise OracleError(str(answer["error"]))
         self.cases += 1
-        pre = answer.get("preFilter")
-        return Verdict(
-            feasible=tuple(answer.get("feasible") or ()),
-            filtered={
-                name: (str(v.get("plugin")), tuple(v.get("reasons") or ()))
-                for name, v in (answer.get("filtered") or {}).items()
-            },
-            pre_filter=(str(pre.get("plugin")), tuple(pre.get("reasons") or ())) if pre else None,
-        )
+        return answer
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -118,3 +131,15 @@ class SchedOracle:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _verdict(answer: Mapping[str, Any]) -> Verdict:
+    pre = answer.get("preFilter")
+    return Verdict(
+        feasible=tuple(answer.get("feasible") or ()),
+        filtered={
+            name: (str(v.get("plugin")), tuple(v.get("reasons") or ()))
+            for name, v in (answer.get("filtered") or {}).items()
+        },
+        pre_filter=(str(pre.get("plugin")), tuple(pre.get("reasons") or ())) if pre else None,
+    )

@@ -293,3 +293,16 @@ def test_volume_cases_as_kube_scheduler_decides_them(oracle: SchedOracle, name: 
     classes, pvs, pvcs = VOLUMES[name]
     cluster = Cluster([*THREE, _node("n3", None)], [], namespace_objects(), pvs, pvcs, classes)
     check(oracle, cluster, CLAIMING)
+
+
+def test_the_bench_check_finds_a_pod_bound_against_the_rules(oracle: SchedOracle) -> None:
+    """`bench e2e --affinity` judges each bound pod against those bound before it: two replicas of an
+    anti-affine Deployment on one node are one pod too many (the first was fine where it was)."""
+    from scheduler.bench.e2e.oracle_check import check_bound
+
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": WEB, "topologyKey": "kubernetes.io/hostname"}]}}  # fmt: skip
+    pods = [_pod(f"pod-{i}", node, affinity=anti) for i, node in enumerate(["n0", "n1", "n0"])]
+    report = check_bound(pods, {f"pod-{i}": float(i) for i in range(3)}, THREE, namespace_objects())
+    assert report["checked"] == 3 and report["feasible"] == 2, report
+    assert report["infeasible"][0].startswith("pod-2 on n0: InterPodAffinity"), report

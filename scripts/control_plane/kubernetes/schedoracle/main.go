@@ -18,6 +18,11 @@
 //
 // A PreFilter that rejects the pod rejects every node (kube-scheduler's own rule); one that narrows the
 // nodes (PreFilterResult) filters the others with plugin "PreFilterResult".
+//
+// With "sequence": true and no "pod", every pod of "pods" (each with its spec.nodeName) is judged against
+// the pods before it, as if it were being scheduled after them: "sequence" holds one answer per pod (a
+// check of a scheduler's placements, in the order it made them, in one request).
+
 package main
 
 import (
@@ -35,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
@@ -62,6 +68,9 @@ type request struct {
 	Namespaces     []*v1.Namespace             `json:"namespaces"`
 	CSINodes       []*storagev1.CSINode        `json:"csiNodes"`
 	Pod            *v1.Pod                     `json:"pod"`
+	// Sequence: instead of one pod, judge every pod of Pods (each bound to spec.nodeName) against the
+	// pods before it, as if it were being scheduled after them; the answers are in Sequence.
+	Sequence bool `json:"sequence"`
 }
 
 type verdict struct {
@@ -75,6 +84,7 @@ type answer struct {
 	Filtered  map[string]verdict `json:"filtered"`
 	PreFilter *verdict           `json:"preFilter,omitempty"`
 	Error     string             `json:"error,omitempty"`
+	Sequence  []*answer          `json:"sequence,omitempty"`
 }
 
 var uidCounter int
@@ -96,7 +106,7 @@ func fillMeta(kind string, ns *string, uid *types.UID, name string, namespaced b
 }
 
 func evaluate(ctx context.Context, req *request) (*answer, error) {
-	if req.Pod == nil {
+	if req.Pod == nil && !req.Sequence {
 		return nil, fmt.Errorf("no pod in the request")
 	}
 	objects := []runtime.Object{}
@@ -104,7 +114,11 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 		defaulted(n)
 		fillMeta("node", &n.Namespace, &n.UID, n.Name, false)
 	}
-	for _, p := range append(append([]*v1.Pod{}, req.Pods...), req.Pod) {
+	all := append([]*v1.Pod{}, req.Pods...)
+	if req.Pod != nil {
+		all = append(all, req.Pod)
+	}
+	for _, p := range all {
 		defaulted(p)
 		fillMeta("pod", &p.Namespace, &p.UID, p.Name, true)
 	}
@@ -161,16 +175,34 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 		return nil, err
 	}
 	profile := &cfg.Profiles[0]
-	snapshot := internalcache.NewSnapshot(req.Pods, req.Nodes)
+	// One framework, made before the informers start (its plugins register their event handlers then,
+	// and see every object as the informers sync), over a snapshot swapped for each pod judged.
+	lister := &swapLister{}
 	f, err := frameworkruntime.NewFramework(ctx, frameworkplugins.NewInTreeRegistry(), profile,
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(informerFactory),
 		frameworkruntime.WithSharedDRAManager(draManager),
-		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithSnapshotSharedLister(lister),
 		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("framework: %w", err)
+	}
+	// The volume binder reads claims and volumes from caches its event handlers fill, after the
+	// informers' stores. A handler of ours on the same informers, registered after the plugins', is told
+	// of every object too: once it has been (its registration synced), theirs very nearly have; the rest
+	// is waited for below.
+	var registrations []toolscache.ResourceEventHandlerRegistration
+	for _, inf := range []toolscache.SharedIndexInformer{
+		informerFactory.Core().V1().PersistentVolumes().Informer(),
+		informerFactory.Core().V1().PersistentVolumeClaims().Informer(),
+		informerFactory.Storage().V1().StorageClasses().Informer(),
+	} {
+		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{})
+		if err != nil {
+			return nil, err
+		}
+		registrations = append(registrations, reg)
 	}
 	// client-go's WaitForCacheSync polls every 100 ms, most of a case's time: ask it with a closed stop
 	// channel (one immediate check of every informer the plugins started) until all have synced.
@@ -182,6 +214,9 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 		for _, ok := range informerFactory.WaitForCacheSync(checkOnce) {
 			all = all && ok
 		}
+		for _, reg := range registrations {
+			all = all && reg.HasSynced()
+		}
 		if all {
 			break
 		}
@@ -190,12 +225,38 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	// Event handlers (the volume binder's assume caches) are told after the stores are filled.
-	time.Sleep(time.Millisecond)
+	time.Sleep(2 * time.Millisecond)
 
+	if !req.Sequence {
+		return filterNodes(ctx, f, lister, req.Pods, req.Nodes, req.Pod)
+	}
+	out := &answer{Feasible: []string{}, Filtered: map[string]verdict{}}
+	for i, p := range req.Pods {
+		pending := p.DeepCopy()
+		pending.Spec.NodeName = ""
+		ans, err := filterNodes(ctx, f, lister, req.Pods[:i], req.Nodes, pending)
+		if err != nil {
+			return nil, err
+		}
+		out.Sequence = append(out.Sequence, ans)
+	}
+	return out, nil
+}
+
+// swapLister is the framework's snapshot, replaced for each pod judged (the plugins read it at each call).
+type swapLister struct{ current *internalcache.Snapshot }
+
+func (l *swapLister) NodeInfos() framework.NodeInfoLister       { return l.current.NodeInfos() }
+func (l *swapLister) StorageInfos() framework.StorageInfoLister { return l.current.StorageInfos() }
+
+// filterNodes runs the PreFilter and Filter plugins for `pod` on every node, with `pods` bound.
+func filterNodes(ctx context.Context, f framework.Framework, lister *swapLister, pods []*v1.Pod, nodes []*v1.Node,
+	pod *v1.Pod) (*answer, error) {
+	snapshot := internalcache.NewSnapshot(pods, nodes)
+	lister.current = snapshot
 	ans := &answer{Feasible: []string{}, Filtered: map[string]verdict{}}
 	state := framework.NewCycleState()
-	pre, status, _ := f.RunPreFilterPlugins(ctx, state, req.Pod)
+	pre, status, _ := f.RunPreFilterPlugins(ctx, state, pod)
 	nodeInfos, err := snapshot.NodeInfos().List()
 	if err != nil {
 		return nil, err
@@ -214,7 +275,7 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 			ans.Filtered[name] = verdict{Plugin: "PreFilterResult", Reasons: []string{"not among the nodes a PreFilter plugin chose"}}
 			continue
 		}
-		st := f.RunFilterPlugins(ctx, state, req.Pod, ni)
+		st := f.RunFilterPlugins(ctx, state, pod, ni)
 		if st.IsSuccess() {
 			ans.Feasible = append(ans.Feasible, name)
 			continue
