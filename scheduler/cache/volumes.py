@@ -138,27 +138,32 @@ class VolumeCatalog:
         return out
 
     def _claim_mask(self, claim: Claim) -> Array:
-        """bool[C]: rows where an unbound WaitForFirstConsumer claim can be satisfied."""
+        """bool[C]: rows where an unbound WaitForFirstConsumer claim can be satisfied: a volume it may take
+        there, or provisioning (the class has a provisioner and its allowed topologies include the row). A
+        claim a node was selected for is being provisioned there: that row, if the class may provision on it."""
         s, xp = self.state, self.state.xp
+        everywhere = xp.ones((s.capacity,), dtype=xp.bool)
+        cls = self.classes[claim.class_name]
+        provision = xp.zeros((s.capacity,), dtype=xp.bool)
+        if cls.provisions:
+            provision = (
+                terms_mask(s, cls.allowed_topologies) if cls.allowed_topologies is not None else everywhere
+            )
         if claim.selected_node is not None:
             row = s.row_of(claim.selected_node)
-            return s.row_id == row if row is not None else xp.zeros((s.capacity,), dtype=xp.bool)
+            return (
+                (s.row_id == row) & provision if row is not None else xp.zeros((s.capacity,), dtype=xp.bool)
+            )
         candidates = [
             v for v in self.volumes.values() if v.class_name == claim.class_name and may_take(v, claim)
         ]
-
         prebound = next((v for v in candidates if v.bound_to(claim)), None)
         if prebound is not None:  # the one it may take: there or nowhere (then provisioning)
             candidates = [prebound]
-        everywhere = xp.ones((s.capacity,), dtype=xp.bool)
         static = xp.zeros((s.capacity,), dtype=xp.bool)
         for v in candidates:
             static = static | (terms_mask(s, v.node_terms) if v.node_terms is not None else everywhere)
-        cls = self.classes[claim.class_name]
-        if not cls.provisions:
-            return static
-        allowed = terms_mask(s, cls.allowed_topologies) if cls.allowed_topologies is not None else everywhere
-        return static | allowed
+        return static | provision
 
     def _zone_mask(self, volume: Volume) -> Array:
         """VolumeZone: a node with any zone/region label must have the volume's value for each it has."""

@@ -7,7 +7,9 @@ kube-scheduler's rules for where a pod's claims let it run (VolumeBinding, Volum
   claim may take there (available, of its class, large enough, same volume mode, the access modes it asks
   for, its selector, the volume's node affinity; a volume pre-bound to the claim is the only one it may
   take), else provisioning (the class has a provisioner, and its `allowedTopologies` include the node).
-  A claim another node was already selected for (`volume.kubernetes.io/selected-node`) takes that node.
+  A claim a node was already selected for (`volume.kubernetes.io/selected-node`) is being provisioned
+  there: that node, if the class may provision on it.
+
 - Any other unbound claim (Immediate binding, no class, a class that does not exist, pre-bound but not
   yet bound) waits for the PV controller: the pod fits nowhere until then; so does a pod whose claim does
   not exist.

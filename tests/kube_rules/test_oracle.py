@@ -262,6 +262,10 @@ THREE = [_node("n0", "a"), _node("n1", "b"), _node("n2", "c")]
 SELECTED = {"volume.kubernetes.io/selected-node": "n1"}
 VOLUMES: dict[str, tuple[list[Obj], list[Obj], list[Obj]]] = {  # name: (classes, volumes, claims)
     "a claim selected for a node takes that node": ([WFFC], [], [_pvc("data", "wffc", **SELECTED)]),
+    "a claim selected for a node its class may not provision on": (
+        [ZONAL], [], [_pvc("data", "zonal", **{"volume.kubernetes.io/selected-node": "n2"})],
+    ),
+
     "a volume pre-bound to the claim is the only one it may take": (
         [LOCAL], [_pv("mine", "local", "n0", claim="data"), _pv("other", "local", "n1")], [_pvc("data", "local")],
     ),
