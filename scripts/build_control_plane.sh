@@ -30,6 +30,11 @@ say() { printf '[control-plane] %s\n' "$*" >&2; }
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 all_bins=(etcd "${k8s_bins[@]}")
 
+complete() {
+    [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp_want" ] || return 1
+    for b in "${all_bins[@]}"; do [ -x "$out/$b" ] || return 1; done
+}
+
 # sched-oracle (tests and `tessera bench e2e`): kube-scheduler's own Filter plugins over a snapshot, a small
 # program of the kubernetes module (scripts/control_plane/kubernetes/schedoracle, the same pins). It has a
 # stamp of its own (its sources and the pins): a cached folder rebuilds it only when they change, whatever
@@ -50,12 +55,6 @@ build_sched_oracle() {
     say "built sched-oracle in $(( $(date +%s) - t0 )) s"
 }
 build_sched_oracle
-
-
-complete() {
-    [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp_want" ] || return 1
-    for b in "${all_bins[@]}"; do [ -x "$out/$b" ] || return 1; done
-}
 
 if complete; then
     say "up to date: Kubernetes $k8s_version, etcd $etcd_version"
