@@ -24,7 +24,16 @@ from node_agent.nvml import GPUSpecError, NVMLUnavailable, open_backend
 from node_agent.pods import KubePods, PodSource, StaticPods, pod_info
 from node_agent.publisher import ReportPublisher
 from node_agent.report import report_json
-from scheduler.api.cli import FAILURE, USAGE, VersionOption, check_choice, fail, new_app
+from scheduler.api.cli import (
+    FAILURE,
+    USAGE,
+    VersionOption,
+    check_choice,
+    fail,
+    first_line,
+    new_app,
+    yaml_problem,
+)
 
 app = new_app(
     "Tessera node agent: NVML collector, GPUNodeReport publisher, Prometheus metrics, limit watchdog.",
@@ -38,8 +47,10 @@ def load_pods_file(path: Path) -> StaticPods:
     """Pods from a JSON/YAML file: a PodList, a list of pods or one pod."""
     try:
         data: Any = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"cannot read pods file {path}: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read pods file {path}: {first_line(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"pods file {path} is not valid YAML: {yaml_problem(exc)}") from None
     items = data.get("items", [data]) if isinstance(data, dict) else data
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise ValueError(f"pods file {path} holds no pods (expected a PodList, a list of pods or a pod)")

@@ -35,7 +35,6 @@ from scheduler.queues.usage_history import TimeBasedFairShare, UsageParams
 from scheduler.queues.usage_store import MemoryUsageStore, UsageStore
 from scheduler.state.backend import get_namespace
 from scheduler.state.bulk import arrays_agree
-from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
 WarningKey = tuple[str, str | None, str, str]
@@ -132,13 +131,13 @@ class Scheduler:
                 self._execute(action, session)
                 timings[action.name] = time.perf_counter() - ta
         finally:
-            if self.cache.ledger.abort():  # an action failed inside a transaction: leave no half of it
+            if self.cache.ledger.abort() is not None:  # an action failed inside a transaction: no half of it
                 log.error("a transaction was left open by a failing action; rolled back")
             session.close()
         if self.fairshare is not None:  # what the queues hold from now on, until the next cycle
             allocated = {name: node.allocated for name, node in session.tree.nodes.items()}
             self.fairshare.observe(epoch, allocated, cluster_capacity(self.cache.state))
-        self._report(session)
+        reports = self._report(session)
         self.last_session = session
         if self._contained_failures and not self._state_agrees():
             # The failure wrote the arrays outside the ledger (nothing rolls that back): fail the cycle, so
@@ -151,7 +150,7 @@ class Scheduler:
         phases["other"] = max(0.0, duration - sum(phases.values()))
         return CycleResult(
             started_s=now, duration_s=duration, action_s=timings, bound=bound, evicted=evicted,
-            pending=len(session.reasons), reasons=dict(session.reasons), events=session.events, phase_s=phases,
+            pending=len(session.verdicts), reasons=reports, events=session.events, phase_s=phases,
             retry_at_epoch_s=session.retry_at,
         )  # fmt: skip
 
@@ -209,16 +208,19 @@ class Scheduler:
         self.cache.error_log.add(f"job {key}: {message}")
         return message
 
-    def _report(self, session: Session) -> None:
-        """Tell people why pods wait, and every queue's and pod group's status: each object on its own."""
+    def _report(self, session: Session) -> dict[str, PendingReason]:
+        """Tell people why pods wait, and every queue's and pod group's status: each object on its own.
+        The verdicts become messages here; they are returned, by pod uid."""
         pods = self.cache.pods
-        for uid, why in session.reasons.items():
+        reports = session.verdicts.reports()
+        for uid, why in reports.items():
             pod = pods.get(uid)
-            if pod is not None and not pod.holds_resources:
+            if pod is not None and not self.cache.ledger.on_node(pod):
                 self._contained(self.cluster.report_pending, pod, why.reason, self._why(pod, why))
-        self.last_reasons = session.reasons
+        self.last_reasons = reports
         self._contained(self.cluster.publish_status, queue_statuses(session), podgroup_statuses(session))
         self._contained(self._warn, session)
+        return reports
 
     def _why(self, pod: PodInfo, why: PendingReason) -> str:
         """An invalid queue says what is wrong with it (it is not merely missing)."""
@@ -247,15 +249,17 @@ class Scheduler:
         for job in session.pending_jobs:
             if job.is_gang and not job.explicit_group:
                 message = (
-                    f"PodGroup {job.key} does not exist: the {len(job.running) + len(job.pending)} pods naming it "
+                    f"PodGroup {job.key} does not exist: the {len(job.members)} pods naming it "
                     "are scheduled as one gang of those present; create the PodGroup (minMember) or remove "
                     "the annotation"
                 )
-                for pod in job.pending:
+                for pod in session.facts(job).pending:
                     now[("Pod", pod.namespace, pod.name, "PodGroupNotFound")] = message
         for node in self.cache.state.nodes:
             if node is not None and node.warning:
                 now[("Node", None, node.name, "GPUMemoryAssumed")] = node.warning
+        for name, message in self.cache.mirror.gpu_identities.unknown_memory.items():
+            now[("Node", None, name, "GPUMemoryUnknown")] = message  # gone once its GPUNodeReport came
         problems = self.cache.mirror.problems
         for name, message in problems.nodes.items():
             now[("Node", None, name, "NodeUnusable")] = message
@@ -272,39 +276,26 @@ class Scheduler:
 
 def _roll_back(session: Session) -> None:
     """Undo what the failing action's open transaction did, except the binds it made: those pods are bound
-    in the cluster (their assignment says where), so they keep their places. A place that cannot be taken
-    back masks its node for GPU pods until the watch brings the bind (accounted from its assignment)."""
-    ledger = session.ledger
-    bound = {
-        p.uid: ledger.pods[p.uid]
-        for job in session.jobs
-        for p in job.pending
-        if p.holds_resources and p.uid in ledger.pods  # pending when the cycle began, bound since
-    }
-    if not ledger.abort():
+    in the cluster (their assignment says where), so they keep their places (`Ledger.abort`). A place that
+    cannot be taken back masks its node for GPU pods until the watch brings the bind (accounted from its
+    assignment)."""
+    lost = session.ledger.abort()
+    if lost is None:
         return
     log.error("a transaction was left open by a failing action; rolled back")
-    for uid, held in bound.items():
-        if uid in ledger.pods:
-            continue  # committed before the failure: kept by the roll-back
-        try:
-            ledger.hold(uid, held.placement, held.owner)
-        except OvercommitError:
-            session.mask_node(held.placement.node)
+    for held in lost:
+        session.mask_node(held.placement.node)
 
 
 def _leave_out(session: Session, key: str, message: str) -> None:
-    """Take quarantined job `key` out of the session and tell its pending pods why; pods bound before the
-    failure are running now (so the action, run again, does not place them twice)."""
+    """Take quarantined job `key` out of the session and tell its pending pods why. (Pods of the other jobs
+    bound before the failure hold their places in the ledger: the action, run again, sees them running.)"""
     for job in session.jobs:
         if job.key == key:
-            for p in job.pending:
+            for p in session.facts(job).unplaced:
                 session.set_reason(p, Reason.INVALID_REQUEST, message)
-        elif any(p.holds_resources for p in job.pending):
-            job.running += [p for p in job.pending if p.holds_resources]
-            job.pending = [p for p in job.pending if not p.holds_resources]
     session.jobs = [job for job in session.jobs if job.key != key]
-    session.pending_jobs = [job for job in session.pending_jobs if job.key != key and job.pending]
+    session.pending_jobs = [job for job in session.pending_jobs if job.key != key]
     session.memo = Memo()  # victims and capacities computed with the job in
 
 
@@ -335,11 +326,12 @@ def podgroup_statuses(session: Session) -> dict[str, PodGroupStatus]:
 
 
 def _podgroup_status(session: Session, job: Job) -> PodGroupStatus:
-    running = sum(1 for p in (*job.running, *job.pending) if p.holds_resources)
+    running = sum(1 for p in job.members if session.ledger.on_node(p))
     if running >= job.min_member:
         return PodGroupStatus(phase="Running", running=running)
-    why = next((session.reasons[p.uid] for p in job.pending if p.uid in session.reasons), None)
-    why = why or session.group_reasons.get(job.key)
+    pending = session.facts(job).pending
+    verdict = next((v for p in pending if (v := session.verdicts.get(p.uid)) is not None), None)
+    why = verdict.report() if verdict is not None else session.group_reasons.get(job.key)
     conditions = (
         [Condition(type="Schedulable", status="False", reason=why.reason, message=why.message)] if why else []
     )

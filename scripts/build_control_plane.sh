@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build a Kubernetes control plane for tests, `tessera sandbox` and `tessera bench e2e`, from Go modules:
-# etcd (go.etcd.io/etcd/server/v3) and kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
-# (k8s.io/kubernetes). Output: one folder in envtest layout; its path is the last line printed.
+# etcd (go.etcd.io/etcd/server/v3) and kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+# kubelet (k8s.io/kubernetes), plus fakecri, our CRI runtime without containers for the sandbox's kubelets
+# (scripts/control_plane/fakecri, on k8s.io/cri-client's fake at the same release). Output: one folder in
+# envtest layout; its path is the last line printed.
 #
 # Idempotent and cached: a complete folder whose stamp matches the pinned modules is reused at once.
 # KUBEBUILDER_ASSETS is honoured: binaries found there are linked, only the missing ones are built
@@ -10,7 +12,8 @@
 # The build modules are ours (scripts/control_plane/{kubernetes,etcd}/go.mod): they only require the
 # upstream modules at one release. k8s.io/kubernetes requires its ~30 staging modules at v0.0.0, so the
 # kubernetes module pins each one with a `replace` line to the matching v0.X.Y (that release's own replace
-# block, with ./staging/src/k8s.io/NAME rewritten to k8s.io/NAME v0.X.Y).
+# block, with ./staging/src/k8s.io/NAME rewritten to k8s.io/NAME v0.X.Y). fakecri's module requires
+# k8s.io/cri-client and k8s.io/cri-api at that v0.X.Y; it is rebuilt whenever its sources change.
 #
 # Environment:
 #   TESSERA_CONTROL_PLANE_DIR  output folder (default: ~/.cache/tessera/control-plane/<versions>)
@@ -23,12 +26,14 @@ src="$here/control_plane"
 k8s_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$src/kubernetes/go.mod")"
 etcd_version="$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$src/etcd/go.mod")"
 out="${TESSERA_CONTROL_PLANE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera/control-plane/k8s-${k8s_version}_etcd-${etcd_version}}"
-stamp_want="$(cat "$src"/kubernetes/go.mod "$src"/kubernetes/go.sum "$src"/etcd/go.mod "$src"/etcd/go.sum | sha256sum | cut -c1-16)"
+fakecri_stamp="$(cat "$src"/fakecri/go.mod "$src"/fakecri/go.sum "$src"/fakecri/*.go | sha256sum | cut -c1-16)"
+stamp_want="$( (cat "$src"/kubernetes/go.mod "$src"/kubernetes/go.sum "$src"/etcd/go.mod "$src"/etcd/go.sum
+               echo "$fakecri_stamp") | sha256sum | cut -c1-16)"
 
 say() { printf '[control-plane] %s\n' "$*" >&2; }
 
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-all_bins=(etcd "${k8s_bins[@]}")
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+all_bins=(etcd "${k8s_bins[@]}" fakecri)
 
 complete() {
     [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp_want" ] || return 1
@@ -66,9 +71,13 @@ command -v go >/dev/null || { say "error: Go is needed to build the control plan
 mkdir -p "$out"
 rm -f "$out/.stamp"
 
+# fakecri is ours: a source change rebuilds it (the other binaries change only with the pins, which name the
+# folder).
+[ "$(cat "$out/.fakecri.stamp" 2>/dev/null)" = "$fakecri_stamp" ] || rm -f "$out/fakecri"
+
 # Reuse what KUBEBUILDER_ASSETS already has.
 if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -d "$KUBEBUILDER_ASSETS" ]; then
-    for b in "${all_bins[@]}"; do
+    for b in etcd "${k8s_bins[@]}"; do
         if [ -x "$KUBEBUILDER_ASSETS/$b" ] && [ ! -x "$out/$b" ]; then
             ln -sf "$KUBEBUILDER_ASSETS/$b" "$out/$b"
             say "using $KUBEBUILDER_ASSETS/$b"
@@ -102,6 +111,8 @@ build "$src/etcd" go.etcd.io/etcd/server/v3 etcd "$etcd_ldflags"
 for b in "${k8s_bins[@]}"; do
     build "$src/kubernetes" "k8s.io/kubernetes/cmd/$b" "$b" "$k8s_ldflags"
 done
+build "$src/fakecri" . fakecri ""
+echo "$fakecri_stamp" > "$out/.fakecri.stamp"
 
 echo "$stamp_want" > "$out/.stamp"
 say "done: $(du -shL "$out" | cut -f1) in $out"

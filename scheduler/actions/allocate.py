@@ -9,23 +9,17 @@ from scheduler.actions.topology_placement import place_in_topology
 from scheduler.cache.cluster import Cluster
 from scheduler.framework.session import Session
 from scheduler.framework.transaction import Transaction
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, JobFacts
 from scheduler.model.reasons import Reason
-from scheduler.model.types import PodInfo
 from scheduler.placement.explain import explain_unschedulable
 from scheduler.state.demand import PodDemand, demand_for
-
-
-def to_place(job: Job) -> int:
-    """How many members to place at once: minMember's worth, else one more (an elastic gang grows one pod
-    at a time, taking its turn with the other jobs as KAI Scheduler does)."""
-    return min(len(job.pending), max(job.need, 1))
 
 
 def admissible(session: Session, job: Job) -> tuple[Reason, str] | None:
     """(reason, message) when the job's queue may not take the members it would place now, else None."""
     tree = session.tree
-    request = session.request_of(job.pending[: to_place(job)])  # gpu-memory: its largest possible share
+    f = session.facts(job)
+    request = session.request_of(list(f.pending[: f.place_now]))  # gpu-memory: its largest possible share
     if (msg := tree.limit_exceeded(job.queue, request)) is not None:
         return (Reason.OVER_LIMIT, msg)
     if not job.preemptible and (msg := tree.quota_exceeded(job.queue, request)) is not None:
@@ -34,16 +28,22 @@ def admissible(session: Session, job: Job) -> tuple[Reason, str] | None:
 
 
 def try_place_job(
-    session: Session, job: Job, tx: Transaction, unplaceable: dict[PodDemand, str], limit: int | None = None
-) -> int:
-    """Place pending members in order, at most `limit` (all that fit without one); return how many.
+    session: Session,
+    f: JobFacts,
+    tx: Transaction,
+    unplaceable: dict[PodDemand, str],
+    limit: int | None = None,
+) -> tuple[int, tuple[PodDemand, str] | None]:
+    """Place pending members in order, at most `limit` (all that fit without one); return how many, and
+    the demand of the last one that did not fit with why it did not there and then (None: all fitted).
 
     `unplaceable` remembers demands that fit nowhere on the committed state: allocate only ever fills
     the cluster, so an identical demand will not fit later in the same action either. Failures seen while
     this transaction holds placements are not remembered: those placements may yet be rolled back.
     """
     placed = 0
-    for i, pod in enumerate(job.pending):
+    failure: tuple[PodDemand, str] | None = None
+    for i, pod in enumerate(f.pending):
         if limit is not None and placed == limit:
             break
         d = demand_for(pod)
@@ -58,75 +58,80 @@ def try_place_job(
         if pl is None:
             if msg is None:
                 msg = explain_unschedulable(session.state, d, session.cache.pod_rules(d))
-
                 if not tx.ops and not interpod:
                     unplaceable[d] = msg
 
             session.set_reason(pod, Reason.UNSCHEDULABLE, msg)
-            if placed + (len(job.pending) - i - 1) < job.need:
+            failure = (d, msg)
+            if placed + (len(f.pending) - i - 1) < f.need:
                 break  # the gang can no longer reach minMember
             continue
-        tx.place(pod, job, pl)
+        tx.place(pod, f.job, pl)
         session.add_time("commit", time.perf_counter() - t1)
         placed += 1
-    return placed
+    return placed, failure
 
 
 def _schedulable(session: Session) -> list[Job]:
     """The jobs with pending pods worth placing: invalid pods and pods of invalid queues are told why."""
     out = []
     for job in session.pending_jobs:  # the others have nothing to allocate
-        for p in job.pending:
-            if p.error:
+        f = session.facts(job)
+        for p in f.invalid:  # never placed as they are: an invalid request, or scheduling gates still on
+            if p.error is not None:
                 session.set_reason(p, Reason.INVALID_REQUEST, p.error)
-        for p in job.pending:
-            if p.gates and not p.error:
+            else:
                 session.set_reason(
                     p, Reason.SCHEDULING_GATED, f"waits for its scheduling gates: {', '.join(p.gates)}"
                 )
-        job.reserved += [p for p in job.pending if p.uid in session.pipelined]  # placed, waiting for victims
-        job.invalid = [p for p in job.pending if p.error]
-        job.pending = [
-            p for p in job.pending if not p.error and not p.gates and p.uid not in session.pipelined
-        ]
-
-        if not job.pending:
+        if not f.pending:
             continue
         if (err := session.tree.leaf_error(job.queue)) is not None:
-            for p in job.pending:
+            for p in f.pending:
                 session.set_reason(p, Reason.INVALID_QUEUE, err)
             continue
         out.append(job)
     return out
 
 
-def _tell_unplaced(session: Session, job: Job) -> None:
-    """A gang whose members did not all fit is told why, with the last pod's reason."""
-    failed = [session.reasons[p.uid].message for p in job.pending if p.uid in session.reasons]
-    detail = failed[-1] if failed else "capacity taken by earlier placements"
-    if job.is_gang and job.need > 0:
-        msg = f"gang {job.key} needs {job.need} more pods placed together; not all fit: {detail}"
-        _tell_all(session, job, Reason.GANG_UNSCHEDULABLE, msg)
+def _tell_unplaced(session: Session, f: JobFacts, placed: int, failure: tuple[PodDemand, str] | None) -> None:
+    """A gang whose members did not all fit is told why. The members placed before one did not fit are
+    rolled back by now: why that one did not fit then (its own gang had taken the room) is said only
+    when none fitted, else how many fit at once, and why the others fit nowhere if they do not."""
+    job = f.job
+    detail = failure[1] if failure is not None else "capacity taken by earlier placements"
+    if job.is_gang and f.need > 0:
+        head = f"gang {job.key} needs {f.need} more pods placed together"
+        if placed == 0:
+            msg = f"{head}; not all fit: {detail}"
+        else:
+            msg = f"{head}; only {placed} fit at once now"
+            if failure is not None and not bool(session.xp.any(session.feasible(failure[0])[0])):
+                rules = session.cache.pod_rules(failure[0])
+                msg += f", the others nowhere: {explain_unschedulable(session.state, failure[0], rules)}"
+        _tell_all(session, f, Reason.GANG_UNSCHEDULABLE, msg)
     elif job.is_gang:  # elastic: minMember runs already, these members are extra
         msg = (f"gang {job.key} runs its minMember ({job.min_member}); its extra members wait for "
                f"room: {detail}")  # fmt: skip
-        _tell_all(session, job, Reason.UNSCHEDULABLE, msg)
+        _tell_all(session, f, Reason.UNSCHEDULABLE, msg)
 
 
-def _incomplete(job: Job) -> str:
+def _incomplete(f: JobFacts) -> str:
     """Why a gang with too few members to place waits: too few exist, or some cannot be read (or ask for
     what cannot be given) and the gang does not start without them."""
-    exist = len(job.pending) + len(job.running)
-    if not job.invalid:
+    job = f.job
+    exist = len(f.pending) + len(f.running)
+    if not f.invalid:
         return f"gang {job.key} needs {job.min_member} pods; only {exist} exist"
-    names = ", ".join(p.key for p in job.invalid[:3]) + (", ..." if len(job.invalid) > 3 else "")
-    verb = "is" if len(job.invalid) == 1 else "are"
+    names = ", ".join(p.key for p in f.invalid[:3]) + (", ..." if len(f.invalid) > 3 else "")
+    verb = "is" if len(f.invalid) == 1 else "are"
+    what = "invalid" if all(p.error is not None for p in f.invalid) else "invalid or scheduling-gated"
     return (f"gang {job.key} needs {job.min_member} pods; only {exist} can be scheduled: {names} {verb} "
-            "invalid (each is told why)")  # fmt: skip
+            f"{what} (each is told why)")  # fmt: skip
 
 
-def _tell_all(session: Session, job: Job, reason: Reason, message: str) -> None:
-    for p in job.pending:
+def _tell_all(session: Session, f: JobFacts, reason: Reason, message: str) -> None:
+    for p in f.pending:
         session.set_reason(p, reason, message)
 
 
@@ -137,38 +142,30 @@ class Allocate:
         unplaceable: dict[PodDemand, str] = {}
         order = JobOrder(session, _schedulable(session))
         for job in order.jobs():
-            if job.is_gang and len(job.pending) < job.need:
-                _tell_all(session, job, Reason.GANG_INCOMPLETE, _incomplete(job))
+            f = session.facts(job)
+            if f.incomplete:
+                _tell_all(session, f, Reason.GANG_INCOMPLETE, _incomplete(f))
                 continue
             verdict = admissible(session, job)
             if verdict is not None:
-                _tell_all(session, job, *verdict)
+                _tell_all(session, f, *verdict)
                 continue
             tx = Transaction(session, "allocate")
             if job.topology is not None:  # inside one domain of its topology, or told why not
-                if not place_in_topology(session, tx, job, job.pending, to_place(job), fill=False):
+                if not place_in_topology(session, tx, job, list(f.pending), f.place_now, fill=False):
                     tx.rollback()
                     continue
             else:
-                placed = try_place_job(session, job, tx, unplaceable, to_place(job))
-                if placed == 0 or placed < job.need:
+                placed, failure = try_place_job(session, f, tx, unplaceable, f.place_now)
+                if placed == 0 or placed < f.need:
                     tx.rollback()
-                    _tell_unplaced(session, job)
+                    _tell_unplaced(session, f, placed, failure)
                     continue
             t0 = time.perf_counter()
             outcome = tx.commit(cluster)
             session.add_time("commit", time.perf_counter() - t0)
             for p in outcome.bound:
-                session.reasons.pop(p.uid, None)
-            reserved = len(job.reserved)
-            _settle(session, job, outcome.bound)
-            if job.pending and (outcome.bound or len(job.reserved) > reserved):
+                session.verdicts.clear(p)
+            after = session.facts(job)
+            if after.pending and (outcome.bound or len(after.reserved) > len(f.reserved)):
                 order.push(job)  # its next members take their turn
-
-
-def _settle(session: Session, job: Job, bound: list[PodInfo]) -> None:
-    """Members bound move to the job's running ones, pipelined ones to its reserved ones."""
-    done = {p.uid for p in bound}
-    job.running += [p for p in job.pending if p.uid in done]
-    job.reserved += [p for p in job.pending if p.uid in session.pipelined]
-    job.pending = [p for p in job.pending if p.uid not in done and p.uid not in session.pipelined]

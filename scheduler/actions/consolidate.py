@@ -24,7 +24,7 @@ from scheduler.actions.domain_consolidation import DomainConsolidation
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.row_fit import RowFit, freed_on
 from scheduler.actions.victims import Victim, candidates, evict
-from scheduler.actions.views import capacity_blocked, label, place_now, static_rows, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, static_rows, waiting_jobs
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.cache.cluster import Cluster
 from scheduler.cache.ledger import Ledger
@@ -71,7 +71,7 @@ class Consolidate:
             pods = capacity_blocked(session, job)
             if not pods or admissible(session, job) is not None:
                 continue
-            count = place_now(session, job)
+            count = session.facts(job).place_now
             if job.topology is not None:  # room is made inside one topology domain (domain_consolidation.py)
                 if not meter.exhausted:
                     self.domains.run(session, cluster, job, pods, count, session.budget.job(meter))
@@ -116,7 +116,7 @@ class Consolidate:
             return False
         outcome = tx.commit(cluster)
         for p in outcome.bound:
-            session.reasons.pop(p.uid, None)
+            session.verdicts.clear(p)
         return True
 
 

@@ -70,7 +70,7 @@ class DomainConsolidation:
             if self._plan(session, tx, job, pods, need, scope, code, by_domain[code]):
                 outcome = tx.commit(cluster)
                 for p in outcome.bound:
-                    session.reasons.pop(p.uid, None)
+                    session.verdicts.clear(p)
                 return True
             tx.rollback()
         _explain(session, pods, scope)
@@ -151,6 +151,6 @@ def _explain(session: Session, pods: list[PodInfo], scope: Scope) -> None:
         "new place outside it, planned in advance) that would make room"
     )
     for p in pods:
-        prev = session.reasons.get(p.uid)
-        if prev is not None and prev.reason is Reason.TOPOLOGY_UNSATISFIED and note not in prev.message:
-            session.set_reason(p, prev.reason, f"{prev.message}; {note}")
+        prev = session.verdicts.get(p.uid)
+        if prev is not None and prev.reason is Reason.TOPOLOGY_UNSATISFIED:
+            session.verdicts.note(p, note)

@@ -35,9 +35,9 @@ NO_SHARE_PENALTY = 1000.0  # KAI's multiplier of what a queue holds of a resourc
 
 
 def job_request(session: Session, job: Job) -> Resources:
-    """What the job asks to start: its members needed now (all pending ones when it is elastic)."""
-    need = job.need
-    return session.request_of(job.pending[:need] if need > 0 else job.pending[:1])
+    """What the job asks to start: the members it places now (one when it is elastic)."""
+    f = session.facts(job)
+    return session.request_of(list(f.pending[: f.need] if f.need > 0 else f.pending[:1]))
 
 
 def _over_fair_share(node: QueueNode) -> bool:
@@ -104,11 +104,18 @@ class JobOrder:
         self.session = session
         self.total = cluster_capacity(session.state)
         self.by_queue: dict[str, list[Job]] = {}
+        self._keys: dict[
+            str, tuple[int, int, float, str]
+        ] = {}  # each job's rank in its queue, as last served
         for job in jobs:
             self.by_queue.setdefault(job.queue, []).append(job)
+            self._keys[job.key] = session.facts(job).sort_key()
         for queue_jobs in self.by_queue.values():
-            queue_jobs.sort(key=Job.sort_key, reverse=True)  # pop() from the end gives the first
+            queue_jobs.sort(key=self._key, reverse=True)  # pop() from the end gives the first
         self._requests: dict[str, Resources] = {}
+
+    def _key(self, job: Job) -> tuple[int, int, float, str]:
+        return self._keys[job.key]
 
     def _head(self, queue: str) -> Job:
         return self.by_queue[queue][-1]
@@ -145,7 +152,8 @@ class JobOrder:
         """Serve `job` again, in its turn (an elastic gang after each member it places)."""
         queue_jobs = self.by_queue.setdefault(job.queue, [])
         queue_jobs.append(job)
-        queue_jobs.sort(key=Job.sort_key, reverse=True)
+        self._keys[job.key] = self.session.facts(job).sort_key()  # what it placed moved it down
+        queue_jobs.sort(key=self._key, reverse=True)
         self._requests.pop(job.key, None)
 
     def jobs(self) -> Iterator[Job]:

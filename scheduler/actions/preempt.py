@@ -15,7 +15,7 @@ from scheduler.actions import min_runtime
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.victim_search import VictimSearch
 from scheduler.actions.victims import Victim, candidates
-from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, waiting_jobs
 from scheduler.cache.cluster import Cluster
 from scheduler.framework.memo import MemoKey
 from scheduler.framework.session import Session
@@ -47,7 +47,7 @@ class Preempt:
             pods = capacity_blocked(session, job, PREEMPTING_HELPS)
             if not pods:
                 continue
-            count = place_now(session, job)
+            count = session.facts(job).place_now
             request = session.request_of(pods[:count])
             if not job.preemptible and tree.quota_exceeded(job.queue, request) is not None:
                 continue  # victims are preemptible: evicting them frees no quota for it
@@ -79,7 +79,7 @@ class Preempt:
                 continue
             outcome = tx.commit(cluster)
             for p in outcome.bound:
-                session.reasons.pop(p.uid, None)
+                session.verdicts.clear(p)
 
 
 def _floor(session: Session) -> dict[str, int]:
@@ -94,9 +94,7 @@ def _tell(session: Session, pods: list[PodInfo], message: str) -> None:
     """Only victims too young for the queue's preemptMinRuntime could make room: that leads; what the
     earlier actions found stays as its context."""
     for p in pods:
-        prev = session.reasons.get(p.uid)
-        context = f"; {prev.message}" if prev is not None and prev.message not in message else ""
-        session.set_reason(p, Reason.WAITING_FOR_MIN_RUNTIME, f"{message}{context}")
+        session.verdicts.retell(p, Reason.WAITING_FOR_MIN_RUNTIME, message, first=True)
 
 
 def _victim_of(job: Job, v: Victim) -> bool:

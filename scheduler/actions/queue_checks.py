@@ -115,15 +115,17 @@ def can_reclaim(tree: QueueTree, queue: str, request: Resources, preemptible: bo
     node = tree.nodes[queue]
     r = _over(node.allocated + request, _fair(node))
     if r is not None:
+        held, fair = node.allocated.get(r), node.fair_share.get(r)
         where = (
-            "is at its fair share"
-            if node.allocated.get(r) >= node.fair_share.get(r) - EPS
-            else ("would pass its fair share with it")
+            "is over its fair share"
+            if held > fair + EPS
+            else "is at its fair share"
+            if held >= fair - EPS
+            else "would pass its fair share with it"
         )
         return (
-            f"queue {queue} {where} ({amount(r, node.allocated.get(r))} of "
-            f"{amount(r, node.fair_share.get(r))} allocated, quota {amount(r, quota_of(node, r))}); "
-            f"{amount(r, request.get(r))} more waits for idle capacity"
+            f"queue {queue} {where} (it holds {amount(r, held)}; fair share {amount(r, fair)}, quota "
+            f"{amount(r, quota_of(node, r))}); {amount(r, request.get(r))} more waits for idle capacity"
         )
     if not preemptible and (r := _over(node.allocated_np + request, _quota(node))) is not None:
         return f"non-preemptible work only reclaims within quota: queue {queue} would pass its {r} quota"

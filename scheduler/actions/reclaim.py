@@ -10,6 +10,7 @@ bound once its victims have terminated (pipelined, see `transaction.py`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -17,6 +18,7 @@ from scheduler.actions import min_runtime
 from scheduler.actions.allocate import admissible
 from scheduler.actions.ordering import jobs_in_order
 from scheduler.actions.queue_checks import (
+    EPS,
     Figures,
     allocatable,
     amount,
@@ -28,7 +30,7 @@ from scheduler.actions.queue_checks import (
 )
 from scheduler.actions.victim_search import VictimSearch
 from scheduler.actions.victims import Victim, candidates, victim_order
-from scheduler.actions.views import capacity_blocked, label, place_now, waiting_jobs
+from scheduler.actions.views import capacity_blocked, label, waiting_jobs
 from scheduler.cache.cluster import Cluster
 from scheduler.framework.budget import Meter
 from scheduler.framework.session import Session
@@ -65,7 +67,7 @@ class Reclaim:
     ) -> None:  # fmt: skip
         """Reclaim for one job: the rules first, then the victim search; commit, or tell why not."""
         tree = session.tree
-        count = place_now(session, job)
+        count = session.facts(job).place_now
         request = session.request_of(pods[:count])
         if not involved(request):
             return
@@ -100,12 +102,7 @@ class Reclaim:
             tell(*failed[key])
             return
         tx = Transaction(session, "reclaim")
-        r = involved(request)[0]
-        node = tree.nodes[job.queue]
-        message = (
-            f"reclaimed for {label(job)} of queue {job.queue} "
-            f"({amount(r, node.allocated.get(r))} of {amount(r, node.fair_share.get(r))} fair share)"
-        )
+        message = f"reclaimed for {label(job)} of queue {job.queue}, {_standing(tree, job.queue, request)}"
         rule = partial(_allowed, tree, Figures.of(tree), job, request)
         search = VictimSearch(session, tx, job, pods, count, rule, message, session.budget.job(meter),
                               room=partial(tree.limit_exceeded, job.queue, request))  # fmt: skip
@@ -121,7 +118,7 @@ class Reclaim:
             return
         outcome = tx.commit(cluster)
         for p in outcome.bound:
-            session.reasons.pop(p.uid, None)
+            session.verdicts.clear(p)
 
 
 def _silent(reason: Reason, message: str) -> None:
@@ -133,6 +130,18 @@ def _allowed(
 ) -> str | None:
     return reclaimable(tree, figures, job.queue, request, job.preemptible,
                        [(v.job.queue, v.usage) for v in victims])  # fmt: skip
+
+
+def _standing(tree: QueueTree, queue: str, request: Resources) -> str:
+    """What entitles a reclaiming queue to take back: its quota while it stays within it with the job
+    (the figure its owners set), else its fair share (which grows with what the queue asks, so it is
+    smaller while the queue's pods are still arriving)."""
+    r = involved(request)[0]
+    node = tree.nodes[queue]
+    held, quota = node.allocated.get(r), quota_of(node, r)
+    if not math.isinf(quota) and held + request.get(r) <= quota + EPS:
+        return f"below its quota (it holds {amount(r, held)} of {amount(r, quota)})"
+    return f"below its fair share (it holds {amount(r, held)} of {amount(r, node.fair_share.get(r))})"
 
 
 def _head(tree: QueueTree, queue: str, request: Resources) -> str:
@@ -174,13 +183,13 @@ def _unfit(session: Session, job: Job, request: Resources, blocked: str | None) 
 def _tell(session: Session, pods: list[PodInfo], reason: Reason, msg: str) -> None:
     """Set the reclaim verdict, keeping a placement reason as the headline's context."""
     for p in pods:
-        prev = session.reasons.get(p.uid)
-        if prev is None or prev.reason.wait not in MAKING_ROOM_HELPS:
+        wait = session.verdicts.wait(p)
+        if wait is None or wait not in MAKING_ROOM_HELPS:
             session.set_reason(p, reason, msg)
         elif reason is Reason.WAITING_FOR_CAPACITY:  # nothing to reclaim: the placement's reason leads
-            session.set_reason(p, prev.reason, f"{prev.message}; {msg}")
+            session.verdicts.note(p, msg)
         else:
-            session.set_reason(p, reason, f"{prev.message}; {msg}")
+            session.verdicts.retell(p, reason, msg)
 
 
 def _most_over_share(session: Session, queue: str, r: str) -> tuple[str | None, float]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from scheduler.cache.cluster import Cluster
 from scheduler.cache.reservations import Reservation
 from scheduler.framework.session import Session
-from scheduler.framework.transaction import Transaction
+from scheduler.framework.transaction import Transaction, pipelined_reason, pod_names
 from scheduler.model.jobs import Job
 from scheduler.model.reasons import Reason
 from scheduler.model.resources import Resources
@@ -40,7 +40,7 @@ class BindReserved:
                 self._drop(session, key, res, lost[res.group or key])
                 for uid in [u for u, k in session.reserved.items() if k == key]:
                     del session.reserved[uid]
-        job_of = {p.uid: job for job in session.jobs for p in job.pending}
+        job_of = {p.uid: job for job in session.pending_jobs for p in session.facts(job).unplaced}
         groups: dict[str, list[tuple[PodInfo, Job, str, Reservation]]] = {}
         reservations = ledger.reservations()
         for uid, key in session.reserved.items():
@@ -81,7 +81,7 @@ class BindReserved:
             if res.uid is not None and (why := self._queue_changed(session, job, res)):
                 return why
         job = members[0][1]
-        present = len(job.running) + job.succeeded + len(members)
+        present = len(session.facts(job).running) + job.succeeded + len(members)
         if job.is_gang and present < job.min_member:
             return f"gang {job.key} needs {job.min_member} members; with these it would run {present}"
         return None
@@ -109,16 +109,11 @@ class BindReserved:
                 self._drop(session, key, res, "the pods it waited for are still terminating")
             return
         if waits:
-            pods = session.cache.pods
-            names = ", ".join(sorted(pods[u].key if u in pods else u for u in waits))
-            node = session.state.node_names[first.placement.node]
-            verb = "has" if len(waits) == 1 else "have"
-            msg = f"its place on {node} is reserved; it is bound once {names} {verb} terminated (evicted for it)"
-            for pod, job, _, _ in members:
-                session.set_reason(pod, Reason.PIPELINED, msg)
+            names = pod_names(session, waits)
+            for pod, _, _, res in members:  # each where its own place is
+                node = session.state.node_names[res.placement.node]
+                session.set_reason(pod, Reason.PIPELINED, pipelined_reason(node, names))
                 session.pipelined.add(pod.uid)
-                job.pending.remove(pod)
-                job.reserved.append(pod)
             return
         tx = Transaction(session, first.action)
         for pod, job, key, res in members:
@@ -130,24 +125,15 @@ class BindReserved:
             )
             tx.place(pod, job, res.placement, message)
         outcome = tx.commit(cluster)
-        for pod in outcome.bound:
-            job = next(j for p, j, _, _ in members if p is pod)
-            job.pending.remove(pod)
-            job.running.append(pod)
-            session.reasons.pop(pod.uid, None)
-        for pod, job, _, _ in members:  # pipelined again: pods evicted since now occupy what it needs
-            if pod.uid in session.pipelined and pod in job.pending:
-                job.pending.remove(pod)
-                job.reserved.append(pod)
-                session.set_reason(pod, Reason.PIPELINED, "its place is reserved; it is bound once the pods "
-                                   "evicted before it was placed have terminated")  # fmt: skip
+        for pod in outcome.bound:  # (pipelined again, behind pods evicted since: the transaction says so)
+            session.verdicts.clear(pod)
 
     def _drop(self, session: Session, key: str, res: Reservation, why: str) -> None:
         session.ledger.unreserve(key)
         node = session.state.node_names[res.placement.node]
         msg = f"the place reserved on {node} for {res.pod_key} was dropped: {why}; it is scheduled again"
         pod = session.cache.pods.get(res.uid) if res.uid is not None else None
-        if pod is not None and not pod.holds_resources:
+        if pod is not None and not session.ledger.on_node(pod):
             session.set_reason(pod, Reason.RESERVATION_DROPPED, msg)
         session.events.append(
             {"time_s": round(session.now, 3), "type": "ReservationDropped", "action": res.action,

@@ -7,7 +7,6 @@ member be recreated and placed again first; the clock is kept by the action acro
 
 from __future__ import annotations
 
-from scheduler.actions.views import running_now
 from scheduler.cache.cluster import Cluster
 from scheduler.framework.session import Session
 from scheduler.framework.transaction import Transaction
@@ -26,9 +25,9 @@ class StaleGang:
         for job in session.jobs:
             if not job.is_gang:
                 continue
-            running = running_now(session, job)
-            waiting = len(job.reserved) + sum(1 for p in job.pending if p.uid in session.pipelined)
-            present = len(running) + job.succeeded + waiting  # pipelined members are on their way
+            f = session.facts(job)
+            running = f.running
+            present = len(running) + job.succeeded + len(f.reserved)  # pipelined members are on their way
             if not running or present >= job.min_member:
                 continue
             below.add(job.key)
@@ -38,9 +37,8 @@ class StaleGang:
                 session.retry_by(session.epoch_s + left)  # a simulation advances its clock to it
                 msg = (f"gang {job.key} runs {present} of {job.min_member} members; evicted whole in {left:.0f}s "
                        "unless the missing members are placed")  # fmt: skip
-                for p in job.pending:
-                    if p.uid not in session.ledger:
-                        session.set_reason(p, Reason.GANG_BELOW_MIN_MEMBER, msg)
+                for p in f.pending:
+                    session.set_reason(p, Reason.GANG_BELOW_MIN_MEMBER, msg)
                 session.group_reasons[job.key] = PendingReason(Reason.GANG_BELOW_MIN_MEMBER, msg)
                 continue
             tx = Transaction(session, "stale_gang")

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from scheduler.actions.views import running_now
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.api.topology import Topology, TopologyConstraint
 from scheduler.framework.session import Session
@@ -154,7 +153,8 @@ def home_rows(session: Session, job: Job, scope: Scope) -> Array:
         return rows
     held = session.ledger
     col = scope.columns[req]
-    placed = [held.placement(p.uid) for p in (*running_now(session, job), *job.reserved)]
+    f = session.facts(job)
+    placed = [held.placement(p.uid) for p in (*f.running, *f.reserved)]
     codes = [int(s.domain[pl.node, col]) for pl in placed if pl is not None]
     if not codes:
         return rows

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.actions.views import running_now
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.framework.memo import MemoKey
 from scheduler.framework.session import Session
@@ -90,7 +89,7 @@ def _running_preemptible(session: Session) -> list[Victim]:
     for job in session.jobs:
         if not job.preemptible:
             continue
-        pods = running_now(session, job)
+        pods = list(session.facts(job).running)
         if not pods:
             continue
         extra = len(pods) + job.succeeded - job.min_member if job.is_gang else 0

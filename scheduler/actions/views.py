@@ -1,7 +1,8 @@
 """What the actions after `allocate` need to know about jobs, as the cycle has changed them so far.
 
-The session's job lists are built when it opens; placements made or undone since then are in the
-ledger, which is the truth about who holds resources now.
+Where a job's members are is `Session.facts` (running, pipelined, still to place): derived from the
+ledger, the truth about who holds resources now, whatever the actions placed or evicted since the
+session opened.
 """
 
 from __future__ import annotations
@@ -25,30 +26,6 @@ EMPTY_CAPACITY: MemoKey[dict[PodDemand, int]] = MemoKey("empty_capacity")
 def label(job: Job) -> str:
     """How a job is named to people: namespace/name of its pod group, or of its single pod."""
     return job.key.removeprefix("pod:")
-
-
-def running_now(session: Session, job: Job) -> list[PodInfo]:
-    held = session.ledger.pods
-    return [p for p in (*job.running, *job.pending) if p.uid in held]
-
-
-def pending_now(session: Session, job: Job) -> list[PodInfo]:
-    """Members still to place: not holding a place, not pipelined (placed, waiting for victims), valid."""
-    held, pipelined = session.ledger.pods, session.pipelined
-    return [p for p in job.pending if p.uid not in held and p.uid not in pipelined and p.error is None]
-
-
-def need_now(session: Session, job: Job) -> int:
-    """Members that must be placed together now (1 for a single pod): minMember less those running, done
-    or with a place reserved."""
-    waiting = len(job.reserved) + sum(1 for p in job.pending if p.uid in session.pipelined)
-    return max(0, job.min_member - len(running_now(session, job)) - job.succeeded - waiting)
-
-
-def place_now(session: Session, job: Job) -> int:
-    """How many members to place together now: minMember's worth, else one (an elastic gang grows one member
-    at a time, as in `allocate`)."""
-    return max(need_now(session, job), 1)
 
 
 def empty_capacity(state: NodeArrays, d: PodDemand) -> Array:
@@ -89,11 +66,12 @@ def capacity_blocked(session: Session, job: Job, helps: frozenset[Wait] = MAKING
     on this cluster (else []).
 
     A job that could not run even on the empty cluster is told so (making room would not help)."""
-    pods = pending_now(session, job)
-    need = place_now(session, job)
-    if len(pods) < need:
+    f = session.facts(job)
+    pods = list(f.pending)
+    need = f.place_now
+    if not pods or f.incomplete:
         return []
-    if any(p.uid in session.reasons and session.reasons[p.uid].reason.wait not in helps for p in pods):
+    if any((wait := session.verdicts.wait(p)) is not None and wait not in helps for p in pods):
         return []
     d = demand_for(pods[0])
     known = session.memo.get(EMPTY_CAPACITY, dict)
@@ -104,11 +82,7 @@ def capacity_blocked(session: Session, job: Job, helps: frozenset[Wait] = MAKING
         what = f"{need} pods of {d.describe()} at once" if job.is_gang else d.describe()
         msg = f"{job.key} needs {what}; even empty, this cluster could hold {fits}"
         for p in pods:
-            prev = session.reasons.get(p.uid)
-            if prev is None:
-                session.set_reason(p, Reason.UNSCHEDULABLE, msg)
-            elif msg not in prev.message:
-                session.set_reason(p, prev.reason, f"{prev.message}; {msg}")
+            session.verdicts.note(p, msg, otherwise=Reason.UNSCHEDULABLE)
         return []
     return pods
 

@@ -14,6 +14,7 @@ The module is in `scheduler.api` because the three components share only that pa
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import traceback
@@ -46,6 +47,20 @@ class CommandError(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+PIPED_WIDTH = 250  # a table's width limit when the output is not a terminal (no COLUMNS set)
+
+
+def output_console(*, stderr: bool = False, **kwargs: Any) -> Console:
+    """The console a command prints to. At a terminal: its width. Piped or captured: text is never
+    hard-wrapped (a line stays one line, for grep and less), and tables get the width they need, up to
+    PIPED_WIDTH columns (or COLUMNS, when set)."""
+    probe = Console(stderr=stderr)
+    if probe.is_terminal or "width" in kwargs:
+        return Console(stderr=stderr, **kwargs)
+    width = PIPED_WIDTH if not os.environ.get("COLUMNS", "").isdigit() else None
+    return Console(stderr=stderr, soft_wrap=True, width=width, **kwargs)
 
 
 def error_line(message: str) -> None:
@@ -88,9 +103,40 @@ VersionOption = Annotated[
 ]
 
 
+# Typer checks option values with pydantic, whose messages ("Input should be a valid integer, unable to
+# parse string as an integer") name a library's notions: each type of error in the house's words.
+_VALUE_ERRORS: dict[str, str] = {
+    "int_parsing": "{input!r} is not a whole number",
+    "int_from_float": "{input!r} is not a whole number",
+    "float_parsing": "{input!r} is not a number",
+    "bool_parsing": "{input!r} is not true or false",
+    "greater_than_equal": "{input} is below the smallest value accepted, {ge}",
+    "greater_than": "{input} must be more than {gt}",
+    "less_than_equal": "{input} is above the largest value accepted, {le}",
+    "less_than": "{input} must be less than {lt}",
+    "finite_number": "{input!r} is not a finite number",
+}
+
+
+def _value_error(exc: Any) -> str | None:
+    """The house wording of a pydantic error behind a bad option value, or None."""
+    errors = getattr(getattr(exc, "__cause__", None), "errors", None)
+    if not callable(errors):
+        return None
+    try:
+        err = errors()[0]
+        template = _VALUE_ERRORS.get(err["type"])
+        return template.format(input=err.get("input"), **(err.get("ctx") or {})) if template else None
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _usage_line(exc: Any) -> str:
     ctx = getattr(exc, "ctx", None)
     where = ctx.command_path if ctx is not None else ""
+    plain = _value_error(exc)
+    if plain is not None:
+        exc.message = plain  # click's BadParameter words the option around it
     message = exc.format_message().strip().rstrip(".")
     if message[:2] != message[:2].upper():  # "No such option" -> "no such option"; keep "GPU ..."
         message = message[:1].lower() + message[1:]
@@ -149,9 +195,23 @@ def _house_main(
     )
 
 
+def _version_param(command: Any) -> Any:
+    return next((p for p in command.params if "--version" in (getattr(p, "opts", None) or ())), None)
+
+
 class HouseGroup(TyperGroup):
     """Typer's group, but however it is invoked (console script, CliRunner, `python -m`), errors come
-    out in the house style."""
+    out in the house style, and every command below a root with `--version` has it too (`tessera
+    simulate --version`)."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        mine = _version_param(self)
+        if command is not None and mine is not None and _version_param(command) is None:
+            inherited = copy.copy(mine)
+            inherited.expose_value = False  # the command's function takes no `version` argument
+            command.params.append(inherited)
+        return command
 
     def main(
         self,
@@ -204,6 +264,20 @@ def run(app: typer.Typer, prog_name: str, args: Sequence[str] | None = None) -> 
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """A YAML parse error in one line with where it is: `line 3, column 9: mapping values are not allowed
+    here` (PyYAML's message puts the place on a later line, which one-line errors used to drop)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is None or not problem:
+        return first_line(exc)
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None and problem != context:
+        return f"{where}: {problem} ({context} on line {context_mark.line + 1})"
+    return f"{where}: {problem}"
 
 
 # ------------------------------------------------------------------------------- option checks

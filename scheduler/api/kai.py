@@ -36,6 +36,7 @@ from scheduler.api.keys import (
 )
 from scheduler.api.meta import ObjectMeta
 from scheduler.api.podgroup import PodGroup, PodGroupStatus
+from scheduler.api.quantity import parse_quantity
 from scheduler.api.queue import MIB, UNLIMITED, Queue, QueueStatus
 
 # KAI_GROUP/KAI_QUEUE_VERSION and KAI_GROUP/KAI_PODGROUP_VERSION, spelled out for typing.
@@ -332,6 +333,28 @@ def resource_list(amounts: Mapping[str, float]) -> dict[str, str]:
     if "memory" in amounts:
         out["memory"] = str(round(amounts["memory"] * MIB))
     return out
+
+
+def status_from_kai(status: Mapping[str, Any] | None) -> QueueStatus:
+    """Tessera's view of a KAI Queue's `status` as Tessera writes it (the inverse of `kai_queue_status`:
+    allocated and requested ResourceLists back to GPUs, millicores and MiB); what cannot be read is left
+    out. KAI's Queue holds no fair share."""
+    out: dict[str, dict[str, float]] = {"allocated": {}, "requested": {}}
+    for field in out:
+        amounts = (status or {}).get(field)
+        if not isinstance(amounts, Mapping):
+            continue
+        for key, resource, scale in (
+            ("nvidia.com/gpu", "gpu", Decimal(1)),
+            ("cpu", "cpu", Decimal(1000)),
+            ("memory", "memory", Decimal(1) / MIB),
+        ):
+            if key in amounts:
+                try:
+                    out[field][resource] = float(parse_quantity(amounts[key]) * scale)
+                except ValueError:
+                    continue
+    return QueueStatus.from_internal(allocated=out["allocated"], requested=out["requested"], fair_share={})
 
 
 def kai_queue_status(status: QueueStatus, children: Iterable[str]) -> dict[str, Any]:

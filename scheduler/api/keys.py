@@ -26,6 +26,9 @@ KAI_SCHEDULER_NAME = "kai-scheduler"
 TRANSLATED_FROM = "tessera.dev/translated-from"
 
 # What the scheduler and the webhook write.
+# Label on the PodGroup the podgrouper writes for a bare pod (as KAI's podgrouper does, for tools): the pod
+# is its own job, so the scheduler's own PodGroup watch leaves these out (`!tessera.dev/pod-record`).
+POD_RECORD_LABEL = "tessera.dev/pod-record"
 GPU_ASSIGNMENT = "tessera.dev/gpu-assignment"
 GPU_SLICE_RESOURCE = "tessera.dev/gpu-slice"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"

@@ -2,7 +2,8 @@
 
 After every bind the watch sends the same pod back, on the node we chose, soon Running. It is the commonest
 pod event of a busy cluster, and the mirror already holds everything in it but the phase, the start time
-and the GPU assignment annotation it wrote itself: `bind_echo` updates those in place. Any other change
+and the GPU assignment annotation it wrote itself: `bind_echo` makes the new version from the old one
+with those (without parsing the pod again; the mirror replaces the old version by it). Any other change
 (another node, other annotations or queue, a deletion, something malformed) takes the mirror's full path,
 which parses the pod and reports what it cannot read.
 """
@@ -10,6 +11,7 @@ which parses the pod and reports what it cannot read.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.cache.cluster import WatchEvent
@@ -19,17 +21,25 @@ from scheduler.model.types import PodInfo, PodPhase
 
 
 def bind_echo(ev: WatchEvent, pods: Mapping[str, PodInfo], ledger: Ledger) -> PodInfo | None:
-    """The mirror's pod (`pods`, by uid) updated in place when `ev` is the echo of our bind; None: `ev` is
-    something else and takes the full path (nothing changed)."""
+    """The mirror's pod (`pods`, by uid) as `ev` shows it when `ev` is the echo of our bind: a new version
+    of it with the phase, start time and annotations of `ev`; None: `ev` is something else and takes the
+    full path. Our bind is the ledger's fact: the pod holds its place there, and the mirror shows it on
+    that node already or (the first echo) still pending."""
     if ev.type != "MODIFIED":
         return None
     meta = ev.obj.get("metadata") or {}
     uid = str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
-    old = pods.get(uid)
-    if old is None or old.phase != PodPhase.BOUND or uid not in ledger or meta.get("deletionTimestamp"):
+    old, held = pods.get(uid), ledger.pods.get(uid)
+    if old is None or held is None or meta.get("deletionTimestamp"):
+        return None
+    node = (ev.obj.get("spec") or {}).get("nodeName")
+    if old.phase is PodPhase.BOUND:
+        if node != old.node:
+            return None
+    elif old.phase is not PodPhase.PENDING or old.node is not None or node != ledger.node_name(held):
         return None
     phase = str((ev.obj.get("status") or {}).get("phase") or "Pending")
-    if (ev.obj.get("spec") or {}).get("nodeName") != old.node or phase not in ("Pending", "Running"):
+    if phase not in ("Pending", "Running"):
         return None
     raw_annotations, raw_labels = meta.get("annotations") or {}, meta.get("labels") or {}
     if not isinstance(raw_annotations, Mapping) or not isinstance(raw_labels, Mapping):
@@ -39,10 +49,13 @@ def bind_echo(ev: WatchEvent, pods: Mapping[str, PodInfo], ledger: Ledger) -> Po
         return None
     if pod_queue({str(k): str(v) for k, v in raw_labels.items()}) != old.queue:
         return None
-    old.phase = PodPhase.RUNNING if phase == "Running" else PodPhase.BOUND
-    old.started_s = started_s(ev.obj)
-    old.annotations = annotations
-    return old
+    return replace(
+        old,
+        node=node,
+        phase=PodPhase.RUNNING if phase == "Running" else PodPhase.BOUND,
+        started_s=started_s(ev.obj),
+        annotations=annotations,
+    )
 
 
 def _without_assignment(annotations: dict[str, str]) -> dict[str, str]:

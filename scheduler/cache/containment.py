@@ -7,7 +7,7 @@ queue or pod group invalid, each reported where people look), recorded in the er
 goes on for everyone else. The boundaries, from the watch to the report, and why each is where it is:
 
 1. **One watch event** (`ClusterMirror.apply`). Objects arrive one by one and are independent of each
-   other; a pod that cannot be read becomes an invalid pod (`invalid_pod`), a node one that takes no pod,
+   other; a pod that cannot be read becomes an invalid pod (`model.parse.invalid_pod`), a node one that takes no pod,
    a Queue or PodGroup is left out (or keeps its last valid spec) with its reason.
 2. **One job** (`JobIndex.jobs`, `Session.open`, every action). The job is the unit the actions schedule
    (a gang is all or nothing), so it is the smallest unit a failure can be confined to without leaving a
@@ -32,11 +32,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler.api.gpu_request import GPURequest
-from scheduler.api.keys import DEFAULT_QUEUE, SCHEDULER_NAME
 from scheduler.model.jobs import Job, job_key
-from scheduler.model.parse import pod_group
-from scheduler.model.types import PodInfo, PodPhase
+from scheduler.model.types import PodInfo
 
 log = logging.getLogger(__name__)
 
@@ -121,47 +118,3 @@ RETRIED = "it is tried again when it changes, or after a while"
 def retry_after(strikes: int) -> int:
     """Cycles a job quarantined `strikes` times in a row waits before it is tried again."""
     return min(1 << strikes, MAX_BACKOFF_CYCLES)
-
-
-# ------------------------------------------------------------------------------------------ invalid pods
-def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
-    """What can be read of a pod the parser refused, with `reason` as its error: enough to report it on
-    the pod (pending, `InvalidRequest`), to account a bound one where it runs, and to keep it in its gang
-    (a gang with an unreadable member is not started without it). None without a name."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        return None
-    spec = obj.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
-    status = obj.get("status")
-    status = status if isinstance(status, Mapping) else {}
-    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
-    namespace = namespace or "default"
-    node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
-    raw_phase = status.get("phase")
-    phase = {"Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED, "Failed": PodPhase.FAILED}.get(
-        raw_phase if isinstance(raw_phase, str) else "", PodPhase.BOUND if node else PodPhase.PENDING
-    )
-    annotations = meta.get("annotations")
-    kept = (
-        {k: v for k, v in annotations.items() if isinstance(k, str) and isinstance(v, str)}
-        if isinstance(annotations, Mapping)
-        else {}
-    )
-    uid = meta.get("uid") if isinstance(meta.get("uid"), str) and meta.get("uid") else None
-    return PodInfo(
-        uid=uid or f"{namespace}/{meta['name']}",
-        namespace=namespace,
-        name=meta["name"],
-        queue=DEFAULT_QUEUE,
-        priority=0,
-        preemptible=True,
-        request=GPURequest(),
-        phase=phase,
-        node=node,
-        ours=spec.get("schedulerName") == SCHEDULER_NAME,
-        error=reason,
-        annotations=kept,
-        group=pod_group(namespace, kept),
-        terminating=bool(meta.get("deletionTimestamp")),
-    )

@@ -9,7 +9,8 @@ Until a node's report arrives:
 - assignments name its GPUs by index only (`uuid` empty): the device plugin resolves the index on its
   NVML, the same enumeration the agent reports, so nothing is ever named by an invented UUID;
 - a GPU node without the memory label has GPUs of unknown memory, which take no GPU pod (a fraction
-  could not be converted to MiB) until the report says how much memory they have.
+  could not be converted to MiB) until the report says how much memory they have. `unknown_memory` says
+  so, per node, for as long as it lasts (the cycle makes a warning of it, gone once the report came).
 
 Health and NVML-measured memory use go into the state arrays on every report, and again after every Node
 update, which rewrites the node's row (the scheduler's own bind-lock patches are Node updates).
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,26 +38,25 @@ class GPUIdentities:
 
     reports: dict[str, GPUNodeReport] = field(default_factory=dict)
     _declared: dict[str, NodeInfo] = field(default_factory=dict)
-    _unknown_memory: set[str] = field(default_factory=set)  # nodes already reported as such
+    # Node -> why its GPUs take no GPU pod now (memory unknown): the present, not a history.
+    unknown_memory: dict[str, str] = field(default_factory=dict)
     _held: set[str] = field(default_factory=set)  # nodes whose GPUs `measure` held back (memory unknown)
 
-    def complete(self, node: NodeInfo, report_error: Callable[[str], None] | None = None) -> NodeInfo:
+    def complete(self, node: NodeInfo) -> NodeInfo:
         """`node` (just parsed from its Node object) with what its report says; remembered for later
-        reports. A GPU node whose memory nobody told us is reported once to `report_error`."""
+        reports. A GPU node whose memory nobody told us is in `unknown_memory` until someone does."""
         self._declared[node.name] = node
         done = self._completed(node)
         if done.gpu_count and done.gpu_memory_mib <= 0:
-            if node.name not in self._unknown_memory and report_error is not None:
-                product = node.labels.get(GPU_PRODUCT_LABEL)
-                named = f"its product {product!r} names no known model" if product else "no product label"
-                report_error(
-                    f"node {node.name} has {node.gpu_count} GPUs of unknown memory (no {GPU_MEMORY_LABEL} "
-                    f"label, {named}, no GPUNodeReport yet): they take no GPU pod until its node agent "
-                    f"reports or you label it {GPU_MEMORY_LABEL}=<MiB>"
-                )
-            self._unknown_memory.add(node.name)
+            product = node.labels.get(GPU_PRODUCT_LABEL)
+            named = f"its product {product!r} names no known model" if product else "no product label"
+            self.unknown_memory[node.name] = (
+                f"node {node.name} has {node.gpu_count} GPUs of unknown memory (no {GPU_MEMORY_LABEL} "
+                f"label, {named}, no GPUNodeReport yet): they take no GPU pod until its node agent "
+                f"reports or you label it {GPU_MEMORY_LABEL}=<MiB>"
+            )
         else:
-            self._unknown_memory.discard(node.name)
+            self.unknown_memory.pop(node.name, None)
         return done
 
     def _completed(self, node: NodeInfo) -> NodeInfo:
@@ -130,5 +130,5 @@ class GPUIdentities:
     def forget(self, name: str) -> None:
         """The Node is gone (its report, if any, stays: the same GPUs come back with the node)."""
         self._declared.pop(name, None)
-        self._unknown_memory.discard(name)
+        self.unknown_memory.pop(name, None)
         self._held.discard(name)

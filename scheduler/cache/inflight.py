@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scheduler.cache.cluster import BindOutcome, Cluster, EvictError
 from scheduler.model.jobs import job_key
 from scheduler.model.reasons import Reason
-from scheduler.model.types import Placement, PodInfo, PodPhase
+from scheduler.model.types import Placement, PodInfo
 
 if TYPE_CHECKING:
     from scheduler.cache.cache import Cache
@@ -121,19 +121,14 @@ def _undo(unit: BindUnit, m: Member, detail: str, cache: Cache, cluster: Cluster
     books.event("Evicted", unit.action, m.pod, message, node=m.node)
     # Being deleted: its job counts it no more, and it is releasing (on its GPU until it is gone, charged to
     # nobody), as any evicted pod; the watch shows it terminating, then gone.
-    current = cache.pods.get(m.pod.uid, m.pod)
-    m.pod.terminating = current.terminating = True
-    cache.index.unindex(current)
+    cache.mirror.deleting(m.pod.uid)
     cache.ledger.start_releasing(m.pod.uid)
     return True
 
 
 def _back_to_pending(pod: PodInfo, cache: Cache) -> PodInfo:
     """The pod as the cycle knows it now (the mirror may hold a newer copy), waiting again."""
-    current = cache.pods.get(pod.uid, pod)
-    for p in (pod, current):
-        if p.phase is PodPhase.BOUND:
-            p.node, p.phase = None, PodPhase.PENDING
+    current = cache.mirror.bind_undone(pod.uid) or pod
     cache.index.touch(job_key(current))
     return current
 

@@ -27,7 +27,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.cache.containment import RETRIED, Quarantined, failure, retry_after
 from scheduler.cache.ledger import Holding, HoldKind, Ledger, Owner, same_charge
-from scheduler.model.jobs import Job, build_job, is_job_member, job_key
+from scheduler.model.jobs import Job, build_job, is_job_member, job_facts, job_key
 from scheduler.model.types import PodInfo, PodPhase
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class JobIndex:
         self._members: dict[str, dict[str, PodInfo]] = {}
         self._jobs: dict[str, Job] = {}
         self._dirty: dict[str, None] = {}
-        self._active: dict[str, None] = {}  # jobs with pending pods: rebuilt every cycle
+        self._active: dict[str, None] = {}  # jobs with members not placed: rebuilt every cycle
 
     def touch(self, key: str, *, changed: bool = True) -> None:
         """Job `key` changed (a pod, its PodGroup, what a pod holds): rebuild it next time (and try it
@@ -164,7 +164,7 @@ class JobIndex:
                     key, list(members.values()), self.podgroups,
                     succeeded=len(self._succeeded.get(key, ())), priority_classes=self.priority_classes,
                 )  # fmt: skip
-                job.queue = self._charged_queue(job)
+                job = replace(job, queue=self._charged_queue(job))
             except Exception as exc:  # one job: see scheduler/cache/containment.py
                 log.exception("building job %s failed", key)
                 self.quarantine(key, f"the scheduler failed on this pod's job ({failure(exc)}); {RETRIED}")
@@ -173,9 +173,9 @@ class JobIndex:
             owner = Owner(job.queue, job.key, not job.preemptible)
             if key in self.quarantined:  # tried again after its backoff: it stays on probation (strikes)
                 self.quarantined[key] = replace(self.quarantined[key], until=self.generation)
-            for p in (*job.running, *job.pending):
+            for p in job.members:
                 self.ledger.reown(p.uid, owner)
-            if job.pending:
+            if job_facts(job, self.ledger).unplaced:
                 self._active[key] = None
             else:
                 self._active.pop(key, None)
@@ -190,16 +190,19 @@ class JobIndex:
         """The queue a job is charged to. Pending only: the one its labels (or PodGroup) name, checked by
         the actions. Running: the one its pods were admitted to (the owner of their holdings; the label for
         pods found running after a restart), or `default` when that queue does not exist (any more)."""
-        if not job.running:
-            return job.queue
+        queue = job.queue
+        running = [p for p in job.members if self.ledger.on_node(p)]
+        if not running:
+            return queue
         admitted = next(
-            (h.owner.queue for p in job.running if (h := self.ledger.pods.get(p.uid)) and h.owner), job.queue
+            (h.owner.queue for p in running if (h := self.ledger.pods.get(p.uid)) and h.owner), queue
         )
         return admitted if admitted in self.queues or admitted == DEFAULT_QUEUE else DEFAULT_QUEUE
 
     def pending_jobs(self) -> list[Job]:
-        """The jobs with pending pods, as of the last `jobs()`, in the same order as it returned them."""
-        return [job for key, job in self._jobs.items() if job.pending and not self._left_out(key)]
+        """The jobs with members not placed (pending or invalid), as of the last `jobs()`, in the same
+        order as it returned them."""
+        return [job for key, job in self._jobs.items() if key in self._active and not self._left_out(key)]
 
     # ------------------------------------------------------------------------------------ quarantine
     def quarantine(self, key: str, message: str) -> bool:
@@ -221,5 +224,5 @@ class JobIndex:
             for key, q in self.quarantined.items()
             if self._left_out(key)
             for p in q.members
-            if not p.holds_resources
+            if not self.ledger.on_node(p)
         ]

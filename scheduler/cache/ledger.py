@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from scheduler.cache.reservations import Reservation
-from scheduler.model.types import Placement
+from scheduler.model.types import Placement, PodInfo
 from scheduler.state.cluster_state import ClusterState, OvercommitError
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,8 @@ class Ledger:
         self._listeners: list[UsageListener] = []
         self._pod_listeners: list[PodListener] = []  # told which pod moved (scheduler/cache/pod_topology.py)
         self._journal: list[_Entry] | None = None  # open while a transaction is
+        # Pods the open transaction told the cluster to bind: an abort keeps their places (see `abort`).
+        self._bound: dict[str, None] = {}  # in bind order
 
     # --------------------------------------------------------------------------------- the primitive
     def _swap(
@@ -171,6 +173,12 @@ class Ledger:
         if uid not in self.pods:
             return None
         return self._swap(self.pods, uid, None, arrays=arrays)
+
+    def bound(self, uid: str) -> None:
+        """The cluster was told to bind pod `uid` (it holds its place already): a bound pod cannot be
+        unbound, so an `abort` of the open transaction keeps its place."""
+        if self._journal is not None:
+            self._bound[uid] = None
 
     def assume(self, uid: str) -> None:
         """Pod `uid`'s bind is in flight: its holding stays (same place, same owner) as ASSUMED."""
@@ -286,14 +294,27 @@ class Ledger:
     def commit(self) -> None:
         """Close the journal: what was done stays done."""
         self._journal = None
+        self._bound.clear()
 
-    def abort(self) -> bool:
-        """Undo a transaction left open (an action failed half-way); whether there was one."""
+    def abort(self) -> list[Holding] | None:
+        """Undo a transaction left open (an action failed half-way), except the places of the pods it had
+        the cluster bind (they are bound: their assignment says where). None when no transaction was open;
+        else the places of bound pods that could not be taken again (the caller keeps GPU pods off their
+        nodes until the watch brings the binds)."""
         if self._journal is None:
-            return False
+            return None
+        kept = {uid: self.pods[uid] for uid in self._bound if uid in self.pods}
         self.rollback(0)
         self.commit()
-        return True
+        lost: list[Holding] = []
+        for uid, held in kept.items():
+            if uid in self.pods:
+                continue
+            try:
+                self.hold(uid, held.placement, held.owner)
+            except OvercommitError:
+                lost.append(held)
+        return lost
 
     # --------------------------------------------------------------------------------------- reading
     def add_listener(self, listener: UsageListener) -> None:
@@ -307,6 +328,15 @@ class Ledger:
 
     def __contains__(self, uid: object) -> bool:
         return uid in self.pods
+
+    def on_node(self, pod: PodInfo) -> bool:
+        """Whether `pod` is on a node: the watch shows it bound, or this scheduler bound it (its place is
+        held here: ASSUMED while the bind is in flight, BOUND once answered) before the watch shows it."""
+        return pod.holds_resources or pod.uid in self.pods
+
+    def node_name(self, held: Holding) -> str | None:
+        """The name of the node a holding is on."""
+        return self.state.node_names[held.placement.node]
 
     def placement(self, uid: str) -> Placement | None:
         held = self.pods.get(uid)

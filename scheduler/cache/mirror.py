@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from scheduler.cache.accounting import Unaccountable, from_assignment, from_request
 from scheduler.cache.bind_echo import bind_echo
 from scheduler.cache.cluster import WatchEvent
-from scheduler.cache.containment import failure, invalid_pod, object_name, one_line
+from scheduler.cache.containment import failure, object_name, one_line
 from scheduler.cache.error_log import ErrorLog, Problems
 from scheduler.cache.gpu_identity import GPUIdentities
 from scheduler.cache.job_index import JobIndex
@@ -35,8 +35,8 @@ from scheduler.cache.pod_topology import PodTopology
 from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
 from scheduler.cache.volumes import VOLUME_KINDS, VolumeCatalog
 from scheduler.model.jobs import job_key
-from scheduler.model.parse import InvalidObject, parse_node, parse_pod
-from scheduler.model.types import Placement, PodInfo
+from scheduler.model.parse import InvalidObject, invalid_pod, parse_node, parse_pod
+from scheduler.model.types import Placement, PodInfo, PodPhase
 from scheduler.state.cluster_state import OvercommitError
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class ClusterMirror:
         if ev.type == "DELETED":
             self._node_deleted(name)
             return
-        node = self.gpu_identities.complete(parse_node(ev.obj), self.errors.add)
+        node = self.gpu_identities.complete(parse_node(ev.obj))
         self.problems.nodes.pop(node.name, None)
         self.gone.discard(node.name)  # registered again: its rows and what its pods hold are kept
         row = self.state.row_of(node.name)
@@ -257,9 +257,33 @@ class ClusterMirror:
 
     def _on_pod(self, ev: WatchEvent) -> None:
         if (echoed := bind_echo(ev, self.pods, self.ledger)) is not None:
-            self.index.touch(job_key(echoed))  # its job's pods changed phase (see bind_echo.py)
+            self._replace(echoed)  # its job's pods changed phase (see bind_echo.py)
             return
         self._take_pod(ev, parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib()))
+
+    def _replace(self, pod: PodInfo) -> None:
+        """`pod` is what the mirror now knows of a pod it holds: it takes the old version's place, in its
+        job too. (What it holds in the ledger is not touched.)"""
+        old = self.pods.get(pod.uid)
+        self.pods[pod.uid] = pod
+        self.index.index(pod, old)
+
+    def bind_undone(self, uid: str) -> PodInfo | None:
+        """Our bind of pod `uid` failed: a bind the watch was shown (an adapter shows binds in flight as
+        bound) is forgotten, the pod is pending again. The pod as the mirror has it now; None: gone."""
+        pod = self.pods.get(uid)
+        if pod is not None and pod.phase is PodPhase.BOUND:
+            pod = replace(pod, node=None, phase=PodPhase.PENDING)
+            self._replace(pod)
+        return pod
+
+    def deleting(self, uid: str) -> None:
+        """Pod `uid` is being deleted by this scheduler (an eviction the watch does not show yet): it is in
+        no job any more (its place is RELEASING in the ledger)."""
+        pod = self.pods.get(uid)
+        if pod is not None:
+            self.pods[uid] = pod = replace(pod, terminating=True)
+            self.index.unindex(pod)
 
     def _invalid_pod(self, ev: WatchEvent, reason: str) -> None:
         """A pod the parser refused: pending with `InvalidRequest` and the reason; one that holds resources
@@ -268,9 +292,11 @@ class ClusterMirror:
         if pod is None:
             return  # no name: nothing to report it on
         old = self.pods.get(pod.uid)
-        if old is not None and old.holds_resources and pod.holds_resources and ev.type != "DELETED":
+        if old is not None and self.ledger.on_node(old) and pod.holds_resources and ev.type != "DELETED":
             if pod.terminating and not old.terminating:  # being deleted: what it holds leaves the plan
-                self._take_pod(ev, replace(old, terminating=True))
+                # (bound by us, the watch not showing it yet: on the node the event names)
+                shown = old if old.holds_resources else replace(old, node=pod.node, phase=pod.phase)
+                self._take_pod(ev, replace(shown, terminating=True))
             return  # keep the version we could read: it says what the pod holds, and where
         if old is not None and old.group is not None and not _annotations_readable(ev.obj):
             # Its pod-group annotation cannot be read: it stays in the gang it was in, so the gang is not
@@ -285,7 +311,7 @@ class ClusterMirror:
             self.forget_pod(pod.uid)
             return
         old = self.pods.get(pod.uid)
-        if old is not None and old.holds_resources and pod.holds_resources:
+        if old is not None and self.ledger.on_node(old) and pod.holds_resources:
             pod = self._as_admitted(pod, old)
         self.index.index(pod, old)
         self.pods[pod.uid] = pod

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.api.cli import check_choice, fail, new_app, warning_line
+from scheduler.api.cli import check_choice, fail, new_app, output_console, warning_line
 from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
 from scheduler.bench.topology import TopologySpec, run_with_peer
@@ -235,7 +235,7 @@ def register(app: typer.Typer) -> None:
         if output == "json":
             typer.echo(json.dumps(result, indent=2))
         else:
-            print_bench(Console(), result)
+            print_bench(output_console(), result)
 
     @bench_app.command("events")
     def events(
@@ -263,7 +263,7 @@ def register(app: typer.Typer) -> None:
         if output == "json":
             typer.echo(json.dumps(r, indent=2))
             return
-        console = Console()
+        console = output_console()
         console.print(
             f"[bold]tessera bench events[/]: {r['pod_events']} pod events, {r['node_updates']} node updates, "
             f"{nodes} nodes, backend {r['backend']}"

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.api.cli import check_choice, fail, warning_line
+from scheduler.api.cli import check_choice, fail, output_console, warning_line
 from scheduler.bench.e2e.config import SCHEDULERS, E2EConfig, check
 from scheduler.bench.e2e.runner import run_compare, run_e2e
 from scheduler.bench.e2e.schedulers import SchedulerDidNotStart
@@ -120,7 +120,7 @@ def register(bench_app: typer.Typer) -> None:
             raise fail(problem)
         if cfg.capacity() < pods:
             warning_line(f"only {cfg.capacity():,} of the {pods:,} pods fit {nodes:,} x {gpus_per_node} GPUs")
-        err = Console(stderr=True)
+        err = output_console(stderr=True)
         try:
             say = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
             result = run_compare(cfg, repeat, progress=say) if both else run_e2e(cfg, progress=say)
@@ -129,7 +129,7 @@ def register(bench_app: typer.Typer) -> None:
         if output == "json":
             typer.echo(json.dumps(result, indent=2))
             return
-        console = Console()
+        console = output_console()
         for run in result.get("runs", [result]):
             print_e2e(console, run)
             if "oracle" in run:

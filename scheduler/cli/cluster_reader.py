@@ -38,7 +38,10 @@ API_VERSIONS: dict[str, str] = {
     "ValidatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
     "EndpointSlice": "discovery.k8s.io/v1",
     "Lease": "coordination.k8s.io/v1",
+    "PriorityClass": "scheduling.k8s.io/v1",
 }
+# Kinds read under another name: KAI Scheduler's Queue (docs/kai-compat.md), next to Tessera's.
+ALIASES: dict[str, tuple[str, str]] = {"KaiQueue": ("scheduling.run.ai/v2", "Queue")}
 
 
 class ClusterReader(Protocol):
@@ -97,8 +100,9 @@ class KubeReader:
                 raise ReadError(
                     f"cannot reach the API server at {self.api.configuration.host}: {_short(exc)}"
                 ) from None
+        api_version, real_kind = ALIASES.get(kind) or (API_VERSIONS[kind], kind)
         try:
-            return self._dynamic.resources.get(api_version=API_VERSIONS[kind], kind=kind)
+            return self._dynamic.resources.get(api_version=api_version, kind=real_kind)
         except ResourceNotFoundError:
             return None
 
@@ -133,8 +137,10 @@ class KubeReader:
         except Exception as exc:
             raise ReadError(f"cannot list {kind}s: {_short(exc)}") from None
         items = found.to_dict().get("items") or []
+        api_version, real_kind = ALIASES.get(kind) or (API_VERSIONS[kind], kind)
         for item in items:  # list items come without kind
-            item.setdefault("kind", kind)
+            item.setdefault("kind", real_kind)
+            item.setdefault("apiVersion", api_version)
         return list(items)
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from scheduler.api.cli import FAILURE, check_choice
+from scheduler.api.cli import FAILURE, check_choice, output_console
 from scheduler.cli.cluster_reader import KubeReader
 from scheduler.cli.doctor_checks import DoctorOptions, Finding, diagnose
 from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
@@ -40,6 +40,13 @@ def doctor(
     probe_namespace: Annotated[
         str, typer.Option(metavar="NS", help="Namespace of the webhook probe (a dry-run pod create).")
     ] = "default",
+    scheduler_name: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="The schedulerName pods give (default: the one the webhooks match on, else tessera).",
+        ),
+    ] = None,
     output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="text or json.")] = "text",
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -48,12 +55,17 @@ def doctor(
     on every GPU node, queues valid. Prints what to fix; exit status 1 when a check failed."""
     check_choice(output, ("text", "json"), "--output")
     reader = KubeReader(connect(kubeconfig, context))
-    opts = DoctorOptions(namespace=namespace, lease_name=lease_name, probe_namespace=probe_namespace)
+    opts = DoctorOptions(
+        namespace=namespace,
+        lease_name=lease_name,
+        probe_namespace=probe_namespace,
+        scheduler_name=scheduler_name,
+    )
     findings = diagnose(reader, opts)
     if output == "json":
         typer.echo(json.dumps([f.to_json() for f in findings], indent=2))
     else:
-        render(Console(highlight=False, soft_wrap=True), findings)
+        render(output_console(highlight=False), findings)
     if any(f.status == "fail" for f in findings):
         raise typer.Exit(FAILURE)
 

@@ -12,10 +12,16 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from scheduler.api.keys import GROUP, QUEUE_LABEL, SCHEDULER_NAME
+from scheduler.api.keys import GROUP, QUEUE_LABEL
 from scheduler.api.queue import Queue
 from scheduler.cli.cluster_reader import ClusterReader, Obj, ReadError
-from scheduler.cli.doctor_components import check_nodes, check_webhook
+from scheduler.cli.doctor_components import (
+    check_nodes,
+    check_webhook,
+    component_pods,
+    outside_hint,
+    scheduler_name,
+)
 from scheduler.cli.doctor_findings import DoctorOptions, Finding, capped, timestamp
 from scheduler.model.parse import pod_queue
 from scheduler.queues.tree import QueueTree
@@ -72,8 +78,12 @@ def check_scheduler(reader: ClusterReader, opts: DoctorOptions) -> list[Finding]
     lease = reader.get("Lease", opts.lease_name, opts.namespace)
     where = f"Lease {opts.namespace}/{opts.lease_name}"
     deploy_fix = (
-        f"kubectl -n {opts.namespace} get deploy,pods -l app.kubernetes.io/component=scheduler; "
-        f"kubectl -n {opts.namespace} logs deploy/tessera-scheduler  (or pass --namespace where Tessera runs)"
+        (
+            f"kubectl -n {opts.namespace} get deploy,pods -l app.kubernetes.io/component=scheduler; "
+            f"kubectl -n {opts.namespace} logs deploy/tessera-scheduler  (or pass --namespace where Tessera runs)"
+        )
+        if component_pods(reader, opts, "scheduler")
+        else outside_hint(opts, "scheduler")
     )
     if lease is None:
         return [
@@ -101,7 +111,7 @@ def check_scheduler(reader: ClusterReader, opts: DoctorOptions) -> list[Finding]
     return [Finding("scheduler", "ok", f"leader {holder} renewed {where} {max(age, 0):.0f} s ago")]
 
 
-def check_queues(reader: ClusterReader, _opts: DoctorOptions) -> list[Finding]:
+def check_queues(reader: ClusterReader, opts: DoctorOptions) -> list[Finding]:
     objects = reader.list("Queue")
     queues: list[Queue] = []
     invalid: list[str] = []
@@ -128,7 +138,8 @@ def check_queues(reader: ClusterReader, _opts: DoctorOptions) -> list[Finding]:
             )
         )
     wrong: list[str] = []
-    for pod in reader.list("Pod", fields=f"spec.schedulerName={SCHEDULER_NAME},status.phase=Pending"):
+    name = scheduler_name(reader, opts)
+    for pod in reader.list("Pod", fields=f"spec.schedulerName={name},status.phase=Pending"):
         meta = pod.get("metadata") or {}
         problem = tree.leaf_error(pod_queue(meta.get("labels") or {}))
         if problem:

@@ -1,8 +1,13 @@
 """`tessera doctor`'s checks of the parts that run on the cluster: the admission webhook (its Service,
 its endpoints, and a dry-run probe through the API server) and, per GPU node, the device plugin's
-capacity, the agent's report and the GPU memory label."""
+capacity, the agent's report and the GPU memory the scheduler knows.
+
+A fix that points at the chart's pods names them only when they exist: where the parts run outside the
+cluster (`tessera sandbox` runs them as local processes) it says where their logs are instead."""
 
 from __future__ import annotations
+
+import re
 
 from pydantic import ValidationError
 
@@ -37,7 +42,38 @@ def _ready_endpoints(reader: ClusterReader, namespace: str, service: str) -> int
     return ready
 
 
-def probe_pod(namespace: str) -> Obj:
+_MATCHED_NAME = re.compile(r"object\.spec\.schedulerName\s*==\s*'([^']+)'")
+
+
+def scheduler_name(reader: ClusterReader, opts: DoctorOptions) -> str:
+    """The scheduler name pods must give: the option, else the one the webhooks match on, else `tessera`."""
+    if opts.scheduler_name:
+        return opts.scheduler_name
+    for hook in _tessera_webhooks(reader):
+        for condition in hook.get("matchConditions") or []:
+            found = _MATCHED_NAME.search(str(condition.get("expression", "")))
+            if found:
+                return found.group(1)
+    return SCHEDULER_NAME
+
+
+def component_pods(reader: ClusterReader, opts: DoctorOptions, component: str) -> bool:
+    """Whether the chart's pods of `component` (scheduler, node) exist in the release namespace."""
+    try:
+        return bool(reader.list("Pod", opts.namespace, labels=f"app.kubernetes.io/component={component}"))
+    except ReadError:
+        return True  # cannot tell: name them, as the chart makes them
+
+
+def outside_hint(opts: DoctorOptions, component: str) -> str:
+    return (
+        f"no {component} pod runs in namespace {opts.namespace}: where Tessera's parts run outside the "
+        "cluster (`tessera sandbox`), `tessera sandbox status` lists each one's log; else pass --namespace "
+        "where the chart is installed"
+    )
+
+
+def probe_pod(namespace: str, scheduler: str = SCHEDULER_NAME) -> Obj:
     """A pod every Tessera webhook must refuse (gpu-fraction 1.5), for a dry-run create."""
     return {
         "apiVersion": "v1",
@@ -48,7 +84,7 @@ def probe_pod(namespace: str) -> Obj:
             "annotations": {GPU_FRACTION: "1.5"},
         },
         "spec": {
-            "schedulerName": SCHEDULER_NAME,
+            "schedulerName": scheduler,
             "restartPolicy": "Never",
             "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}],
         },
@@ -93,7 +129,7 @@ def check_webhook(reader: ClusterReader, opts: DoctorOptions) -> list[Finding]:
                 )
             )
     try:
-        refusal = reader.dry_run_create(probe_pod(opts.probe_namespace))
+        refusal = reader.dry_run_create(probe_pod(opts.probe_namespace, scheduler_name(reader, opts)))
     except ReadError as exc:
         return [
             *out,
@@ -192,25 +228,35 @@ def check_nodes(reader: ClusterReader, opts: DoctorOptions) -> list[Finding]:
                     f"node {name}: GPU {', '.join(map(str, sick))} unhealthy (tessera nodes {name})"
                 )
         labels = meta.get("labels") or {}
-        if not labels.get(GPU_MEMORY_LABEL):
+        # The scheduler takes each GPU's memory from the node's report; the label (or the product name)
+        # serves only until the first report, so a node with a report needs neither.
+        measured = report is not None and any(g.memory_total_mib > 0 for g in report.spec.gpus)
+        if not labels.get(GPU_MEMORY_LABEL) and not measured:
             guess = memory_from_product(labels.get(GPU_PRODUCT_LABEL, ""))
             memory.append(
-                f"node {name} has no {GPU_MEMORY_LABEL} label; "
+                f"node {name} has no {GPU_MEMORY_LABEL} label and no GPUNodeReport telling its GPUs' memory; "
                 + (
-                    f"the scheduler assumes {guess} MiB per GPU from its product"
+                    f"the scheduler assumes {guess} MiB per GPU from its product until the report comes"
                     if guess
-                    else "the scheduler ignores it"
+                    else "its GPUs take no GPU pod until the node agent reports"
                 )
             )
-    pods = f"kubectl -n {opts.namespace} get pods -l app.kubernetes.io/component=node -o wide"
-    out = capped(
-        "nodes", "fail", no_plugin, f"{pods}; kubectl -n {opts.namespace} logs POD -c tessera-device-plugin"
-    )
+    if component_pods(reader, opts, "node"):
+        pods = f"kubectl -n {opts.namespace} get pods -l app.kubernetes.io/component=node -o wide"
+        plugin_fix = f"{pods}; kubectl -n {opts.namespace} logs POD -c tessera-device-plugin"
+        agent_fix = f"{pods}; kubectl -n {opts.namespace} logs POD -c tessera-agent"
+        report_fix = f"kubectl -n {opts.namespace} logs POD -c tessera-agent"
+    else:
+        plugin_fix = agent_fix = report_fix = outside_hint(opts, "node")
+    out = capped("nodes", "fail", no_plugin, plugin_fix)
+    out += capped("nodes", "fail", no_agent + stale, agent_fix)
+    out += capped("nodes", "fail", bad_reports, report_fix)
     out += capped(
-        "nodes", "fail", no_agent + stale, f"{pods}; kubectl -n {opts.namespace} logs POD -c tessera-agent"
+        "nodes",
+        "warn",
+        memory,
+        f"start the node agent there (it publishes the report), or kubectl label node NODE {GPU_MEMORY_LABEL}=<MiB per GPU>",
     )
-    out += capped("nodes", "fail", bad_reports, f"kubectl -n {opts.namespace} logs POD -c tessera-agent")
-    out += capped("nodes", "warn", memory, f"kubectl label node NODE {GPU_MEMORY_LABEL}=<MiB per GPU>")
     out += capped("nodes", "warn", unhealthy, "kubectl describe node NODE; check the driver (nvidia-smi)")
     if not any(f.status == "fail" for f in out):
         out.insert(

@@ -31,6 +31,9 @@ class DoctorOptions:
     lease_name: str = "tessera-scheduler"
     probe_namespace: str = "default"  # where the webhook probe's dry-run pod is "created"
     now: Callable[[], float] = time.time
+    # What pods name in spec.schedulerName (the probe's and the queue check's): None = the name the
+    # webhook configurations match on (`kai-scheduler` with the chart's kaiCompat), else `tessera`.
+    scheduler_name: str | None = None
 
 
 def timestamp(raw: Any) -> float | None:

@@ -10,11 +10,10 @@ from typing import Annotated, Any
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 
 from scheduler.api import GPUNodeReport, GPUReport
-from scheduler.api.cli import FAILURE, check_choice, fail, warning_line
+from scheduler.api.cli import FAILURE, USAGE, check_choice, fail, output_console, warning_line, yaml_problem
 from scheduler.api.keys import GROUP, VERSION
 from scheduler.cli.kube import REQUEST_TIMEOUT_S, ContextOption, KubeconfigOption, connect
 from scheduler.ui.fmt import gpus as in_gpus
@@ -60,8 +59,10 @@ def load_file(path: Path, warn: list[str]) -> list[GPUNodeReport]:
     try:
         text = path.read_text()
         docs = list(yaml.safe_load_all(text))
-    except (OSError, yaml.YAMLError) as exc:
+    except OSError as exc:
         raise ReportsUnavailable(f"cannot read {path}: {_first_line(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise ReportsUnavailable(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     return parse_reports(_items(docs), warn)
 
 
@@ -194,23 +195,21 @@ def nodes(
     warnings: list[str] = []
     try:
         reports = load_file(from_file, warnings) if from_file else load_cluster(kubeconfig, context, warnings)
-    except ReportsUnavailable as exc:
-        raise fail(str(exc), FAILURE) from None
+    except ReportsUnavailable as exc:  # the user's file is a mistake (2); the cluster's answer is not (1)
+        raise fail(str(exc), USAGE if from_file else FAILURE) from None
     for line in warnings:
         warning_line(line)
     if node is not None:
         reports = [r for r in reports if r.metadata.name == node]
         if not reports:
             raise fail(
-                f"no GPUNodeReport for node {node!r} (is the tessera node agent running there?)", FAILURE
+                f"no GPUNodeReport for node {node!r} (is the tessera node agent running there?)", USAGE
             )
     if output == "json":
         dumped = [r.model_dump(by_alias=True, exclude_none=True, mode="json") for r in reports]
         typer.echo(json.dumps(dumped[0] if node is not None else dumped, indent=2))
         return
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=250)  # piped or captured: never truncate columns
+    out = output_console()
     if not reports:
         out.print("No GPUNodeReports found (is the tessera node agent running?).")
         return

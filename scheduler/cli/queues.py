@@ -1,5 +1,10 @@
 """`tessera queues` (also `kubectl tessera queues`): the queue tree with quota, limit, fair share and
-allocation, in GPUs, cores and GiB, and every problem the scheduler has with a queue."""
+allocation, in GPUs, cores and GiB, and every problem the scheduler has with a queue.
+
+KAI Scheduler's Queues (scheduling.run.ai/v2) are read as the scheduler's `--kai-compat` reads them:
+translated into Tessera's (docs/kai-compat.md), Tessera's own winning a shared name. On a cluster they are
+listed when the API serves them (their allocation from the status Tessera writes on them; KAI's Queue has
+no fair share)."""
 
 from __future__ import annotations
 
@@ -11,12 +16,12 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from scheduler.api.cli import FAILURE, check_choice, fail, warning_line
+from scheduler.api.cli import FAILURE, check_choice, fail, output_console, warning_line, yaml_problem
 from scheduler.api.duration import show_duration
+from scheduler.api.kai import is_kai, status_from_kai, translate
 from scheduler.api.queue import Queue, QueueStatus
 from scheduler.cli.cluster_reader import KubeReader, ReadError
 from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
@@ -158,25 +163,69 @@ def queue_table(rows: list[QueueRow]) -> Table:
     return t
 
 
-def load_queue_file(path: Path) -> list[Obj]:
+def with_kai(objects: Iterable[Obj]) -> tuple[list[Obj], list[str]]:
+    """Queue objects as the scheduler uses them with KAI compatibility: Tessera's as they are, KAI's
+    translated (with their status), Tessera's winning a shared name; and a line per KAI queue that is
+    invalid, shadowed, or translated with a difference from KAI."""
+    native: dict[str, Obj] = {}
+    kai: dict[str, Obj] = {}
+    notes: list[str] = []
+    for obj in objects:
+        name = str((obj.get("metadata") or {}).get("name", "?"))
+        if not is_kai(obj):
+            native[name] = obj
+            continue
+        try:
+            t = translate(obj)
+        except ValueError as exc:
+            notes.append(f"KAI queue {name} is invalid and ignored by the scheduler: {_one_line(exc)}")
+            continue
+        notes += [f"KAI queue {name}: {n}" for n in t.notes]
+        status = status_from_kai(obj.get("status"))
+        kai[name] = {**t.obj, "status": status.model_dump(by_alias=True)}
+    for name in sorted(native.keys() & kai.keys()):
+        notes.append(f"KAI queue {name} is ignored: Tessera's Queue of the same name is used")
+        del kai[name]
+    return [*native.values(), *kai.values()], notes
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError) and exc.errors():
+        err = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def load_queue_files(paths: Iterable[Path]) -> list[Obj]:
+    """The Queue objects (Tessera's and KAI's) of YAML files, or of the manifest files of folders."""
     import yaml
 
-    try:
-        docs = list(yaml.safe_load_all(path.read_text()))
-    except (OSError, yaml.YAMLError) as exc:
-        raise fail(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    from scheduler.sim.loader import expand
+
     out: list[Obj] = []
-    for d in docs:
-        items = d.get("items") if isinstance(d, dict) and "items" in d else [d]
-        out += [o for o in items or [] if isinstance(o, dict) and o.get("kind") == "Queue"]
+    for path in expand(paths):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except OSError as exc:
+            raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise fail(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
+        for d in docs:
+            items = d.get("items") if isinstance(d, dict) and "items" in d else [d]
+            out += [o for o in items or [] if isinstance(o, dict) and o.get("kind") == "Queue"]
     return out
 
 
 def queues(
     output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")] = "table",
     from_file: Annotated[
-        Path | None,
-        typer.Option("--from-file", metavar="FILE", help="Read Queues from a YAML file, not the cluster."),
+        list[Path] | None,
+        typer.Option(
+            "--from-file",
+            "-f",
+            metavar="FILE",
+            help="Read Queues (Tessera's or KAI Scheduler's) from YAML files or folders, not the cluster.",
+        ),
     ] = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -184,20 +233,21 @@ def queues(
     """The queue tree: priority, GPUs allocated against fair share, quota and limit, CPU and memory
     quota; then every problem the scheduler has with a queue. ∞ = unlimited (-1)."""
     check_choice(output, OUTPUTS, "--output")
-    if from_file is not None:
-        objects = load_queue_file(from_file)
+    if from_file:
+        objects = load_queue_files(from_file)
     else:
         try:
-            objects = KubeReader(connect(kubeconfig, context)).list("Queue")
+            reader = KubeReader(connect(kubeconfig, context))
+            objects = reader.list("Queue") + reader.list("KaiQueue")
         except ReadError as exc:
             raise fail(str(exc), FAILURE) from None
+    objects, kai_notes = with_kai(objects)
     rows, problems = queue_rows(objects)
+    problems = kai_notes + problems
     if output == "json":
         typer.echo(json.dumps({"queues": [r.to_json() for r in rows], "problems": problems}, indent=2))
         return
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=200)
+    out = output_console()
     out.print(queue_table(rows))
     if not any(o for o in objects):
         out.print("No Queue objects: pods go to an implicit `default` queue (docs/queues.md).")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -20,15 +21,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scheduler.api.cli import check_writable, fail
+from scheduler.api.cli import check_writable, fail, output_console
 from scheduler.placement.registry import policy_names
 from scheduler.replay.protocol import DEFAULT_TUNE, arrival_order, capacity_milli
 from scheduler.replay.runner import PolicyResult, run_policy
 from scheduler.replay.trace import Loaded, RowError, TraceError, TraceNode, TracePod, load_nodes, load_pods
 from scheduler.state.backend import BACKENDS, BackendError, get_namespace
 
-DEFAULT_NODES = Path("../shared/traces/openb/openb_node_list_gpu_node.csv")
-DEFAULT_PODS = Path("../shared/traces/openb/openb_pod_list_default.csv")
+# The openb trace (Alibaba's GPU-sharing trace, alibaba/clusterdata cluster-trace-gpu-v2023/csv): the
+# folder holding its two default lists is TESSERA_TRACE_DIR, else ../shared/traces/openb from where the
+# command runs (this project's development layout). --nodes and --pods name the files themselves.
+TRACE_DIR_ENV = "TESSERA_TRACE_DIR"
+DEFAULT_TRACE_DIR = Path("../shared/traces/openb")
+NODE_LIST, POD_LIST = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
+DEFAULT_NODES = DEFAULT_TRACE_DIR / NODE_LIST
+DEFAULT_PODS = DEFAULT_TRACE_DIR / POD_LIST
 VARIANT_POLICIES = ["random", "bestfit", "fgd", "fragfit", "wastefit"]
 MAX_ROW_ERRORS_SHOWN = 20
 _SEED_PART = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
@@ -68,12 +75,23 @@ def _report_rows(err: Console, loaded: Loaded[TraceNode] | Loaded[TracePod]) -> 
         err.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
 
 
-def _resolve(given: Path | None, default: Path, flag: str) -> Path:
+def trace_dir() -> Path:
+    return Path(os.environ.get(TRACE_DIR_ENV) or DEFAULT_TRACE_DIR)
+
+
+def _resolve(given: Path | None, file_name: str, flag: str) -> Path:
     if given is not None:
         return given
+    default = trace_dir() / file_name
     if default.is_file():
         return default
-    raise _fail(f"{flag} is required ({default} not found from {Path.cwd()})")
+    where = f"{TRACE_DIR_ENV}={os.environ[TRACE_DIR_ENV]}" if os.environ.get(TRACE_DIR_ENV) else (
+        f"{DEFAULT_TRACE_DIR} from {Path.cwd()}"
+    )  # fmt: skip
+    raise _fail(
+        f"no openb trace: {file_name} is not in {where}; the trace is Alibaba's (alibaba/clusterdata, "
+        f"cluster-trace-gpu-v2023/csv): set {TRACE_DIR_ENV} to its folder, or pass {flag} (and the other list)"
+    )
 
 
 def _bounds(
@@ -174,10 +192,16 @@ def register(app: typer.Typer) -> None:
     @app.command("replay", short_help="Replay an openb trace under the FGD protocol.")
     def replay(
         nodes: Annotated[
-            Path | None, typer.Option(help="openb node list CSV", show_default=str(DEFAULT_NODES))
+            Path | None,
+            typer.Option(
+                help=f"openb node list CSV (default: {NODE_LIST} in ${TRACE_DIR_ENV}, else in {DEFAULT_TRACE_DIR})"
+            ),
         ] = None,
         pods: Annotated[
-            Path | None, typer.Option(help="openb pod list CSV", show_default=str(DEFAULT_PODS))
+            Path | None,
+            typer.Option(
+                help=f"openb pod list CSV (default: {POD_LIST} in ${TRACE_DIR_ENV}, else in {DEFAULT_TRACE_DIR})"
+            ),
         ] = None,
         policy: Annotated[
             list[str] | None, typer.Option("--policy", "-p", help="placement policy (repeatable)")
@@ -186,7 +210,7 @@ def register(app: typer.Typer) -> None:
         tune: Annotated[
             float, typer.Option(help="inflate the workload to this x GPU capacity")
         ] = DEFAULT_TUNE,
-        output: Annotated[str, typer.Option(help="table or json")] = "table",
+        output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
         plot: Annotated[Path | None, typer.Option(help="write unallocated-vs-arrived plot (PNG)")] = None,
         reference: Annotated[
             Path | None, typer.Option(help="overlay published curves (CSV) on --plot")
@@ -251,10 +275,17 @@ def register(app: typer.Typer) -> None:
                 import matplotlib  # noqa: F401
             except ImportError:
                 raise _fail("--plot needs matplotlib: pip install 'tessera[plot]'") from None
-        err = Console(stderr=True)
+        if bound:
+            from scheduler.replay.bound import BoundUnavailable, require_highs
+
+            try:
+                require_highs()  # before the replay, not after it
+            except BoundUnavailable as exc:
+                raise _fail(str(exc)) from None
+        err = output_console(stderr=True)
         try:
-            node_rows = load_nodes(_resolve(nodes, DEFAULT_NODES, "--nodes"))
-            pod_rows = load_pods(_resolve(pods, DEFAULT_PODS, "--pods"))
+            node_rows = load_nodes(_resolve(nodes, NODE_LIST, "--nodes"))
+            pod_rows = load_pods(_resolve(pods, POD_LIST, "--pods"))
             ref_curves = None
             if reference is not None:
                 from scheduler.replay.reference import load_reference
@@ -324,4 +355,4 @@ def register(app: typer.Typer) -> None:
                     entry["lower_bound_same_fractions"] = floors[entry["policy"]]
             sys.stdout.write(json.dumps(doc[0] if len(doc) == 1 else doc, indent=2) + "\n")
         else:
-            Console().print(_table(results, bound_doc, floors))
+            output_console().print(_table(results, bound_doc, floors))

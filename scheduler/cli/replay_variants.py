@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from scheduler.api.cli import output_console
 from scheduler.placement.registry import policy_names
 from scheduler.replay.trace import TraceError
 from scheduler.replay.variants import GPU_NODE_LIST, discover, node_list_notes, run_variants
@@ -30,7 +31,7 @@ def run_all_variants(
     reference: Path | None,
     nodes: Path | None,
 ) -> None:
-    err = Console(stderr=True)
+    err = output_console(stderr=True)
     policy_seeds: dict[str, list[int]] = {}
     for spec in list(policies):  # "fgd@42-51": this column has its own seeds
         name, _, own = spec.partition("@")

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scheduler.api.cli import check_choice, check_writable, fail
+from scheduler.api.cli import check_choice, check_writable, fail, output_console
 from scheduler.api.duration import parse_duration
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.placement.registry import DEFAULT_POLICY, policy_names
@@ -40,6 +40,11 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
         f"{s['wall_s']:.2f} s wall "
         f"({s['cycles']} cycles, {s['placements']} placements, {s['placements_per_s']} placements/s)"
     )
+    if s.get("stopped_early"):
+        console.print(
+            f"Stopped at {s['sim_time_s']:.0f} s: nothing left to happen (no pod to arrive, finish or be "
+            "deleted; the rest run for ever or wait)"
+        )
     console.print(
         f"GPUs allocated: [bold]{g['allocated']:g} of {g['capacity']}[/] ({g['allocated_pct']:.1f}%) · "
         f"GPUs idle in fragments of partly used GPUs: {gpus(s['stranded_milli'], 2)}"
@@ -225,7 +230,7 @@ def register(app: typer.Typer) -> None:
             scheduler = Scheduler(sim, config)
         except (ManifestError, ValueError, BackendError) as exc:
             raise fail(str(exc)) from None
-        console = Console(stderr=output == "json")
+        console = output_console(stderr=output == "json")
         with Progress(
             TextColumn("[progress.description]{task.description}"), BarColumn(), TextColumn("{task.fields[now]}"),
             TimeElapsedColumn(), console=console, transient=True,

@@ -16,13 +16,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.cli import FAILURE, check_choice, fail
+from scheduler.api.cli import FAILURE, USAGE, check_choice, fail, output_console
 from scheduler.api.keys import GPU_ASSIGNMENT, SCHEDULER_NAME
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.cli.cluster_reader import ClusterReader, KubeReader, ReadError
 from scheduler.cli.kube import ContextOption, KubeconfigOption, connect
+from scheduler.model.jobs import group_priority
 from scheduler.model.parse import parse_pod
+from scheduler.model.types import PodInfo
 from scheduler.queues.tree import QueueTree
 from scheduler.ui.fmt import gpus
 
@@ -32,10 +34,11 @@ Obj = dict[str, Any]
 @dataclass
 class Explanation:
     pod: str
-    state: str  # Running on <node> | Pending | Not Tessera's | Finished
+    state: str  # Running on <node> | Pending | Succeeded | Failed | not scheduled by Tessera
     facts: list[str] = field(default_factory=list)  # what is true of the pod
-    reasons: list[str] = field(default_factory=list)  # why it waits (empty when it runs)
+    reasons: list[str] = field(default_factory=list)  # why it waits; for a pod that does not wait, problems
     events: list[str] = field(default_factory=list)
+    waiting: bool = True  # not on a node and not finished: `reasons` say why it waits
 
     def to_json(self) -> Obj:
         return {
@@ -43,6 +46,7 @@ class Explanation:
             "state": self.state,
             "facts": self.facts,
             "reasons": self.reasons,
+            "waiting": self.waiting,
             "events": self.events,
         }
 
@@ -80,26 +84,49 @@ def _queue_facts(reader: ClusterReader, queue: str, out: Explanation) -> None:
     out.facts.append(line)
 
 
-def _group_facts(reader: ClusterReader, group: str, out: Explanation) -> None:
+def _podgroup(reader: ClusterReader, group: str) -> PodGroup | str:
+    """The pod's PodGroup, or what is wrong with it (missing or invalid)."""
     namespace, name = group.split("/", 1)
     obj = reader.get("PodGroup", name, namespace)
     if obj is None:
-        out.reasons.append(
+        return (
             f"PodGroup {group} does not exist: the pods that name it are scheduled as one gang of those "
             "present; create it (minMember) or remove the annotation"
         )
-        return
     try:
-        pg = PodGroup.model_validate(obj)
+        return PodGroup.model_validate(obj)
     except ValidationError as exc:
-        out.reasons.append(f"PodGroup {group} is invalid: {exc.errors()[0]['msg']}")
+        return f"PodGroup {group} is invalid: {exc.errors()[0]['msg']}"
+
+
+def _priority(reader: ClusterReader, info: PodInfo, group: str | None, pg: PodGroup | None) -> str:
+    """The priority the pod is scheduled with: its gang's when its PodGroup names a priority class (or a
+    preemptibility), as the scheduler reads it (`model.jobs.group_priority`), else its own."""
+    if group is None or pg is None or not (pg.spec.priority_class_name or pg.spec.preemptibility):
+        priority, preemptible, whose = info.priority, info.preemptible, ""
+    else:
+        name = pg.spec.priority_class_name
+        try:
+            cls = reader.get("PriorityClass", name) if name else None
+        except ReadError:  # not allowed to read PriorityClasses: the built-in table, as the scheduler's
+            cls = None
+        value = cls.get("value") if cls is not None else None
+        classes = {name: value} if name and isinstance(value, int) and not isinstance(value, bool) else {}
+        priority, preemptible = group_priority(pg, info, classes)
+        whose = f", its gang's: PodGroup {group} names {name}" if name else f", its gang's (PodGroup {group})"
+    return f"priority {priority} ({'preemptible' if preemptible else 'non-preemptible'}{whose})"
+
+
+def _group_facts(group: str, pg: PodGroup | str, out: Explanation) -> None:
+    if isinstance(pg, str):
+        out.reasons.append(pg)
         return
     status = pg.status
     line = f"gang {group}: minMember {pg.spec.min_member}"
     if status is not None:
         line += f", {status.running} running, phase {status.phase}"
         for c in status.conditions:
-            if c.status == "False" and c.message:
+            if c.status == "False" and c.message and out.waiting:  # why the gang waits: not a finished pod's
                 out.reasons.append(f"gang {group}: {c.message}")
     out.facts.append(line)
 
@@ -119,13 +146,22 @@ def explain(reader: ClusterReader, namespace: str, name: str) -> Explanation | N
         )
         return out
     info = parse_pod(pod)
+    node = spec.get("nodeName")
+    finished = out.state in ("Succeeded", "Failed")
+    out.waiting = not node and not finished
+    pg = _podgroup(reader, info.group) if info.group else None
     out.facts.append(
         f"asks for {info.request.describe()}, {info.cpu_milli / 1000:g} CPU cores, {info.memory_mib / 1024:g} GiB memory; "
-        f"priority {info.priority} ({'preemptible' if info.preemptible else 'non-preemptible'})"
+        + _priority(reader, info, info.group, pg if isinstance(pg, PodGroup) else None)
     )
-    if info.error:
+    if finished and (status.get("reason") or status.get("message")):
+        out.facts.append(f"{out.state.lower()}: " + ": ".join(
+            str(status[k]) for k in ("reason", "message") if status.get(k)
+        ))  # fmt: skip
+    if info.error and out.waiting:
         out.reasons.append(f"invalid request, never placed: {info.error}")
-    node = spec.get("nodeName")
+    elif info.error and not finished:
+        out.reasons.append(f"its request is invalid now ({info.error}); it keeps what it was bound with")
     if node:
         out.state = f"{out.state} on {node}"
         raw = (pod.get("metadata") or {}).get("annotations", {}).get(GPU_ASSIGNMENT)
@@ -139,9 +175,9 @@ def explain(reader: ClusterReader, namespace: str, name: str) -> Explanation | N
             except ValueError as exc:
                 out.reasons.append(f"its {GPU_ASSIGNMENT} annotation is unreadable: {exc}")
     _queue_facts(reader, info.queue, out)
-    if info.group:
-        _group_facts(reader, info.group, out)
-    if not node and out.state not in ("Succeeded", "Failed"):
+    if info.group and pg is not None:
+        _group_facts(info.group, pg, out)
+    if out.waiting:
         cond = _condition(pod, "PodScheduled")
         if cond is not None and cond.get("status") == "False":
             out.reasons.insert(
@@ -164,7 +200,7 @@ def render(console: Console, e: Explanation) -> None:
     for f in e.facts:
         console.print(f"  {escape(f)}")
     if e.reasons:
-        console.print("[bold]why it waits[/]" if "on " not in e.state else "[bold]problems[/]")
+        console.print("[bold]why it waits[/]" if e.waiting else "[bold]problems[/]")
         for r in e.reasons:
             console.print(f"  [yellow]•[/] {escape(r)}")
     if e.events:
@@ -194,11 +230,11 @@ def why(
     except ReadError as exc:
         raise fail(str(exc), FAILURE) from None
     if found is None:
-        raise fail(f"pod {ns}/{pod} not found (wrong namespace? pass -n NS)", FAILURE)
+        raise fail(f"pod {ns}/{pod} not found (wrong namespace? pass -n NS)", USAGE)
     if output == "json":
         typer.echo(json.dumps(found.to_json(), indent=2))
     else:
-        render(Console(highlight=False), found)
+        render(output_console(highlight=False), found)
 
 
 def _context_namespace(kubeconfig: str | None, context: str | None) -> str:

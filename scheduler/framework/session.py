@@ -11,6 +11,8 @@ out. The cluster state is not touched; later cycles see the lock in the node's o
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +23,8 @@ from scheduler.cache.ledger import Holding, HoldKind, Ledger, same_charge
 from scheduler.cache.reservations import match_reservations
 from scheduler.framework.budget import Budget
 from scheduler.framework.memo import Memo
-from scheduler.model.jobs import Job
+from scheduler.framework.verdicts import Verdicts
+from scheduler.model.jobs import Job, JobFacts, job_facts
 from scheduler.model.reasons import PendingReason, Reason
 from scheduler.model.resources import Resources, placement_usage
 from scheduler.model.types import Placement, PodInfo
@@ -71,8 +74,9 @@ class Session:
     # the plan applied is placed by the session's policy.
     probe: IncrementalPlacer | None = None
     charge: GPUCharge | None = None  # what a pending pod counts for its queue (set by `open`)
-    pending_jobs: list[Job] = field(default_factory=list)  # those of `jobs` with pending pods
-    reasons: dict[str, PendingReason] = field(default_factory=dict)  # by pod uid
+    pending_jobs: list[Job] = field(default_factory=list)  # those of `jobs` with members to place at open
+    # Why each pod left waiting waits, as the actions found it (typed; made into messages at report time).
+    verdicts: Verdicts = field(default_factory=Verdicts)
     events: list[dict[str, Any]] = field(default_factory=list)
     # Seconds spent per phase ("scoring", "commit"...), summed by the actions for the cycle's report.
     timings: dict[str, float] = field(default_factory=dict)
@@ -154,13 +158,16 @@ class Session:
             if res.queue in tree.nodes:
                 allocated[res.queue] = allocated.get(res.queue, Resources()) + placement_usage(res.placement)
         pending = cache.index.pending_jobs()  # jobs without pending pods request nothing more
-        reserved = match_reservations(reservations, (p for job in pending for p in job.pending))
+        unplaced = [job_facts(job, cache.ledger).unplaced for job in pending]
+        reserved = match_reservations(reservations, (p for pods in unplaced for p in pods))
         requested: dict[str, Resources] = {}
-        for job in pending:
+        for job, pods in zip(pending, unplaced, strict=True):
             if job.queue not in tree.nodes:
                 continue
-            req = job.pending_request(charge)
-            for p in job.pending:
+            req = Resources()
+            for p in pods:
+                req = req + charge(p)
+            for p in pods:
                 if p.uid in reserved:  # already counted through its reservation
                     req = req - charge(p)
             requested[job.queue] = requested.get(job.queue, Resources()) + req
@@ -176,6 +183,11 @@ class Session:
         session._usage = TreeUsage(tree)
         cache.ledger.add_listener(session._usage)
         return session
+
+    def facts(self, job: Job) -> JobFacts:
+        """Where `job`'s members are now: running (the ledger holds their places), pipelined, or still to
+        place (`model.jobs.job_facts`, the one rule; actions place and evict, the facts follow)."""
+        return job_facts(job, self.cache.ledger, self.pipelined)
 
     def retry_by(self, epoch_s: float) -> None:
         """Ask for a cycle by `epoch_s` at the latest (see `retry_at`)."""
@@ -271,7 +283,13 @@ class Session:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
     def set_reason(self, pod: PodInfo, reason: Reason, message: str) -> None:
-        self.reasons[pod.uid] = PendingReason(reason, message)
+        """`pod` waits for `reason`, as `message` says (a fresh verdict: see `verdicts` to add to one)."""
+        self.verdicts.tell(pod, reason, message)
+
+    @property
+    def reasons(self) -> dict[str, PendingReason]:
+        """Why each pod waits, as people read it (the verdicts' messages, made now), by pod uid."""
+        return self.verdicts.reports()
 
     def event(self, type_: str, action: str, pod: PodInfo, message: str = "", **extra: Any) -> None:
         self.events.append(
@@ -284,6 +302,33 @@ class Session:
             }
             | extra
         )
+        if decisions.isEnabledFor(logging.INFO):
+            decisions.info("%s", decision_line(type_, action, pod, message, extra))
+
+
+# Every bind, eviction and pipelined placement, one structured line each at INFO (the scheduler's log):
+# `decision=Scheduled action=allocate pod=ns/p queue=team-a job=ns/g node=gpu-1 gpus=0:500 message="..."`.
+decisions = logging.getLogger("scheduler.decisions")
+
+
+def _logfmt(value: Any) -> str:
+    if isinstance(value, list):
+        value = ",".join(
+            f"{v.get('index')}:{v.get('milli')}" if isinstance(v, dict) and "index" in v else str(v)
+            for v in value
+        )
+    text = str(value)
+    return json.dumps(text) if not text or any(c in text for c in ' "=\\') else text
+
+
+def decision_line(type_: str, action: str, pod: PodInfo, message: str, extra: Mapping[str, Any]) -> str:
+    fields: dict[str, Any] = {"decision": type_, "action": action, "pod": pod.key, "queue": pod.queue}
+    if pod.group:
+        fields["job"] = pod.group
+    fields |= {k: v for k, v in extra.items() if v is not None}
+    if message:
+        fields["message"] = message
+    return " ".join(f"{k}={_logfmt(v)}" for k, v in fields.items())
 
 
 def cluster_capacity(s: ClusterState) -> Resources:

@@ -30,7 +30,7 @@ from scheduler.cache.reservations import RESERVATION_TTL_S, Reservation
 from scheduler.framework.session import Session
 from scheduler.model.jobs import Job
 from scheduler.model.reasons import Reason
-from scheduler.model.types import Placement, PodInfo, PodPhase
+from scheduler.model.types import Placement, PodInfo
 
 log = logging.getLogger(__name__)
 DEFAULT_GRACE_S = 30.0  # Kubernetes' terminationGracePeriodSeconds default
@@ -62,6 +62,20 @@ class Outcome:
 
 def owner_of(job: Job) -> Owner:
     return Owner(job.queue, job.key, not job.preemptible)
+
+
+def pod_names(session: Session, uids: frozenset[str]) -> list[str]:
+    """The pods of `uids` as people name them (namespace/name), sorted."""
+    pods = session.cache.pods
+    return sorted(pods[u].key if u in pods else u for u in uids)
+
+
+def pipelined_reason(node: str | None, names: list[str]) -> str:
+    """Why a pipelined pod waits: where its place is, and the pods still terminating there (evicted for it,
+    or deleted by someone). Written when it is pipelined and, in the same words, every cycle it still
+    waits (`bind_reserved`), so that people are told once."""
+    verb = "has" if len(names) == 1 else "have"
+    return f"its place on {node} is reserved; it is bound once {', '.join(names)} {verb} terminated"
 
 
 class Transaction:
@@ -163,10 +177,9 @@ class Transaction:
                 ))  # fmt: skip
                 s.pipelined.add(op.pod.uid)
                 node = s.state.node_names[op.placement.node]
-                names = self._names(waiting)
+                names = pod_names(s, waiting)
                 s.event("Pipelined", op.action, op.pod, op.message, node=node, waits_for=names)
-                s.set_reason(op.pod, Reason.PIPELINED, f"its place on {node} is reserved; it is bound once "
-                             f"{', '.join(names)} {'has' if len(names) == 1 else 'have'} terminated")  # fmt: skip
+                s.set_reason(op.pod, Reason.PIPELINED, pipelined_reason(node, names))
                 continue
             if op.kind is OpKind.RESERVE:
                 res = ledger.reservations().get(op.pod.key)
@@ -181,10 +194,6 @@ class Transaction:
         pods = self.session.cache.pods
         grace = max((pods[u].grace_s for u in waiting if u in pods), default=DEFAULT_GRACE_S)
         return self.session.now + grace + RESERVATION_TTL_S
-
-    def _names(self, uids: frozenset[str]) -> list[str]:
-        pods = self.session.cache.pods
-        return sorted(pods[u].key if u in pods else u for u in uids)
 
     def _bind(
         self, cluster: Cluster, failed: list[tuple[PodInfo, str]], evicted: list[PodInfo]
@@ -224,8 +233,7 @@ class Transaction:
                 continue
             if result.node_busy:
                 s.mask_node(op.placement.node)
-            op.pod.node = node.name
-            op.pod.phase = PodPhase.BOUND
+            self.ledger.bound(op.pod.uid)  # its place is the ledger's fact until the watch shows the bind
             if result.in_flight:
                 self.ledger.assume(op.pod.uid)
             else:

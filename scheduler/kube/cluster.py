@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from kubernetes import client
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GROUP, SCHEDULER_NAME, VERSION
+from scheduler.api.keys import GROUP, POD_RECORD_LABEL, SCHEDULER_NAME, VERSION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.api.queue import QueueStatus
@@ -79,6 +79,7 @@ class KubeCluster:
                 "PodGroup",
                 self.custom.list_cluster_custom_object,
                 (GROUP, VERSION, "podgroups"),
+                label_selector=f"!{POD_RECORD_LABEL}",  # bare pods' records: the cycle never needs them
                 transform=slim,
             ),
             WatchTarget(
@@ -128,7 +129,9 @@ class KubeCluster:
                 name in PRIORITY_CLASSES or self.informers["PriorityClass"].get(name) is not None
             ),
         )
-        self.podgroups = PodGroupReconciler(self.custom, book, self.informers["PodGroup"].get)
+        self.podgroups = PodGroupReconciler(
+            self.custom, book, self.informers["PodGroup"].get, owner_alive=self.owners.alive
+        )
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
@@ -185,6 +188,7 @@ class KubeCluster:
         for informer in self.informers.values():
             informer.stop()
         self.owners.stop()
+        self.podgroups.stop()
 
     def replay(self) -> None:
         """Queue every cached object as ADDED (nodes first), for a scheduler rebuilt from scratch. Events

@@ -2,57 +2,119 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.priority import resolve_priority
 from scheduler.api.topology import TopologyConstraint, constraint_from_annotations
-from scheduler.model.resources import Resources, pod_request
 from scheduler.model.types import PodInfo, PodPhase
 
-Charge = Callable[[PodInfo], Resources]  # what a pending pod counts for its queue (see queues/charge.py)
 
-
-@dataclass
+@dataclass(frozen=True)
 class Job:
+    """A job as its pods and PodGroup define it: who its members are and what they ask together. It does
+    not change during a cycle; where its members are now (running, pipelined, still to place) is derived
+    from the ledger by `job_facts`."""
+
     key: str
     queue: str
     priority: int
     preemptible: bool
     min_member: int
     created_s: float
-    pending: list[PodInfo] = field(default_factory=list)
-    running: list[PodInfo] = field(default_factory=list)  # members holding resources
+    members: tuple[PodInfo, ...] = ()  # live members (not finished, not being deleted), oldest first
     is_gang: bool = False
     explicit_group: bool = True  # False when the PodGroup object is missing and minMember was inferred
     stale_grace_s: float = 60.0
     succeeded: int = 0  # members that finished successfully: they count toward minMember
-    reserved: list[PodInfo] = field(default_factory=list)  # pipelined this cycle: placed, bound later
-    # Pending members set aside because they cannot be read or their request is invalid: they stay in
-    # the gang (it does not start without them, see `allocate`), told why.
-    invalid: list[PodInfo] = field(default_factory=list)
     # Where its pods must or should sit together (PodGroup spec, else the first pod's annotations).
     topology: TopologyConstraint | None = None
+
+
+class Places(Protocol):
+    """Who holds a place, as the ledger (`scheduler/cache/ledger.py`) keeps it, by pod uid."""
+
+    @property
+    def pods(self) -> Mapping[str, object]: ...  # bound, bound by us in flight, or seen running
+
+    @property
+    def releasing(self) -> Mapping[str, object]: ...  # evicted or being deleted, still terminating
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """Where a job's members are at one moment of the cycle (`job_facts`). Each member is in at most one
+    of the lists, each list in the job's member order; a member evicted (or being deleted) that still
+    terminates is in none: it counts for nothing any more."""
+
+    job: Job
+    running: tuple[PodInfo, ...]  # holding a place in the ledger (bound, bound by us in flight, running)
+    reserved: tuple[PodInfo, ...]  # pipelined: placed, bound once the pods they wait for are gone
+    pending: tuple[PodInfo, ...]  # to place: valid, neither on a node nor pipelined
+    # not placed and never placed as they are (invalid, or scheduling-gated): told why (a gang waits for them)
+    invalid: tuple[PodInfo, ...]
+    unplaced: tuple[PodInfo, ...]  # pending and invalid together, in member order
+    # On a node as the watch shows, with no place in the ledger (its node not seen yet, or its GPUs not
+    # accountable): it runs, so it counts toward minMember, but no action can move or evict it.
+    unaccounted: int = 0
 
     @property
     def need(self) -> int:
         """How many pending members must be placed together for the gang to run (members running, done
-        or with a place reserved count toward minMember)."""
-        return max(0, self.min_member - len(self.running) - self.succeeded - len(self.reserved))
+        or with a place reserved count toward minMember); 1 for a single pod waiting, 0 once it runs."""
+        job = self.job
+        on_nodes = len(self.running) + self.unaccounted
+        return max(0, job.min_member - on_nodes - job.succeeded - len(self.reserved))
 
-    def pending_request(self, charge: Charge = pod_request) -> Resources:
-        total = Resources()
-        for p in self.pending:
-            total = total + charge(p)
-        return total
+    @property
+    def incomplete(self) -> bool:
+        """Fewer valid members wait than must be placed together: placing any would not start the gang."""
+        return len(self.pending) < self.need
+
+    @property
+    def place_now(self) -> int:
+        """How many members to place together now: minMember's worth, else one (an elastic gang grows one
+        member at a time, taking its turn with the other jobs as KAI Scheduler does); never more than wait."""
+        return min(len(self.pending), max(self.need, 1))
 
     def sort_key(self) -> tuple[int, int, float, str]:
         """Higher priority first; then a gang below its minMember, one at it, then elastic growth above it
         (KAI's job order); then the older job."""
-        held = len(self.running) + self.succeeded
-        state = 0 if held < self.min_member else (1 if held == self.min_member else 2)
-        return (-self.priority, state, self.created_s, self.key)
+        job = self.job
+        held = len(self.running) + self.unaccounted + job.succeeded
+        state = 0 if held < job.min_member else (1 if held == job.min_member else 2)
+        return (-job.priority, state, job.created_s, job.key)
+
+
+def job_facts(job: Job, places: Places, pipelined: Container[str] = ()) -> JobFacts:
+    """The one rule for where a job's members are: the ledger's `places` (who holds one, who is
+    releasing it) and `pipelined`, the uids whose place is reserved until their victims are gone (the
+    session's)."""
+    held, releasing = places.pods, places.releasing
+    running: list[PodInfo] = []
+    reserved: list[PodInfo] = []
+    pending: list[PodInfo] = []
+    invalid: list[PodInfo] = []
+    unplaced: list[PodInfo] = []
+    unaccounted = 0
+    for p in job.members:
+        if p.uid in held:
+            running.append(p)
+        elif p.uid in pipelined:
+            reserved.append(p)
+        elif p.uid in releasing:
+            continue
+        elif p.holds_resources:
+            unaccounted += 1
+        else:
+            # an invalid request, or scheduling gates still on: not placed as it is (a gang waits for it)
+            (pending if p.error is None and not p.gates else invalid).append(p)
+            unplaced.append(p)
+    return JobFacts(
+        job, tuple(running), tuple(reserved), tuple(pending), tuple(invalid), tuple(unplaced), unaccounted
+    )
 
 
 def is_job_member(pod: PodInfo) -> bool:
@@ -84,6 +146,19 @@ def build_jobs(
     ]
 
 
+def group_priority(
+    pg: PodGroup, first: PodInfo, priority_classes: Mapping[str, int] | None = None
+) -> tuple[int, bool]:
+    """A gang's priority and whether it is preemptible: the class its PodGroup names (its value in the
+    cluster's PriorityClasses, `priority_classes` name -> value, else the built-in table), else its first
+    pod's; the PodGroup's `preemptibility` overrides what the value says."""
+    name = pg.spec.priority_class_name
+    if not (name or pg.spec.preemptibility):
+        return first.priority, first.preemptible
+    value = (priority_classes or {}).get(name) if name else first.priority
+    return resolve_priority(name, value, pg.spec.preemptibility)
+
+
 def build_job(
     key: str,
     group_pods: list[PodInfo],
@@ -98,15 +173,7 @@ def build_job(
     pg = podgroups.get(key)
     first = group_pods[0]
     if pg is not None:
-        name = pg.spec.priority_class_name
-        # The class the PodGroup names (the cluster's, else the built-in table), else its pods' priority;
-        # `preemptibility` overrides what the value says.
-        value = (priority_classes or {}).get(name) if name else first.priority
-        priority, preemptible = (
-            resolve_priority(name, value, pg.spec.preemptibility)
-            if name or pg.spec.preemptibility
-            else (first.priority, first.preemptible)
-        )
+        priority, preemptible = group_priority(pg, first, priority_classes)
         queue, min_member, explicit, grace = (
             pg.spec.queue,
             pg.spec.min_member,
@@ -121,12 +188,9 @@ def build_job(
         min_member = len(group_pods) if first.group else 1
         explicit, grace = first.group is None, 60.0
     topology = pg.spec.topology_constraint if pg is not None else None
-    job = Job(
+    return Job(
         key=key, queue=queue, priority=priority, preemptible=preemptible, min_member=min_member,
-        created_s=first.created_s, is_gang=first.group is not None, explicit_group=explicit,
-        stale_grace_s=grace, succeeded=succeeded if first.group is not None else 0,
+        created_s=first.created_s, members=tuple(group_pods), is_gang=first.group is not None,
+        explicit_group=explicit, stale_grace_s=grace, succeeded=succeeded if first.group is not None else 0,
         topology=topology or constraint_from_annotations(first.annotations),
     )  # fmt: skip
-    for p in group_pods:
-        (job.running if p.holds_resources else job.pending).append(p)
-    return job

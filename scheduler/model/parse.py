@@ -1,5 +1,8 @@
 """Parse Kubernetes objects (plain dicts, as the API or a YAML file gives them) into domain types.
 
+Every `PodInfo` of the scheduler is made here: `parse_pod`, or `invalid_pod` for what can be read of a pod
+it refused.
+
 The simulated cluster and the Kubernetes adapter both feed dicts through here, so both see exactly the
 same validation. Nothing here raises on bad user input: a pod with a bad request becomes a `PodInfo` whose
 `error` says why, and the scheduler reports it on the pod.
@@ -482,6 +485,49 @@ def gpu_models(selector: Mapping[str, str], constraints: PodConstraints) -> froz
             allowed &= set(r.values)
         named |= allowed
     return frozenset(named) if models is None else models & frozenset(named)
+
+
+def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
+    """What can be read of a pod `parse_pod` refused, with `reason` as its error: enough to report it on
+    the pod (pending, `InvalidRequest`), to account a bound one where it runs, and to keep it in its gang
+    (a gang with an unreadable member is not started without it). None without a name."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        return None
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+    namespace = namespace or "default"
+    node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
+    raw_phase = status.get("phase")
+    phase = {"Running": PodPhase.RUNNING, "Succeeded": PodPhase.SUCCEEDED, "Failed": PodPhase.FAILED}.get(
+        raw_phase if isinstance(raw_phase, str) else "", PodPhase.BOUND if node else PodPhase.PENDING
+    )
+    annotations = meta.get("annotations")
+    kept = (
+        {k: v for k, v in annotations.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(annotations, Mapping)
+        else {}
+    )
+    uid = meta.get("uid") if isinstance(meta.get("uid"), str) and meta.get("uid") else None
+    return PodInfo(
+        uid=uid or f"{namespace}/{meta['name']}",
+        namespace=namespace,
+        name=meta["name"],
+        queue=DEFAULT_QUEUE,
+        priority=0,
+        preemptible=True,
+        request=_NO_GPU,
+        phase=phase,
+        node=node,
+        ours=spec.get("schedulerName") == SCHEDULER_NAME,
+        error=reason,
+        annotations=kept,
+        group=pod_group(namespace, kept),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
 
 
 def has_controller(meta: Mapping[str, Any]) -> bool:

@@ -102,7 +102,7 @@ _MEANING = {
     Reason.INVALID_QUEUE: "the pod's queue does not exist or is not a leaf",
     Reason.INVALID_TOPOLOGY: "its topology constraint names a Topology or level that does not exist",
     Reason.BIND_FAILED: "the API server refused the bind; retried next cycle",
-    Reason.PIPELINED: "its place is reserved; it is bound once the pods evicted for it have terminated",
+    Reason.PIPELINED: "its place is reserved; it is bound once the pods still on it have terminated",
     Reason.RESERVATION_DROPPED: "the place reserved for it could not be kept (why is in the message)",
     Reason.WAITING: "arrived after the last cycle",
     Reason.SCHEDULING_GATED: "its spec.schedulingGates are not all removed yet (as kube-scheduler, it is not scheduled)",

@@ -76,9 +76,14 @@ class PodPhase(StrEnum):
     FAILED = "Failed"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PodInfo:
-    """One pod as the scheduler sees it. `error` holds why its request is invalid (then never placed)."""
+    """One pod as the watch shows it, parsed once (`scheduler/model/parse.py` makes every one). `error`
+    holds why its request is invalid (then never placed).
+
+    Frozen: what the scheduler does to a pod is not written on it. A pod it bound holds its place in the
+    ledger (ASSUMED while the bind is in flight, then BOUND) until the watch shows it bound; a newer
+    version of the pod is a new `PodInfo` (the mirror replaces the old one)."""
 
     uid: str
     namespace: str
@@ -115,12 +120,17 @@ class PodInfo:
     # is an eviction and a recreation. Parsed pods say; pods built by hand in tests default to movable.
     controlled: bool = True
 
+    def __hash__(self) -> int:  # equal pods have the same uid (the maps it holds cannot be hashed)
+        return hash(self.uid)
+
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
     def holds_resources(self) -> bool:
+        """The watch shows it on a node (bound or running). A pod this scheduler bound holds resources
+        before the watch says so: ask the ledger (`Ledger.on_node`)."""
         return self.node is not None and self.phase in (PodPhase.BOUND, PodPhase.RUNNING)
 
 

@@ -95,11 +95,12 @@ class MinRuntimes:
 
 
 def job_started_s(pods: Iterable[PodInfo], now_epoch_s: float) -> float | None:
-    """When a job started: its earliest pod's `status.startTime`; a pod bound but not started yet counts
-    as starting now. None when no pod says (a running pod without a start time, which no kubelet leaves):
-    such a job is not protected, as a KAI job without its last-start timestamp."""
+    """When a job started: its earliest pod's `status.startTime`; a pod bound but not started yet (the
+    watch shows it bound, or not yet: bound by this scheduler) counts as starting now. None when no pod
+    says (a running pod without a start time, which no kubelet leaves): such a job is not protected, as a
+    KAI job without its last-start timestamp."""
     starts = [
-        p.started_s if p.started_s is not None else (now_epoch_s if p.phase is PodPhase.BOUND else None)
+        p.started_s if p.started_s is not None else (now_epoch_s if p.phase is not PodPhase.RUNNING else None)
         for p in pods
     ]
     known = [s for s in starts if s is not None]

@@ -165,7 +165,8 @@ def require_highs() -> Any:
         import highspy
     except ImportError:
         raise BoundUnavailable(
-            "the LP bound needs HiGHS: pip install 'tessera[bound]' (the highspy package)"
+            "the LP bound needs HiGHS (the highspy package): pip install 'tessera[bound]', or from a "
+            "checkout pip install '.[bound]'"
         ) from None
     return highspy
 

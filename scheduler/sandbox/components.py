@@ -40,8 +40,8 @@ class PodTemplate:
     containers: dict[str, dict[str, Any]]  # by container name
 
 
-def pod_template(kind: str, name: str) -> PodTemplate:
-    obj = workload(kind, name)
+def pod_template(kind: str, name: str, *, kai_compat: bool = False) -> PodTemplate:
+    obj = workload(kind, name, kai_compat=kai_compat)
     spec = obj["spec"]["template"]["spec"]
     return PodTemplate(
         namespace=str(obj["metadata"].get("namespace", "default")),

@@ -33,6 +33,7 @@ import yaml
 from kubernetes import client, config
 
 from scheduler.sandbox.pki import CertFiles, CertificateAuthority, service_account_keys
+from scheduler.sandbox.processes import die_with_parent
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -61,7 +62,10 @@ class ControlPlane:
         controllers: str = "*",
         apiserver_args: Sequence[str] = (),
         verbosity: int = 0,
+        attached: bool = True,
     ) -> None:
+        """`attached`: the processes die with the thread that starts them (a test, a benchmark); `tessera
+        sandbox up` detaches them (they outlive the command)."""
         self.assets = assets
         self.workdir = workdir
         self.with_controller_manager = controller_manager
@@ -69,6 +73,7 @@ class ControlPlane:
         self.controllers = controllers
         self.apiserver_args = tuple(apiserver_args)
         self.verbosity = verbosity
+        self.attached = attached
         self.pki_dir = workdir / "pki"
         self.log_dir = workdir / "logs"
         self.kubeconfig_dir = workdir / "kubeconfigs"
@@ -162,6 +167,7 @@ class ControlPlane:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop() signals the group
             cwd=self.workdir,
+            preexec_fn=die_with_parent if self.attached else None,
         )
         log.close()
         self.procs[name] = proc
@@ -272,6 +278,8 @@ class ControlPlane:
                 f"--cluster-signing-cert-file={self.ca.cert_file}",
                 f"--cluster-signing-key-file={self.ca.key_file}",
                 f"--controllers={self.controllers}",
+                # its default, /usr/libexec/kubernetes/kubelet-plugins/volume/exec, would be created on the host
+                f"--flex-volume-plugin-dir={self.workdir / 'volume-plugins'}",
                 "--leader-elect=false",
                 f"--v={self.verbosity}",
             ],

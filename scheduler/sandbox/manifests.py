@@ -8,6 +8,12 @@ Left out, because the sandbox runs them as local processes (with the chart's own
 `components.py`) or because nothing here serves them:
 - the scheduler Deployment and the node DaemonSet, their Services, and cert-manager's Issuer/Certificate.
 
+With KAI compatibility (`tessera sandbox up --kai-compat`) the chart is the one rendered with
+`kaiCompat.enabled` and `schedulerName: kai-scheduler` (`deploy/manifests/kai-compat/` replaces the
+objects those values change), and KAI Scheduler's CRDs and install-time queues are applied first
+(`kai_crds.yaml`, `kai_queues.yaml` next to this module: KAI's chart would install them; Tessera's never
+does).
+
 An installed package ships the manifests as package data (`scheduler/sandbox/shipped/manifests`, copied
 there by setup.py at build time); a source checkout reads `deploy/manifests/` directly.
 """
@@ -22,12 +28,17 @@ from typing import Any
 
 import yaml
 
+from scheduler.api.cli import first_line, yaml_problem
 from scheduler.sandbox.assets import shipped
 
 Manifest = dict[str, Any]
 
 CRDS_FILE = "crds.yaml"
 TESSERA_FILE = "tessera.yaml"
+KAI_COMPAT_FILE = "kai-compat/tessera.yaml"
+# KAI Scheduler's side, standing in for KAI's own install (package data of this module's package).
+KAI_CRDS = Path(__file__).resolve().parent / "kai_crds.yaml"
+KAI_QUEUES = Path(__file__).resolve().parent / "kai_queues.yaml"
 RUN_AS_PROCESSES = {"Deployment", "DaemonSet", "Service"}
 WEBHOOK_KINDS = {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
 CERT_MANAGER_ANNOTATION = "cert-manager.io/inject-ca-from"
@@ -45,11 +56,15 @@ def manifest_dir() -> Path:
 
 
 def load(name: str) -> list[Manifest]:
-    path = manifest_dir() / name
+    return load_file(manifest_dir() / name)
+
+
+def load_file(path: Path) -> list[Manifest]:
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     except (OSError, yaml.YAMLError) as exc:
-        raise ManifestError(f"{path}: {str(exc).splitlines()[0]}") from None
+        why = yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else first_line(exc)
+        raise ManifestError(f"{path}: {why}") from None
     if not all(isinstance(d, dict) and d.get("kind") for d in docs):
         raise ManifestError(f"{path} holds a document that is not a Kubernetes object")
     return docs
@@ -59,14 +74,41 @@ def crds() -> list[Manifest]:
     return load(CRDS_FILE)
 
 
-def chart_objects() -> list[Manifest]:
-    """Every object of the rendered chart, in install order."""
-    return load(TESSERA_FILE)
+def _identity(doc: Manifest) -> tuple[str, str, str, str]:
+    meta = doc.get("metadata") or {}
+    return (
+        str(doc.get("apiVersion")),
+        str(doc["kind"]),
+        str(meta.get("namespace", "")),
+        str(meta.get("name")),
+    )
 
 
-def workload(kind: str, name: str) -> Manifest:
+def chart_objects(*, kai_compat: bool = False) -> list[Manifest]:
+    """Every object of the rendered chart, in install order; with `kai_compat`, as rendered with KAI
+    compatibility on (the objects of kai-compat/ in place of those they replace)."""
+    docs = load(TESSERA_FILE)
+    if not kai_compat:
+        return docs
+    overlay = {_identity(d): d for d in load(KAI_COMPAT_FILE)}
+    out = [overlay.pop(_identity(d), d) for d in docs]
+    if overlay:
+        names = ", ".join(f"{k[1]} {k[3]}" for k in overlay)
+        raise ManifestError(f"{KAI_COMPAT_FILE} replaces objects {TESSERA_FILE} does not have: {names}")
+    return out
+
+
+def kai_crds() -> list[Manifest]:
+    return load_file(KAI_CRDS)
+
+
+def kai_queues() -> list[Manifest]:
+    return load_file(KAI_QUEUES)
+
+
+def workload(kind: str, name: str, *, kai_compat: bool = False) -> Manifest:
     """The chart's Deployment or DaemonSet `name` (whose pod spec the sandbox runs as processes)."""
-    for doc in chart_objects():
+    for doc in chart_objects(kai_compat=kai_compat):
         if doc["kind"] == kind and doc["metadata"]["name"] == name:
             return doc
     raise ManifestError(f"the rendered chart has no {kind} {name}")

@@ -91,5 +91,6 @@ def terminated(pod: Obj, *, started: str, exit_code: int, reason: str, message: 
 
 
 def rejected(reason: str, message: str) -> Obj:
-    """Admission refused (e.g. `UnexpectedAdmissionError` when Allocate failed): the pod is Failed."""
-    return {"phase": "Failed", "reason": reason, "message": message}
+    """Admission refused (e.g. `UnexpectedAdmissionError` when Allocate failed): the pod is Failed, with
+    the kubelet's "Pod was rejected: " before the message (the event has the message alone)."""
+    return {"phase": "Failed", "reason": reason, "message": f"Pod was rejected: {message}"}

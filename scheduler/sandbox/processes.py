@@ -1,12 +1,17 @@
-"""The sandbox's processes: started detached (their own session, so `tessera sandbox up` can return and a
-Ctrl-C in the shell does not reach them), recorded in `<data dir>/processes.json` as each one starts (so
-`down` finds them even after a failed `up`), and stopped by pid with a check of the process's start time
-(a pid the kernel has since given to another process is left alone).
+"""The sandbox's processes: started in their own session (so `tessera sandbox up` can return and a Ctrl-C
+in the shell does not reach them), recorded in `<data dir>/processes.json` as each one starts (so `down`
+finds them even after a failed `up`), and stopped by pid with a check of the process's start time (a pid
+the kernel has since given to another process is left alone).
+
+`tessera sandbox up` detaches them on purpose. A test or a benchmark that starts them itself attaches
+them instead (`die_with_parent`): the kernel kills each one when the thread that started it dies, so a
+killed pytest or `bench e2e` leaves no etcd, API server or kubelet behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -29,12 +34,24 @@ class ProcessRecord(BaseModel):
     # last calls (releasing the leader Lease...), then the controllers, the API server, and etcd last (an
     # API server that loses etcd while shutting down takes its full timeout).
     tier: int = 3
+    cwd: str = ""  # where it was started (a restart starts it there again)
 
 
 _Records = TypeAdapter(list[ProcessRecord])
 # Children started by this process, kept so that the ones that exit are reaped (no zombies while a test
 # session or a failed `up` is still running); a later `tessera sandbox down` runs in another process.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn`: the kernel sends the child SIGKILL when the thread that started it dies (prctl
+    PR_SET_PDEATHSIG; kept across exec). If that thread died already, the child exits at once."""
+    parent = os.getppid()
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent == 1:
+        os._exit(1)
 
 
 def start_ticks(pid: int) -> int | None:
@@ -62,8 +79,9 @@ def alive(rec: ProcessRecord) -> bool:
 
 
 class ProcessTable:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, attached: bool = False) -> None:
         self.path = data_dir / TABLE
+        self.attached = attached  # die with the thread that started them (tests, benchmarks)
 
     def records(self) -> list[ProcessRecord]:
         try:
@@ -76,17 +94,36 @@ class ProcessTable:
         tmp.write_bytes(_Records.dump_json(records, indent=2))
         tmp.replace(self.path)
 
-    def add(self, name: str, pid: int, argv: Sequence[str], log: Path, *, tier: int = 3) -> ProcessRecord:
+    def add(
+        self, name: str, pid: int, argv: Sequence[str], log: Path, *, tier: int = 3, cwd: Path | None = None
+    ) -> ProcessRecord:
         rec = ProcessRecord(
-            name=name, pid=pid, started=start_ticks(pid) or 0, argv=list(argv), log=str(log), tier=tier
+            name=name,
+            pid=pid,
+            started=start_ticks(pid) or 0,
+            argv=list(argv),
+            log=str(log),
+            tier=tier,
+            cwd=str(cwd or ""),
         )
-        self._write([*self.records(), rec])
+        self._write([*(r for r in self.records() if r.name != name), rec])
         return rec
 
+    def get(self, name: str) -> ProcessRecord | None:
+        return next((r for r in self.records() if r.name == name), None)
+
     def spawn(
-        self, name: str, argv: Sequence[str], log: Path, *, env: Mapping[str, str] | None = None, cwd: Path
+        self,
+        name: str,
+        argv: Sequence[str],
+        log: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path,
+        tier: int = 3,
     ) -> ProcessRecord:
-        """Start `argv` detached, output appended to `log`, and record it."""
+        """Start `argv` in its own session, output appended to `log`, and record it (replacing a record
+        of the same name)."""
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -97,9 +134,26 @@ class ProcessTable:
                 start_new_session=True,
                 cwd=cwd,
                 env={**os.environ, **(env or {})},
+                preexec_fn=die_with_parent if self.attached else None,
             )
         _children[proc.pid] = proc
-        return self.add(name, proc.pid, argv, log)
+        return self.add(name, proc.pid, argv, log, tier=tier, cwd=cwd)
+
+    def stop(self, name: str, timeout_s: float = 10.0) -> ProcessRecord | None:
+        """Stop one recorded process (TERM its group, KILL after `timeout_s`); its record, None if unknown."""
+        rec = self.get(name)
+        if rec is not None and alive(rec):
+            _stop([rec], timeout_s)
+        return rec
+
+    def restart(self, name: str, timeout_s: float = 10.0) -> ProcessRecord:
+        """Stop the recorded process and start it again with the same command line, folder and log."""
+        rec = self.stop(name, timeout_s)
+        if rec is None:
+            raise KeyError(name)
+        with Path(rec.log).open("ab") as out:
+            out.write(f"\n==== restarted by the sandbox at {time.strftime('%H:%M:%S')} ====\n".encode())
+        return self.spawn(name, rec.argv, Path(rec.log), cwd=Path(rec.cwd or "."), tier=rec.tier)
 
     def stop_all(self, timeout_s: float = 10.0) -> list[str]:
         """Stop every live recorded process: TERM each tier's process groups (highest tier first), KILL

@@ -78,7 +78,7 @@ class Waiter:
 
         self.until(what, probe, [rec])
 
-    def node_registered(self, name: str, kubelet: ProcessRecord) -> str:
+    def node_registered(self, name: str, kubelet: list[ProcessRecord]) -> str:
         uid: list[str] = []
 
         def probe() -> bool:
@@ -86,7 +86,7 @@ class Waiter:
             uid.append(str(node["metadata"]["uid"]))
             return True
 
-        self.until(f"node {name} registration", probe, [kubelet])
+        self.until(f"node {name} registration", probe, kubelet)
         return uid[-1]
 
     def node_ready(self, name: str, gpus: str, watched: list[ProcessRecord]) -> None:

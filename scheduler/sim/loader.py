@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from scheduler.api.cli import yaml_problem
 from scheduler.api.kai import is_kai, translate
 from scheduler.api.keys import KAI_SCHEDULER_NAME, SCHEDULER_NAME, TRANSLATED_FROM
 from scheduler.cache.containment import one_line
@@ -22,8 +23,9 @@ SUPPORTED = (
     "Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology", "Namespace", "PersistentVolume",
     "PersistentVolumeClaim", "StorageClass",
 )  # fmt: skip
-
-
+# Kinds a cluster needs and the simulation does not: read without a warning. (Namespaces are simulated:
+# their labels are what affinity terms' namespace selectors match; a pod's namespace exists even unwritten.)
+NOTHING_TO_SIMULATE: tuple[str, ...] = ()
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -34,10 +36,17 @@ class ManifestError(ValueError):
 @dataclass
 class Manifests:
     objects: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {k: [] for k in SUPPORTED})
-    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    kai_pods: int = 0  # pods of kai-scheduler simulated as Tessera's (one warning for all of them)
+
+    @property
+    def warnings(self) -> list[str]:
+        kai = f"{self.kai_pods} pods of schedulerName {KAI_SCHEDULER_NAME} are simulated as Tessera's"
+        return [*self.notes, *([kai] if self.kai_pods else [])]
 
     def extend(self, other: Manifests) -> None:
-        self.warnings.extend(other.warnings)
+        self.notes.extend(other.notes)
+        self.kai_pods += other.kai_pods
         for k, v in other.objects.items():
             for obj in v:
                 self.add(k, obj)
@@ -49,7 +58,7 @@ class Manifests:
         same = [o for o in self.objects[kind] if kind in ("Queue", "PodGroup") and _key(o) == _key(obj)]
         other = [o for o in same if (TRANSLATED_FROM in (o["metadata"].get("annotations") or {})) != kai]
         if other:
-            self.warnings.append(
+            self.notes.append(
                 f"KAI {kind} {_key(obj)} is ignored: Tessera's {kind} of the same name is used (docs/kai-compat.md)"
             )
             if kai:
@@ -69,45 +78,42 @@ def _key(obj: dict[str, Any]) -> str:
 
 def load_documents(docs: Iterable[Any], source: str) -> Manifests:
     out = Manifests()
-    kai_pods = 0
     for i, doc in enumerate(docs, start=1):
         if doc is None:
             continue
         items = doc.get("items") if isinstance(doc, dict) and doc.get("kind", "").endswith("List") else [doc]
         for obj in items or []:
             if not isinstance(obj, dict) or "kind" not in obj:
-                out.warnings.append(f"{source}: document {i} is not a Kubernetes object; skipped")
+                out.notes.append(f"{source}: document {i} is not a Kubernetes object; skipped")
                 continue
             kind = obj["kind"]
+            if kind in NOTHING_TO_SIMULATE:
+                continue
             if kind not in (*SUPPORTED, "Job"):
-                out.warnings.append(f"{source}: document {i}: kind {kind} is not simulated; skipped")
+                out.notes.append(f"{source}: document {i}: kind {kind} is not simulated; skipped")
                 continue
             if not (obj.get("metadata") or {}).get("name"):
-                out.warnings.append(f"{source}: document {i}: {kind} without metadata.name; skipped")
+                out.notes.append(f"{source}: document {i}: {kind} without metadata.name; skipped")
                 continue
             if is_kai(obj):
                 try:
                     t = translate(obj)
                 except ValueError as exc:
                     reason = one_line(exc)
-                    out.warnings.append(
+                    out.notes.append(
                         f"{source}: document {i}: {kind} {obj['metadata']['name']}: {reason}; skipped"
                     )
                     continue
-                out.warnings += [f"{source}: KAI {kind} {obj['metadata']['name']}: {n}" for n in t.notes]
+                out.notes += [f"{source}: KAI {kind} {obj['metadata']['name']}: {n}" for n in t.notes]
                 kind, obj = t.kind, t.obj
             pods = job_pods(obj) if kind == "Job" else [obj] if kind == "Pod" else []
             for pod in pods:  # the simulated cluster plays the Job controller: the Job's pods arrive
                 if (pod.get("spec") or {}).get("schedulerName") == KAI_SCHEDULER_NAME:
                     pod["spec"]["schedulerName"] = SCHEDULER_NAME
-                    kai_pods += 1
+                    out.kai_pods += 1
                 out.add("Pod", pod)
             if kind not in ("Job", "Pod"):
                 out.add(kind, obj)
-    if kai_pods:
-        out.warnings.append(
-            f"{source}: {kai_pods} pods of schedulerName {KAI_SCHEDULER_NAME} are simulated as Tessera's"
-        )
     return out
 
 
@@ -161,6 +167,6 @@ def load_files(paths: Iterable[Path]) -> Manifests:
         try:
             docs = list(yaml.safe_load_all(text))
         except yaml.YAMLError as exc:
-            raise ManifestError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+            raise ManifestError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
         out.extend(load_documents(docs, str(path)))
     return out

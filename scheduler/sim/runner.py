@@ -21,6 +21,9 @@ class SimResult:
     timeline: list[tuple[float, float]] = field(default_factory=list)  # (time_s, GPU allocated %)
     bound: int = 0
     cycle_s: list[float] = field(default_factory=list)
+    # Ended before `until_s` because nothing was left to happen: no arrival, completion or graceful
+    # deletion to come, and the last cycle placed and evicted nothing (pods that run for ever, or wait).
+    quiet: bool = False
 
 
 def run_simulation(
@@ -58,6 +61,7 @@ def run_simulation(
             progress(t, nxt if nxt is not None else t)
         changed = cycle.bound > 0 or cycle.evicted > 0
         if nxt is None and not changed:
+            result.quiet = True
             break
         t = t + period_s if changed or nxt is None else max(t + period_s, nxt)
     result.end_s = min(t, horizon) if until_s is not None else sim.now_s

@@ -64,6 +64,8 @@ def summarize(sim: SimCluster, scheduler: Scheduler, result: SimResult) -> dict[
     return {
         "policy": scheduler.config.policy,
         "sim_time_s": round(result.end_s, 1),
+        # Stopped before --until (or with no --until) because nothing was left to happen.
+        "stopped_early": result.quiet,
         "wall_s": round(result.wall_s, 3),
         "cycles": result.cycles,
         "cycle_ms": {"p50": round(1000 * cycles[len(cycles) // 2], 3), "max": round(1000 * cycles[-1], 3)},

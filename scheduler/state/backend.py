@@ -33,15 +33,25 @@ def cupy_usable() -> bool:
 
 
 def backend_name(requested: str | None = None, *, problem_gpus: int = 0) -> str:
-    """Resolve the backend name from the argument or the environment."""
+    """Resolve the backend name from the argument (a command's `--backend`) or the environment; an error
+    names whichever of the two asked."""
+    asked = (
+        f"--backend {requested}"
+        if requested
+        else f"TESSERA_ARRAY_BACKEND={os.environ.get('TESSERA_ARRAY_BACKEND')}"
+    )
     name = (requested or os.environ.get("TESSERA_ARRAY_BACKEND") or "auto").strip().lower()
     if name not in BACKENDS:
-        raise BackendError(f"TESSERA_ARRAY_BACKEND={name!r} is not one of {', '.join(BACKENDS)}")
+        raise BackendError(f"{asked}: not one of {', '.join(BACKENDS)}")
     if name == "auto":
         threshold = int(os.environ.get("TESSERA_CUPY_MIN_GPUS", DEFAULT_CUPY_MIN_GPUS))
         return "cupy" if problem_gpus >= threshold and cupy_usable() else "numpy"
     if name == "cupy" and not cupy_usable():
-        raise BackendError("TESSERA_ARRAY_BACKEND=cupy but CuPy or a CUDA device is not available")
+        instead = "--backend numpy or auto" if requested else "TESSERA_ARRAY_BACKEND=numpy or auto"
+        raise BackendError(
+            f"{asked}: CuPy or a CUDA device is not available (CuPy comes with pip install 'tessera[gpu]'; "
+            f"{instead} runs without it)"
+        )
     return name
 
 

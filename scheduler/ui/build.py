@@ -100,7 +100,7 @@ def _build(
     job_queue: dict[str, str] = {}
     if session is not None:
         for job in session.jobs:
-            for p in (*job.running, *job.pending):
+            for p in job.members:
                 job_queue[p.uid] = job.queue
 
     def queue_of(pod: PodInfo | None) -> str:
@@ -110,13 +110,13 @@ def _build(
 
     queues = with_usage(_queues(tree), scheduler)
     colors = queue_colors([q.name for q in queues])
-    notes = protection_notes(tree, session.jobs, now) if session is not None else {}
+    facts = [session.facts(job) for job in session.jobs] if session is not None else []
+    notes = protection_notes(tree, facts, now)
     nodes = _nodes(scheduler, pods, placements, {r.spec.node: r for r in reports}, queue_of, notes)
-    reasons = dict(session.reasons) if session is not None else dict(scheduler.last_reasons)
-    pending_pods = [
-        p for p in pods.values() if p.ours and p.phase == PodPhase.PENDING and not p.holds_resources
-    ]
-    pending = _pending(pending_pods, reasons, queue_of, now, elastic_notes(session.jobs) if session else {})
+    reasons = dict(scheduler.last_reasons)
+    on_node = cache.ledger.on_node  # a pod bound this cycle is on its node before the watch says so
+    pending_pods = [p for p in pods.values() if p.ours and p.phase == PodPhase.PENDING and not on_node(p)]
+    pending = _pending(pending_pods, reasons, queue_of, now, elastic_notes(facts))
     cells = [g for n in nodes for g in n.gpus]
     totals = Totals(
         nodes=len(nodes),
@@ -124,7 +124,7 @@ def _build(
         unhealthy_gpus=sum(1 for g in cells if not g.healthy),
         allocated_milli=sum(g.used_milli for g in cells),
         stranded_milli=sum(g.free_milli for g in cells if g.healthy and 0 < g.free_milli < MILLI_PER_GPU),
-        running_pods=sum(1 for p in pods.values() if p.holds_resources),
+        running_pods=sum(1 for p in pods.values() if on_node(p)),
         pending_pods=len(pending_pods),
     )
     return DashboardView(

@@ -5,7 +5,7 @@ elastic gang with members waiting already runs (docs/elastic.md)."""
 from __future__ import annotations
 
 from scheduler.api.duration import show_duration
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import JobFacts
 from scheduler.queues.min_runtime import MinRuntimes, job_started_s, protected_until
 from scheduler.queues.tree import QueueTree
 
@@ -31,15 +31,16 @@ def queue_min_runtime(tree: QueueTree, name: str) -> str:
     return f"min runtime: {' · '.join(parts)}" if parts else ""
 
 
-def protection_notes(tree: QueueTree, jobs: list[Job], now_epoch_s: float) -> dict[str, str]:
+def protection_notes(tree: QueueTree, jobs: list[JobFacts], now_epoch_s: float) -> dict[str, str]:
     """Pod uid -> "protected from preemption for 4m, from reclaim by sibling queues for 9m" for the
     running pods whose job is still younger than a minimum runtime of its queue."""
     runtimes = MinRuntimes(tree)
     out: dict[str, str] = {}
-    for job in jobs:
-        if not job.running or job.queue not in tree.nodes:
+    for f in jobs:
+        job = f.job
+        if not f.running or job.queue not in tree.nodes:
             continue
-        started = job_started_s(job.running, now_epoch_s)
+        started = job_started_s(f.running, now_epoch_s)
         preempt_s, reclaim_s = runtimes.configured(job.queue)
         parts = []
         for word, seconds in (("preemption", preempt_s), ("reclaim by sibling queues", reclaim_s)):
@@ -49,22 +50,23 @@ def protection_notes(tree: QueueTree, jobs: list[Job], now_epoch_s: float) -> di
         if parts:
             extra = (
                 " (members above minMember excepted)"
-                if job.is_gang and len(job.running) + job.succeeded > job.min_member
+                if job.is_gang and len(f.running) + job.succeeded > job.min_member
                 else ""
             )
             note = f"protected {', '.join(parts)}{extra}"
-            for p in job.running:
+            for p in f.running:
                 out[p.uid] = note
     return out
 
 
-def elastic_notes(jobs: list[Job]) -> dict[str, str]:
+def elastic_notes(jobs: list[JobFacts]) -> dict[str, str]:
     """PodGroup key -> "elastic: 5 of 8 running, minMember 2" for gangs that run at least their minMember
     and have members waiting to grow into."""
     out: dict[str, str] = {}
-    for job in jobs:
-        held = len(job.running) + job.succeeded
-        if job.is_gang and job.pending and held >= job.min_member:
-            total = held + len(job.pending)
-            out[job.key] = f"elastic: {len(job.running)} of {total} running, minMember {job.min_member}"
+    for f in jobs:
+        job = f.job
+        held = len(f.running) + job.succeeded
+        if job.is_gang and f.pending and held >= job.min_member:
+            total = held + len(f.pending)
+            out[job.key] = f"elastic: {len(f.running)} of {total} running, minMember {job.min_member}"
     return out

@@ -125,5 +125,5 @@ def test_reclaim_in_a_tree_stops_at_the_victim_side_quota():
     reason = sim.pods["y1/y1-7"].reason
     assert (
         reason[0] == Reason.QUEUE_AT_FAIR_SHARE
-        and "queue y1 is at its fair share (4 GPUs of 4 GPUs" in reason[1]
+        and "queue y1 is at its fair share (it holds 4 GPUs; fair share 4 GPUs" in reason[1]
     )

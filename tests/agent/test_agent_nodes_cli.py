@@ -86,9 +86,10 @@ def test_one_node_with_processes_from_yaml(tmp_path: Path, scene: Scene) -> None
 def test_errors_are_one_line(tmp_path: Path, scene: Scene) -> None:
     path = write_json(tmp_path / "reports.json", sample_reports(scene))
     missing = CliRunner().invoke(cli(), ["nodes", "nope", "--from-file", str(path)])
-    assert missing.exit_code == 1 and "no GPUNodeReport for node 'nope'" in missing.stderr
+    # A node or a file that is not there is the user's mistake: exit 2, as the README promises.
+    assert missing.exit_code == 2 and "no GPUNodeReport for node 'nope'" in missing.stderr
     unreadable = CliRunner().invoke(cli(), ["nodes", "--from-file", str(tmp_path / "absent.json")])
-    assert unreadable.exit_code == 1 and unreadable.stderr.count("\n") == 1
+    assert unreadable.exit_code == 2 and unreadable.stderr.count("\n") == 1
     bad_output = CliRunner().invoke(cli(), ["nodes", "--from-file", str(path), "-o", "xml"])
     assert bad_output.exit_code == 2
 

@@ -31,6 +31,7 @@ from scheduler.sim.runner import run_simulation
 
 ROOT = Path(__file__).resolve().parents[2]
 KAI_EXAMPLES = ROOT / "examples" / "kai"
+KAI_CLUSTER = ROOT / "examples" / "simulate" / "kai-cluster.yaml"  # examples/kai holds no Nodes
 MB_IN_MIB = 1e6 / 2**20
 
 Obj = dict[str, Any]
@@ -379,19 +380,22 @@ def tessera_equivalent(docs: list[Obj]) -> list[Obj]:
 def _kai_docs() -> list[Obj]:
     import yaml
 
-    return [d for f in sorted(KAI_EXAMPLES.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    files = [KAI_CLUSTER, *sorted(KAI_EXAMPLES.glob("*.yaml"))]
+    return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
 
 
 def test_simulate_kai_manifests_places_as_the_equivalent_tessera_manifests() -> None:
-    kai = load_files([KAI_EXAMPLES])
-    assert any("kai-scheduler are simulated as Tessera's" in w for w in kai.warnings)
+    kai = load_files([KAI_CLUSTER, KAI_EXAMPLES])
+    # One line for all of them, and none for the Namespace (a cluster needs it, the simulation does not).
+    assert kai.warnings == ["8 pods of schedulerName kai-scheduler are simulated as Tessera's"]
     tessera = load_documents(tessera_equivalent(_kai_docs()), "tessera-equivalent")
     assert len(kai.objects["Queue"]) == len(tessera.objects["Queue"]) == 5
     got, want = placements(kai), placements(tessera)
     assert got == want
-    assert len(got) == 10 and all(node for node, _ in got.values())  # everything fits, 8 GPUs of 8
+    assert len(got) == 8 and all(node for node, _ in got.values())  # everything fits: 6.5 GPUs of 8
     ddp = [got[f"team-a/ddp-{i}"] for i in range(3)]
     assert sum(milli for _, gpus in ddp for _, milli in gpus) == 3000
+    assert [milli for _, gpus in [got["default/gpu-sharing"]] for _, milli in gpus] == [500]
 
 
 def test_kai_gang_is_placed_whole_or_not_at_all_in_the_simulator() -> None:

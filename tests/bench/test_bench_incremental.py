@@ -11,7 +11,7 @@ from scheduler.bench.workload import make_nodes, make_pods
 from scheduler.cache.cache import Cache
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cycle import Scheduler, SchedulerConfig
-from scheduler.model.jobs import build_jobs
+from scheduler.model.jobs import build_jobs, job_facts
 from scheduler.model.types import GPUShare, NodeInfo, Placement, Taint, Toleration
 from scheduler.placement import Capabilities, make_policy, place_one
 from scheduler.placement.base_policy import BasePolicy
@@ -151,8 +151,9 @@ def test_cache_jobs_equal_build_jobs_and_bind_echo_is_applied():
     cache = sched.cache
 
     def shape(jobs):
-        return sorted((j.key, j.queue, j.min_member, sorted(p.uid for p in j.pending),
-                       sorted(p.uid for p in j.running)) for j in jobs)  # fmt: skip
+        facts = [job_facts(j, cache.ledger) for j in jobs]
+        return sorted((f.job.key, f.job.queue, f.job.min_member, sorted(p.uid for p in f.pending),
+                       sorted(p.uid for p in f.running)) for f in facts)  # fmt: skip
 
     assert shape(cache.index.jobs()) == shape(build_jobs(cache.pods.values(), cache.podgroups))
     running = [p for p in cache.pods.values() if p.holds_resources]

@@ -53,6 +53,18 @@ def test_every_entry_point_has_version(prog: str) -> None:
     assert code == 0 and out.strip().startswith(prog + " ") and out.strip().split()[-1][0].isdigit()
 
 
+@pytest.mark.parametrize(
+    ("prog", "args"),
+    [*SUBCOMMANDS, ("tessera", ["sandbox"]), ("tessera", ["sandbox", "up"]), ("tessera", ["bench", "e2e"])],
+)
+def test_every_command_has_version(prog: str, args: list[str]) -> None:
+    """The README promises `--version` on every command, subcommands included."""
+    code, out, err = invoke(prog, [*args, "--version"])
+    assert code == 0 and out.strip().startswith(prog + " ") and out.strip().split()[-1][0].isdigit(), (
+        out + err
+    )
+
+
 @pytest.mark.parametrize("prog", sorted(APPS))
 def test_unknown_option_is_one_error_line_with_exit_2(prog: str) -> None:
     code, out, err = invoke(prog, ["--no-such-option"])
@@ -82,12 +94,34 @@ def test_help_fits_80_columns_and_shows_no_bool_type(prog: str, args: list[str])
         (["replay", "--report", "/nonexistent-dir/r.html", "--seeds", "1"], "--report: cannot write"),
         (["bench", "--nodes", "500", "--init-pods", "10000"], "--init-pods"),
         (["nodes", "-o", "xml"], "--output"),
+        # Values typer checks are worded as the house words them, not as the validation library does.
+        (["simulate", "--seed", "abc"], "'--seed': 'abc' is not a whole number"),
+        (["bench", "--nodes", "1.5"], "'--nodes': '1.5' is not a whole number"),
+        (["bench", "--nodes", "0"], "'--nodes': 0 is below the smallest value accepted, 1"),
+        (["bench", "e2e", "--fraction-share", "x"], "'--fraction-share': 'x' is not a number"),
+        (["sandbox", "up", "--nodes", "99"], "'--nodes': 99 is above the largest value accepted, 50"),
     ],
 )
 def test_bad_options_are_refused_before_any_work(args: list[str], complaint: str) -> None:
     code, out, err = invoke("tessera", args)
     assert code == 2 and err.startswith("error: ") and complaint in err, out + err
     assert err.count("\n") == 1 and out == ""  # nothing ran: no progress, no output
+    assert "Input should be" not in err and "unable to parse" not in err
+
+
+@pytest.mark.parametrize("args", [["simulate", "-f"], ["queues", "--from-file"], ["nodes", "--from-file"]])
+def test_a_yaml_mistake_says_on_which_line(args: list[str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: Queue\nmetadata:\n  name: x\n   oops: [1, 2\n")
+    code, out, err = invoke("tessera", [*args, str(bad)])
+    assert code == 2 and err.count("\n") == 1, out + err
+    assert "line 5, column 8" in err and str(bad) in err
+
+
+def test_a_missing_file_is_the_users_mistake(tmp_path: Path) -> None:
+    for args in (["nodes", "--from-file"], ["queues", "--from-file"], ["simulate", "-f"]):
+        code, _, err = invoke("tessera", [*args, str(tmp_path / "none.yaml")])
+        assert code == 2 and err.startswith("error: ") and "none.yaml" in err, err
 
 
 def test_report_path_is_checked_before_a_long_run(tmp_path: Path) -> None:
@@ -182,3 +216,36 @@ def test_console_scripts_are_declared() -> None:
         "tessera-agent",
         "tessera-device-plugin",
     } <= set(scripts)
+
+
+def test_an_unusable_backend_names_the_option_that_asked_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler.state import backend
+
+    monkeypatch.setattr(backend, "cupy_usable", lambda: False)  # as on a machine without CuPy or a GPU
+    code, _, err = invoke("tessera", ["bench", "--backend", "cupy", "--nodes", "10", "--pods", "10"])
+    assert code == 2 and "--backend cupy: CuPy or a CUDA device is not available" in err, err
+    assert "TESSERA_ARRAY_BACKEND" not in err and "tessera[gpu]" in err
+    monkeypatch.setenv("TESSERA_ARRAY_BACKEND", "cupy")
+    code, _, err = invoke("tessera", ["simulate", "--until", "1s"])
+    assert code == 2 and err.startswith("error: TESSERA_ARRAY_BACKEND=cupy: "), err
+
+
+def test_piped_output_is_not_hard_wrapped_and_an_early_stop_is_said(tmp_path: Path) -> None:
+    """`tessera simulate ... | grep` sees each line whole (not cut at 80 columns), and a run that ends
+    before --until because nothing is left to happen says so (it used to print "1 s simulated" alone)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    args = [
+        "-f",
+        str(ROOT / "examples/simulate/kai-cluster.yaml"),
+        "-f",
+        str(ROOT / "examples/kai"),
+        "--until",
+        "1m",
+    ]
+    proc = subprocess.run([sys.executable, "-m", "scheduler.cli.main", "simulate", *args], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    (head,) = [ln for ln in lines if ln.startswith("Tessera simulation")]
+    assert head.endswith("placements/s)") and len(head) > 80
+    assert any(ln.startswith("Stopped at 1 s: nothing left to happen") for ln in lines)

@@ -89,7 +89,12 @@ def test_doctor_names_each_problem_and_its_fix_on_the_real_api_server(
         assert about(findings, "api", "reachable")[0].status == "ok"
         assert {f.status for f in findings if f.check == "crds"} == {"ok"}
         (lease,) = about(findings, "scheduler", "no scheduler holds the leader lease")
-        assert lease.status == "fail" and "logs deploy/tessera-scheduler" in lease.fix
+        # No scheduler pod exists in the namespace: the fix does not name one (it says where the logs of
+        # parts run outside the cluster are, as `tessera sandbox` runs them).
+        assert lease.status == "fail" and "logs deploy/tessera-scheduler" not in lease.fix
+        assert f"no scheduler pod runs in namespace {namespace}" in lease.fix
+        (no_report,) = about(findings, "nodes", f"node {node} has no GPUNodeReport")
+        assert "tessera sandbox status" in no_report.fix and "-c tessera-agent" not in no_report.fix
         assert about(findings, "webhook", "has no ready endpoint")[0].status == "fail"
         (probe,) = about(findings, "webhook", "cannot call the webhook")
         assert probe.status == "fail" and "failed calling webhook" in probe.message
@@ -129,6 +134,8 @@ def test_doctor_names_each_problem_and_its_fix_on_the_real_api_server(
         assert about(after, "scheduler", "leader sched-0 renewed")[0].status == "ok"
         assert not about(after, "nodes", f"node {node} advertises no")
         assert not about(after, "nodes", f"node {node} has no GPUNodeReport")
+        # Its GPUs' memory comes from the report: the missing label is nothing to warn about any more.
+        assert not about(after, "nodes", "gpu.memory")
     finally:
         core.delete_node(node)
         custom.delete_cluster_custom_object(G, "v1alpha1", "queues", orphan)
@@ -156,6 +163,7 @@ class AnswersReader:
         return next((o for o in self.objects if o["kind"] == kind and o["metadata"]["name"] == name), None)
 
     def dry_run_create(self, pod: dict[str, Any]) -> str | None:
+        self.probed = pod
         return self.refusal
 
 
@@ -178,3 +186,16 @@ def test_webhook_probe_outcomes(refusal: str | None, status: str, text: str) -> 
     findings = check_webhook(AnswersReader(objects, refusal), DoctorOptions())
     (probe,) = [f for f in findings if text in f.message]
     assert probe.status == status
+
+
+@pytest.mark.parametrize(
+    ("values", "name"),
+    [({}, "tessera"), ({"kaiCompat": {"enabled": True}, "schedulerName": "kai-scheduler"}, "kai-scheduler")],
+)
+def test_the_probe_pod_names_the_scheduler_the_webhooks_match(values: dict[str, Any], name: str) -> None:
+    """With the chart's kaiCompat (Tessera in KAI's place) the webhooks run only for pods of kai-scheduler:
+    a probe pod of `tessera` would be admitted, and the doctor would call a healthy webhook broken."""
+    needs_helm()
+    reader = AnswersReader(render_chart.render(values), 'denied the request: annotation gpu-fraction="1.5"')
+    (probe,) = [f for f in check_webhook(reader, DoctorOptions()) if "refused an invalid pod" in f.message]
+    assert probe.status == "ok" and reader.probed["spec"]["schedulerName"] == name

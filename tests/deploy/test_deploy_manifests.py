@@ -30,7 +30,7 @@ from tests.deploy.deploy_support import (
 def test_manifests_are_in_sync_with_the_chart() -> None:
     needs_helm()
     wanted = render_chart.manifest_files()
-    on_disk = {p.name: p.read_text() for p in MANIFESTS.glob("*.yaml")}
+    on_disk = {str(p.relative_to(MANIFESTS)): p.read_text() for p in MANIFESTS.rglob("*.yaml")}
     assert on_disk == wanted, "deploy/manifests is stale: run python scripts/render_chart.py"
     assert render_chart.main(["--check"]) == 0
 
@@ -51,6 +51,23 @@ def test_plain_manifests_are_valid() -> None:
             kind = validate_object(obj)
             how[kind] = how.get(kind, 0) + 1
     assert how["kubernetes"] >= 20 and how["crd"] >= 1 and how["third-party"] == 2
+    for obj in load_yaml_docs(MANIFESTS / "kai-compat" / "tessera.yaml"):
+        assert validate_object(obj) == "kubernetes"
+
+
+def test_kai_compat_manifests_replace_what_kai_compatibility_changes() -> None:
+    """deploy/manifests/kai-compat/ (applied after tessera.yaml, run by `tessera sandbox up --kai-compat`):
+    the objects of tessera.yaml that kaiCompat and the KAI scheduler name change, and nothing else."""
+    plain = {(o["kind"], o["metadata"]["name"]): o for o in load_yaml_docs(MANIFESTS / "tessera.yaml")}
+    kai = load_yaml_docs(MANIFESTS / "kai-compat" / "tessera.yaml")
+    assert {(o["kind"], o["metadata"]["name"]) for o in kai} <= set(plain)
+    (deployment,) = [o for o in kai if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--kai-compat" in args and "--scheduler-name=kai-scheduler" in args
+    (role,) = [o for o in kai if o["kind"] == "ClusterRole"]
+    assert any("scheduling.run.ai" in r["apiGroups"] for r in role["rules"])
+    hooks = [o for o in kai if o["kind"].endswith("WebhookConfiguration")]
+    assert hooks and all("'kai-scheduler'" in str(o["webhooks"]) for o in hooks)
 
 
 def test_plain_manifests_create_their_namespace_first_and_use_cert_manager() -> None:

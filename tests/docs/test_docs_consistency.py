@@ -58,3 +58,21 @@ def test_every_example_is_run_by_a_documented_command() -> None:
         rel = str(path.relative_to(ROOT))
         folder = str(path.parent.relative_to(ROOT)) + "/"
         assert any(rel in r or f" {folder}" in r + " " for r in runs), f"no documented command runs {rel}"
+
+
+def test_install_pages_name_every_crd_the_chart_installs() -> None:
+    kinds = sorted(
+        str(d["spec"]["names"]["kind"])
+        for path in (ROOT / "deploy" / "helm" / "tessera" / "crds").glob("*.yaml")
+        for d in yaml.safe_load_all(path.read_text())
+        if d
+    )
+    assert kinds == ["GPUNodeReport", "PodGroup", "Queue", "Topology"]
+    for page in (ROOT / "docs" / "install.md", ROOT / "deploy" / "helm" / "tessera" / "README.md"):
+        first = next(line for line in page.read_text().splitlines() if "CRDs" in line)
+        assert all(f"`{k}`" in first for k in kinds), f"{page.relative_to(ROOT)}: {first}"
+
+
+def test_examples_use_the_tessera_command() -> None:
+    for page in sorted((ROOT / "examples").rglob("*.md")):
+        assert "python -m scheduler" not in page.read_text(), f"{page.relative_to(ROOT)}: write `tessera ...`"

@@ -7,7 +7,7 @@ agree (`check_books`), and no gang is ever left partly bound."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -112,7 +112,7 @@ def test_an_accepted_bind_is_assumed_then_confirmed() -> None:
     first = cycle(stub, sched)
     assert set(stub.asked) == {"a"} and held(sched) == {"a": HoldKind.ASSUMED}
     assert first.bound == 0 and "a" not in {
-        p.name for p in sched.cache.pods.values() if not p.holds_resources
+        p.name for p in sched.cache.pods.values() if not sched.cache.ledger.on_node(p)
     }
     assert sched.cache.index.usage.by_queue()["q"][0] == 1000  # charged while in flight
     stub.answer("a")
@@ -212,9 +212,8 @@ def test_a_synchronous_gang_bind_failing_part_way_evicts_the_bound_members() -> 
     pipelined, bound only once their victims are gone.)"""
     s = scene()
     jobs = dict(s.jobs)
-    job = jobs["p1"]
-    job.is_gang, job.pending = True, [s.pods["p1"], s.pods["p2"]]  # p1 and p2 as one gang of two
-    jobs["p2"] = job
+    job = replace(jobs["p1"], is_gang=True, members=(s.pods["p1"], s.pods["p2"]))  # p1 and p2: a gang of two
+    jobs["p1"] = jobs["p2"] = job
     tx = Transaction(s.session, "allocate")
     tx.place(s.pods["p1"], job, s.where["free0"])
     tx.place(s.pods["p2"], job, s.where["free1"])

@@ -63,7 +63,7 @@ def check_invariants(sched, sim, gangs: dict[str, int]) -> None:
             or len(members) < min_member
         ):
             continue  # a finished or deleted member may legitimately leave fewer running
-        running = sum(1 for p in members if p.holds_resources)
+        running = sum(1 for p in members if sched.cache.ledger.on_node(p))
         assert running == 0 or running >= min_member, f"gang {group} partly placed: {running}/{min_member}"
 
 

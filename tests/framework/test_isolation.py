@@ -284,7 +284,7 @@ class FailsOnAJob:
 
     def execute(self, session: Session, cluster: object) -> None:
         for job in session.pending_jobs:  # the traceback names the job through this frame's `job`
-            for member in job.pending:
+            for member in session.facts(job).pending:
                 if member.name == "bad":
                     if self.corrupt:
                         session.state.free_milli[0, 0] -= 100

@@ -133,7 +133,8 @@ def test_a_failing_action_leaves_no_half_transaction() -> None:
         def execute(self, session: Session, cluster: object) -> None:
             tx = Transaction(session, "breaks")
             job = session.pending_jobs[0]
-            tx.place(job.pending[0], job, session.place(demand_for(job.pending[0])))
+            first = session.facts(job).pending[0]
+            tx.place(first, job, session.place(demand_for(first)))
             raise RuntimeError("boom")
 
     sched.actions = [Breaks()]

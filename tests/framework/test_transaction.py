@@ -98,7 +98,7 @@ def scene() -> Scene:
     sched.cache.apply(sim.drain_events())
     session = Session.open(sched.cache, sched.placer, 6.0)
     pods = {p.name: p for p in sched.cache.pods.values()}
-    jobs = {p.name: job for job in session.jobs for p in (*job.running, *job.pending)}
+    jobs = {p.name: job for job in session.jobs for p in job.members}
     where = {n: pl for n, p in pods.items() if (pl := session.ledger.placement(p.uid)) is not None}
     assert set(where) == {"v1", "v2", "w1"}
     free = session.state.host(session.state.free_milli)

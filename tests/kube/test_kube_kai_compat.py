@@ -1,5 +1,5 @@
 """`--kai-compat` on the real API server: KAI Scheduler's Queue and PodGroup kinds (minimal structural CRDs
-in KAI's shape, tests/kube/crds/kai/) read by the scheduler running as its ServiceAccount with the chart's
+in KAI's shape, scheduler/sandbox/kai_crds.yaml) read by the scheduler running as its ServiceAccount with the chart's
 RBAC for `kaiCompat.enabled=true`. A KAI user's manifests, applied with kubectl as they are (schedulerName
 kai-scheduler, the kai.scheduler/queue label, pod-group-name), are scheduled; status is written back in
 KAI's shape; a Tessera object of the same name wins, with a Warning event on the KAI one."""
@@ -31,10 +31,11 @@ from scheduler.cycle import SchedulerConfig
 from scheduler.kube.kai_compat import access_problem
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.sandbox.controlplane import ControlPlane
+from scheduler.sandbox.manifests import KAI_CRDS as KAI_CRDS_FILE
 from tests.controlplane.install import TesseraInstall
 from tests.deploy.deploy_support import needs_helm, render_chart
 
-KAI_CRDS = Path(__file__).resolve().parent / "crds" / "kai"
+KAI_CRDS = KAI_CRDS_FILE  # KAI's CRDs in KAI's shape, as `tessera sandbox up --kai-compat` installs them
 KAI, TESSERA = "scheduling.run.ai", "scheduling.tessera.dev"
 
 Obj = dict[str, Any]
@@ -78,7 +79,7 @@ def test_chart_grants_kai_kinds_and_passes_the_flag_only_when_enabled() -> None:
 def kai_kubectl(
     control_plane: ControlPlane, tessera: TesseraInstall, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., Any]]:
-    """kubectl with Tessera's CRDs (the session's install) and the KAI-shaped ones of this folder, which are
+    """kubectl with Tessera's CRDs (the session's install) and the KAI-shaped ones the sandbox ships, which are
     removed afterwards. While both exist, kubectl resolves `queues` and `podgroups` to KAI's kinds: this
     kubectl keeps its discovery cache apart, so the other tests' kubectl never learns of them."""
     cache = tmp_path_factory.mktemp("kubectl-cache")

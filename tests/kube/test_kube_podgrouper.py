@@ -37,7 +37,17 @@ def pods(k: Store, *bodies: dict[str, Any]) -> list[dict[str, Any]]:
 # ---- built-in kinds ------------------------------------------------------------------------------------------
 def test_bare_pod_is_its_own_job_unless_it_says_more(k: Store) -> None:
     (plain,) = pods(k, wl.pod("plain", labels={"tessera.dev/queue": "team-a"}))
-    assert k.observe(plain).group is None  # a group would say what the pod says: no PodGroup
+    assert k.observe(plain).group is None  # a group would say what the pod says: the pod is its own job
+    # ... but, as KAI's podgrouper does, a bare pod's group is written as an object (owned by the pod, so
+    # it goes with it), for tools that list PodGroups.
+    record = k.observe(plain).record
+    assert record is not None and record.owner is not None
+    assert (record.name, record.min_member, record.queue) == (
+        group_name("plain", plain["metadata"]["uid"]),
+        1,
+        "team-a",
+    )
+    assert (record.owner.kind, record.owner.uid) == ("Pod", plain["metadata"]["uid"])
     (marked,) = pods(k, wl.pod("marked", labels={"kai.scheduler/preemptibility": "non-preemptible"}))
     g = k.spec(marked)
     assert (g.min_member, g.preemptibility, g.priority_class) == (1, "non-preemptible", "train")
@@ -337,6 +347,43 @@ def test_rayjob_cluster_and_submitter_share_one_group(k: Store) -> None:
     assert len(names) == 1 and k.spec(sub).min_member == 3 and k.spec(sub).queue == "ray"
 
 
+def test_raycronjob_runs_are_grouped_as_their_rayjobs_in_the_crons_queue(k: Store) -> None:
+    """RayCronJob (KubeRay 1.5) owns a RayJob per run: skipped, each run is the RayJob's gang, with the
+    queue and priority labels written on the RayCronJob (not copied to its RayJobs)."""
+    spec = wl.ray_cluster_spec([{"groupName": "g", "replicas": 2}])
+    cron = k.add(
+        wl.raycronjob("nightly", spec, labels={"kai.scheduler/queue": "ray", "priorityClassName": "build"})
+    )
+    runs = [k.add(wl.raycronjob_run(cron, suffix)) for suffix in ("a1b2c", "d3e4f")]
+    groups = []
+    for rj in runs:
+        rc = k.add(
+            wl.raycluster(f"{rj['metadata']['name']}-raycluster-x", rj["spec"]["rayClusterSpec"], owner=rj)
+        )
+        head, worker = pods(k, wl.ray_pod(rc, "head", "headgroup", 0), wl.ray_pod(rc, "worker", "g", 0))
+        g = k.spec(worker)
+        assert k.spec(head).name == g.name == group_name(rj["metadata"]["name"], rj["metadata"]["uid"])
+        assert (g.min_member, g.queue, g.priority_class, g.warnings) == (3, "ray", "build", ())
+        groups.append(g.name)
+    assert len(set(groups)) == 2  # one gang per run
+
+
+def test_disaggregatedset_roles_are_grouped_as_their_leaderworkersets(k: Store) -> None:
+    ds = k.add(
+        wl.disaggregatedset(
+            "llm", {"prefill": (2, 2), "decode": (1, 4)}, labels={"tessera.dev/queue": "serve"}
+        )
+    )
+    for role, size in (("prefill", 2), ("decode", 4)):
+        lw = k.add(wl.disaggregated_lws(ds, role))
+        leader, _ = lws_replica(k, lw)
+        workers = lws_workers(k, lw, leader)
+        g = k.spec(leader)
+        assert g.name == group_name(lw["metadata"]["name"], lw["metadata"]["uid"], "group-0")
+        assert {k.spec(w).name for w in workers} == {g.name}
+        assert (g.min_member, g.queue, g.warnings) == (size, "serve", ())
+
+
 def test_rayservice_upgrade_cluster_is_its_own_gang(k: Store) -> None:
     spec = wl.ray_cluster_spec([{"groupName": "g", "replicas": 1}])
     svc = k.add(wl.rayservice("serve", spec, labels={"tessera.dev/queue": "svc"}))
@@ -408,12 +455,55 @@ def test_an_owner_that_cannot_be_read_is_reported(k: Store) -> None:
     assert "could not read PyTorchJob gone" in g.warnings[0]
 
 
-def test_unknown_kinds_group_by_owner_without_complaint(k: Store) -> None:
+def test_unknown_kinds_group_by_owner_and_the_pod_is_told(k: Store) -> None:
     thing = k.add(wl.obj("example.com/v1", "Thing", "t", spec={}))
     a, b = pods(k, wl.pod("t-1", owner=thing), wl.pod("t-2", owner=thing))
     g = k.spec(a)
-    assert g.name == k.spec(b).name and g.min_member == 1 and g.warnings == ()
+    assert g.name == k.spec(b).name and g.min_member == 1
     assert g.owner is not None and (g.owner.kind, g.owner.uid) == ("Thing", thing["metadata"]["uid"])
+    # The walk stopped on a kind it may not read: its labels (a queue?) were not seen, and the pod says so.
+    (warning,) = g.warnings
+    assert (
+        warning.startswith("could not read Thing t: forbidden")
+        and "grouped by its reference alone" in warning
+    )
+
+
+def test_an_unknown_top_owner_above_a_known_kind_keeps_the_gang(k: Store) -> None:
+    """An operator's kind above a JobSet (the chart grants no read of it): the walk stops there, and the
+    JobSet below it is the top owner, as KAI's podgrouper takes the last owner it could read. Before, the
+    pods were one group of the unknown owner, minMember 1: the gang was lost."""
+    pipeline = k.add(wl.obj("workflows.example.dev/v1", "Pipeline", "nightly", spec={}))
+    js = k.add(wl.jobset("train", [wl.replicated_job("w", 2)], owner=pipeline))
+    a, b = jobset_pods(k, js, "w", 2)
+    g = k.spec(a)
+    assert (g.name, g.min_member) == (group_name("train", js["metadata"]["uid"]), 2) and k.spec(
+        b
+    ).name == g.name
+    assert g.owner is not None and g.owner.kind == "JobSet"
+    (warning,) = k.observe(a).warnings or g.warnings
+    assert (
+        "could not read Pipeline nightly: forbidden" in warning
+        and "grouped as the JobSet below it" in warning
+    )
+
+
+def test_a_group_whose_top_owner_left_the_chain_takes_the_new_one(k: Store) -> None:
+    """`kubectl delete jobset --cascade=orphan`: the JobSet goes, its Jobs (and their running pods) stay,
+    without owner. The group keeps its name and pods, and takes the Job as its top owner (its rule, and its
+    ownership: the PodGroup goes with the Job instead of staying for ever without an owner)."""
+    js = k.add(wl.jobset("orphaned", [wl.replicated_job("w", 1, 2)]))
+    job = k.add(wl.jobset_job(js, "w", 0))
+    a, b = pods(k, wl.job_pod(job, 0), wl.job_pod(job, 1))
+    before = k.spec(a)
+    assert before.owner is not None and (before.owner.kind, before.min_member) == ("JobSet", 2)
+    k.delete(js)
+    meta = {key: v for key, v in job["metadata"].items() if key != "ownerReferences"}
+    k.changed(k.update(job, metadata=meta))  # the garbage collector removed the Job's owner reference
+    after = k.spec(a)
+    assert after.name == before.name and k.spec(b).name == before.name
+    assert after.owner is not None and (after.owner.kind, after.owner.uid) == ("Job", job["metadata"]["uid"])
+    assert (after.rule, after.min_member) == ("Job", 2)  # the Job's rule: a JobSet's Jobs are Indexed
 
 
 def test_explicit_groups_and_skip_annotation_are_left_alone(k: Store) -> None:

@@ -5,6 +5,7 @@ minMember over time, queue and priority class."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.podgrouper.kinds import KINDS
+from scheduler.kube.podgrouper.names import group_name
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.sandbox.controlplane import ControlPlane
 
@@ -25,7 +27,7 @@ pytest.importorskip(
 from tests.controlplane.scene import Scene, wait_until
 from tests.kube import workloads as wl
 from tests.kube.lws_webhook import LwsPodWebhook
-from tests.kube.podgrouper_api import RUNNING, Workloads, api_version_of, install_crds
+from tests.kube.podgrouper_api import RUNNING, Workloads, _gvp, api_version_of, install_crds
 
 pytestmark = pytest.mark.apiserver
 
@@ -306,3 +308,127 @@ def test_every_other_kind_groups_its_pods_under_its_queue(k: Workloads, scene: S
                                "template": wl.pod_template({"app": "plain"})}))  # fmt: skip
     assert (spec_of(k, rs)["minMember"], spec_of(k, rs)["queue"]) == (1, "rs")
     assert cycle_view(scene)[step["metadata"]["name"]]["metadata"]["labels"]["tessera.dev/queue"] == "ci"
+
+
+# ---- kinds above known ones; deletions ----------------------------------------------------------------------------
+def test_raycronjob_and_disaggregatedset_are_grouped_as_the_kinds_they_own(
+    k: Workloads, scene: Scene
+) -> None:
+    """Both are read (the chart grants them) and skipped: a RayCronJob's run is its RayJob's gang, a
+    DisaggregatedSet's role replica its LeaderWorkerSet's, in the queue labelled on the top kind."""
+    spec = wl.ray_cluster_spec([{"groupName": "g", "replicas": 2}])
+    cron = k.create(wl.raycronjob("nightly", spec, labels={"tessera.dev/queue": "ray"}))
+    run = k.create(wl.raycronjob_run(cron))
+    cluster = k.create(wl.raycluster(f"{run['metadata']['name']}-raycluster-x", run["spec"]["rayClusterSpec"],
+                                     owner=run))  # fmt: skip
+    k.create(wl.ray_pod(cluster, "head", "headgroup", 0))
+    assert (spec_of(k, run)["minMember"], spec_of(k, run)["queue"]) == (3, "ray")
+
+    webhook = LwsPodWebhook(scene.cp, f"lws-{scene.ns}").start(scene.ns)
+    scene.track("mutatingwebhookconfigurations", webhook.name)
+    scene.on_cleanup(webhook.stop)
+    ds = k.create(wl.disaggregatedset("pd", {"prefill": (1, 2)}, labels={"tessera.dev/queue": "serve"}))
+    lw = k.create(wl.disaggregated_lws(ds, "prefill"))
+    k.create(wl.lws_leader_statefulset(lw))  # the real StatefulSet controller makes the leader pod
+    assert spec_of(k, lw, "group-0") == {"minMember": 2, "queue": "serve", "priorityClassName": "train",
+                                         "staleGraceSeconds": 60}  # fmt: skip
+
+
+def test_a_refused_owner_above_a_jobset_keeps_the_gang_and_tells_the_pod(k: Workloads, scene: Scene) -> None:
+    """An operator's kind the chart grants no read of (tests/kube/crds/: Pipeline) owns a JobSet: the walk
+    stops on it, the JobSet below is the top owner (its gang of 2), and each pod gets a PodGrouperWarning."""
+    pipeline = dict(k.custom.create_namespaced_custom_object(
+        "workflows.example.dev", "v1", k.ns, "pipelines",
+        {"apiVersion": "workflows.example.dev/v1", "kind": "Pipeline", "metadata": {"name": "etl"}, "spec": {}}))  # fmt: skip
+    js = k.create(wl.jobset("train", [wl.replicated_job("w", 1, 2)], owner=pipeline))
+    k.create(wl.jobset_job(js, "w", 0))  # the real Job controller makes its 2 pods
+    assert spec_of(k, js)["minMember"] == 2
+    pod = wait_until(lambda: next(iter(k.pods()), None))
+
+    def warned() -> list[dict[str, Any]]:
+        return [e for e in scene.events_for(pod["metadata"]["name"]) if e["reason"] == "PodGrouperWarning"]
+
+    (event,) = wait_until(warned)
+    assert "could not read Pipeline etl: forbidden" in event["message"]
+    assert "grouped as the JobSet below it" in event["message"]
+
+
+def test_a_jobset_deleted_in_the_background_does_not_bring_its_podgroup_back(k: Workloads) -> None:
+    """The garbage collector deletes the JobSet's PodGroup (its owner is gone) while the pods still live:
+    they go only after their Job, held here by a finalizer as a slow Job deletion would hold it. The
+    podgrouper must not make the PodGroup again for a JobSet that is gone (it did, and the collector then
+    deleted that one too)."""
+    js = k.create(wl.jobset("bg", [wl.replicated_job("w", 1, 2)]))
+    body = wl.jobset_job(js, "w", 0)
+    body["metadata"]["finalizers"] = ["tessera.dev/test-hold"]
+    job = k.create(body)
+    group = wait_until(lambda: k.group_of(js), timeout=15)
+    wait_until(lambda: len(k.pods()) == 2)
+    name = group["metadata"]["name"]
+    batch = client.BatchV1Api(k.core.api_client)
+    try:
+        k.delete(js)  # propagation Background, as kubectl's default
+        uids: list[str | None] = []  # the PodGroup's uid, every 50 ms (None: none)
+
+        def seen() -> str | None:
+            uids.append((k.podgroups().get(name) or {}).get("metadata", {}).get("uid"))
+            return uids[-1]
+
+        wait_until(lambda: seen() is None, timeout=60)  # the collector deleted it
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # and nothing makes it again
+            seen()
+            time.sleep(0.05)
+        assert set(uids) <= {group["metadata"]["uid"], None} and uids[-1] is None, set(uids)
+        assert len(k.pods()) == 2  # the pods lived on all along
+    finally:
+        batch.patch_namespaced_job(job["metadata"]["name"], k.ns, {"metadata": {"finalizers": None}})
+    wait_until(lambda: not k.pods() and k.group_of(js) is None, timeout=30)
+
+
+def test_an_orphaned_jobsets_podgroup_goes_with_its_jobs(k: Workloads) -> None:
+    """`--cascade=orphan`: the JobSet goes, its Job and pods stay and so does the PodGroup, whose owner
+    reference the collector removed. The podgrouper gives it the Job as owner (the pods keep their group),
+    so deleting the Job deletes it; before, it stayed for ever."""
+    js = k.create(wl.jobset("orphan", [wl.replicated_job("w", 1, 2)]))
+    job = k.create(wl.jobset_job(js, "w", 0))
+    group = wait_until(lambda: k.group_of(js), timeout=15)
+    group_, version, plural = _gvp(js)
+    k.custom.delete_namespaced_custom_object(group_, version, k.ns, plural, js["metadata"]["name"],
+                                             propagation_policy="Orphan")  # fmt: skip
+
+    def owned_by_the_job() -> bool:
+        g = k.podgroups().get(group["metadata"]["name"])
+        refs = (g or {}).get("metadata", {}).get("ownerReferences") or []
+        return [r["uid"] for r in refs] == [job["metadata"]["uid"]]
+
+    wait_until(owned_by_the_job, timeout=30)
+    client.BatchV1Api(k.core.api_client).delete_namespaced_job(
+        job["metadata"]["name"], k.ns, propagation_policy="Background"
+    )
+    wait_until(lambda: group["metadata"]["name"] not in k.podgroups(), timeout=30)
+
+
+def test_bare_pods_get_a_podgroup_object_owned_by_the_pod(k: Workloads) -> None:
+    """As KAI's podgrouper does: one PodGroup per bare pod, minMember 1, in the pod's queue, owned by the
+    pod, so deleting the pod deletes it."""
+    pod = k.create(wl.pod("lonely", labels={"tessera.dev/queue": "solo"}))
+    name = group_name("lonely", pod["metadata"]["uid"])
+    group = wait_until(lambda: k.podgroups().get(name), timeout=15)
+    assert (group["spec"]["minMember"], group["spec"]["queue"]) == (1, "solo")
+    # Labelled as a record: the scheduler's own PodGroup watch leaves it out (the pod is its own job).
+    assert group["metadata"]["labels"] == {"tessera.dev/pod-record": "true"}
+    (ref,) = group["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["uid"]) == ("Pod", pod["metadata"]["uid"])
+    # Said later, a preemptibility needs a real group (a pod cannot carry it): the record becomes it.
+    k.core.patch_namespaced_pod(
+        "lonely", k.ns, {"metadata": {"labels": {"kai.scheduler/preemptibility": "preemptible"}}}
+    )
+
+    def real() -> dict[str, Any] | None:
+        g = k.podgroups().get(name) or {}
+        return g if not g.get("metadata", {}).get("labels") and g["spec"].get("preemptibility") else None
+
+    assert wait_until(real, timeout=15)["spec"]["preemptibility"] == "preemptible"
+    k.core.delete_namespaced_pod("lonely", k.ns, grace_period_seconds=0)
+    wait_until(lambda: name not in k.podgroups(), timeout=30)

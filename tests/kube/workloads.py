@@ -396,6 +396,40 @@ def rayservice(name: str, cluster_spec: Mapping[str, Any], **kw: Any) -> Obj:
     return obj("ray.io/v1", "RayService", name, spec={"rayClusterConfig": cluster_spec}, **kw)
 
 
+def raycronjob(name: str, cluster_spec: Mapping[str, Any], **kw: Any) -> Obj:
+    return obj("ray.io/v1", "RayCronJob", name, spec={"schedule": "0 3 * * *", "jobTemplate": {
+        "entrypoint": "python train.py", "rayClusterSpec": cluster_spec}}, **kw)  # fmt: skip
+
+
+def raycronjob_run(cron: Obj, suffix: str = "x7k9q") -> Obj:
+    """KubeRay's RayCronJob controller (`constructRayJob`): RayJob `<cron>-<5 random characters>` whose spec
+    is the jobTemplate, controlled by the RayCronJob; the RayCronJob's own labels are not copied."""
+    name = cron["metadata"]["name"]
+    return obj("ray.io/v1", "RayJob", f"{name}-{suffix}", owner=cron, namespace=ns(cron),
+               labels={"ray.io/cronjob-name": name}, spec=cron["spec"]["jobTemplate"])  # fmt: skip
+
+
+# ---- DisaggregatedSet (LWS) ----------------------------------------------------------------------------------
+DS_NAME, DS_ROLE = "disaggregatedset.x-k8s.io/name", "disaggregatedset.x-k8s.io/role"
+
+
+def disaggregatedset(name: str, roles: Mapping[str, tuple[int, int]], **kw: Any) -> Obj:
+    """Roles (prefill, decode ...) -> (replicas, group size), each role a LeaderWorkerSet spec."""
+    spec = {"roles": [{"name": role, "spec": {"replicas": replicas, "leaderWorkerTemplate": {
+        "size": size, "workerTemplate": {"spec": {}}}}} for role, (replicas, size) in roles.items()]}  # fmt: skip
+    return obj("disaggregatedset.x-k8s.io/v1", "DisaggregatedSet", name, spec=spec, **kw)
+
+
+def disaggregated_lws(ds: Obj, role: str, revision: str = "rev1", slice_index: int = 0) -> Obj:
+    """The DisaggregatedSet controller: one LeaderWorkerSet per role (and slice, revision), named
+    `<set>-<slice>-<revision>-<role>`, controlled by the set, labelled with its name and the role."""
+    name = ds["metadata"]["name"]
+    (role_spec,) = [r["spec"] for r in ds["spec"]["roles"] if r["name"] == role]
+    return obj("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", f"{name}-{slice_index}-{revision}-{role}",
+               owner=ds, namespace=ns(ds), labels={DS_NAME: name, DS_ROLE: role},
+               spec=copy.deepcopy(role_spec))  # fmt: skip
+
+
 # ---- Knative Serving -----------------------------------------------------------------------------------------
 def kservice(name: str, min_scale: int | None = None, **kw: Any) -> Obj:
     annotations = {"autoscaling.knative.dev/min-scale": str(min_scale)} if min_scale is not None else {}

@@ -4,6 +4,7 @@ until then the fragment-driven policies place exactly as `binpack` does."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -173,8 +174,7 @@ def test_the_window_keeps_the_most_recent_pods_and_gone_pods_are_forgotten() -> 
     wl = learner.observe(pods, state)
     assert wl is not None and wl.types == (TaskType(4000, 1000, 1),)
     assert learner._known == set(pods)
-    invalid = _pod("bad", _fraction(500))
-    invalid.error = "gpu-fraction must be in (0, 1]"
+    invalid = replace(_pod("bad", _fraction(500)), error="gpu-fraction must be in (0, 1]")
     learner.observe(pods | {"bad": invalid}, state)
     assert learner.seen == 20
 

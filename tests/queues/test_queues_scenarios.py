@@ -36,7 +36,7 @@ def test_two_teams_sharing():
     reason, message = pending_reason(rec, "team-a/a-5")
     assert (
         reason == Reason.QUEUE_AT_FAIR_SHARE
-        and "queue team-a is at its fair share (4 GPUs of 4 GPUs" in message
+        and "queue team-a is at its fair share (it holds 4 GPUs; fair share 4 GPUs" in message
     )
     assert rec.evictions() == []
 
@@ -117,7 +117,7 @@ def test_guaranteed_quota_against_one_big_job():
     assert gpus_by_queue(rec.sim) == {"team-a": 2.0, "team-b": 4.0}  # the quota is back; the singles rerun
     reason, message = pending_reason(rec, "team-a/ddp-0")
     assert reason == Reason.QUEUE_AT_FAIR_SHARE and "gang team-a/ddp needs 6 more pods" in message
-    assert "queue team-a would pass its fair share with it (2 GPUs of 4 GPUs allocated" in message
+    assert "queue team-a would pass its fair share with it (it holds 2 GPUs; fair share 4 GPUs" in message
     rec.run(20)
     assert len(rec.evictions()) == 8  # settled: team-a, below its quota now, takes nothing back
 

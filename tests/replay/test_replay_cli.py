@@ -124,3 +124,43 @@ def test_html_report(trace: tuple[Path, Path], tmp_path: Path) -> None:
         assert entry["policy"] in html and f"{entry['unallocated_pct_at_100']:.2f}" in html
     bad = CliRunner().invoke(_app(), [*args, "--report", str(tmp_path / "missing" / "r.html")])
     assert bad.exit_code != 0 and "cannot write" in bad.output
+
+
+def test_the_default_trace_comes_from_tessera_trace_dir_or_says_where_to_get_it(
+    trace: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a clone with no ../shared beside it
+    monkeypatch.delenv("TESSERA_TRACE_DIR", raising=False)
+    missing = CliRunner().invoke(_app(), ["replay", "--seeds", "1"])
+    assert missing.exit_code == 2 and missing.stderr.count("\n") == 1
+    assert "no openb trace" in missing.stderr and "TESSERA_TRACE_DIR" in missing.stderr
+    assert "alibaba/clusterdata" in missing.stderr and "--nodes" in missing.stderr
+    folder = tmp_path / "openb"
+    folder.mkdir()
+    (folder / "openb_node_list_gpu_node.csv").write_text(trace[0].read_text())
+    (folder / "openb_pod_list_default.csv").write_text(trace[1].read_text())
+    monkeypatch.setenv("TESSERA_TRACE_DIR", str(folder))
+    found = CliRunner().invoke(_app(), ["replay", "--seeds", "1", "-p", "random", "-o", "json"])
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.stdout)["capacity_gpus"] == 88
+
+
+def test_bound_without_highs_fails_before_the_replay(
+    trace: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "highspy", None)  # `import highspy` raises ImportError
+    args = [
+        "replay",
+        "--nodes",
+        str(trace[0]),
+        "--pods",
+        str(trace[1]),
+        "-p",
+        "random",
+        "--seeds",
+        "1",
+        "--bound",
+    ]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "pip install '.[bound]'" in result.stderr and "random seed" not in result.output  # no replay ran

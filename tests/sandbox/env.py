@@ -19,7 +19,10 @@ from kubernetes import client, config
 
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT, GROUP, VERSION
-from scheduler.sandbox.sandbox import SandboxState
+from scheduler.sandbox.processes import ProcessRecord, ProcessTable, alive
+from scheduler.sandbox.readiness import log_tail
+from scheduler.sandbox.real_kubelet import NodeDir
+from scheduler.sandbox.sandbox import Sandbox, SandboxState
 
 T = TypeVar("T")
 
@@ -41,6 +44,7 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0, 
 class SandboxEnv:
     state: SandboxState
     kubectl_bin: Path
+    box: Sandbox | None = None  # the in-process sandbox (real kubelets): restarts its processes
 
     def __post_init__(self) -> None:
         # kubectl's discovery cache, the sandbox's own (dropped by a test that removes an API group).
@@ -74,6 +78,7 @@ class SandboxEnv:
         try:
             yield name
         finally:
+            self.check_alive()
             self.kubectl(
                 "delete", "jobs,pods", "--all", "-n", name, "--grace-period=0", "--force", check=False
             )
@@ -119,25 +124,129 @@ class SandboxEnv:
         return str(self.pod(namespace, name).get("status", {}).get("phase"))
 
     def running(self, namespace: str, name: str, timeout_s: float = 30.0) -> dict[str, Any]:
-        return wait_for(
-            f"pod {namespace}/{name} Running", lambda: self._if_running(namespace, name), timeout_s
-        )
+        try:
+            return wait_for(
+                f"pod {namespace}/{name} Running", lambda: self._if_running(namespace, name), timeout_s
+            )
+        except AssertionError as exc:
+            status = self.pod(namespace, name).get("status", {})
+            conditions = [
+                (c["type"], c["status"], c.get("reason"), c.get("message"))
+                for c in status.get("conditions") or []
+            ]
+            raise AssertionError(f"{exc}; phase {status.get('phase')}, conditions {conditions}") from None
 
     def _if_running(self, namespace: str, name: str) -> dict[str, Any] | None:
         pod = self.pod(namespace, name)
-        return pod if pod.get("status", {}).get("phase") == "Running" else None
+        status = pod.get("status", {})
+        if status.get("phase") == "Failed":
+            raise AssertionError(
+                f"pod {namespace}/{name} Failed: {status.get('reason')}: {status.get('message')}"
+            )
+        return pod if status.get("phase") == "Running" else None
 
     def assignment(self, pod: dict[str, Any]) -> GPUAssignment:
         return GPUAssignment.from_annotation(pod["metadata"]["annotations"][GPU_ASSIGNMENT])
 
     def container_record(self, namespace: str, pod: str, container: str = "main") -> dict[str, Any]:
-        """What the kubelet stand-in got from the device plugin's Allocate for the container."""
+        """What the container was given. Real kubelet: fakecri's record of its last CreateContainer (`envs`,
+        `mounts`, `devices`, `cdiDevices`, `annotations`: the device plugins' Allocate answers as the
+        kubelet passed them on). Stand-in: what Allocate answered it (`allocations`)."""
+        created = self.created_containers(namespace, pod, container)
+        if created:
+            return created[-1]
         for node in self.state.nodes:
             path = Path(node.containers_dir) / f"{namespace}_{pod}_{container}.json"
             if path.exists():
                 record: dict[str, Any] = json.loads(path.read_text())
                 return record
         raise AssertionError(f"no container record for {namespace}/{pod}/{container}")
+
+    def created_containers(
+        self, namespace: str, pod: str, container: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every CreateContainer a real kubelet made for the pod (or one container of it), oldest first."""
+        out: list[dict[str, Any]] = []
+        for node in self.state.nodes:
+            path = NodeDir(Path(node.node_dir)).record if node.node_dir else None
+            if path is None or not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                rec = json.loads(line)
+                if (
+                    rec["namespace"] == namespace
+                    and rec["pod"] == pod
+                    and container in (None, rec["container"])
+                ):
+                    out.append(rec)
+        return out
+
+    def kubelet_devices(self, namespace: str, pod: str) -> dict[str, dict[str, list[str]]]:
+        """Per container, per resource, the device IDs a real kubelet's device manager gave the pod (from
+        its checkpoint, `kubelet_internal_checkpoint`); {} when it holds none for it."""
+        obj = self.pod(namespace, pod)
+        uid, node = obj["metadata"]["uid"], obj["spec"].get("nodeName")
+        info = next((n for n in self.state.nodes if n.name == node), None)
+        if info is None or not info.node_dir:
+            return {}
+        checkpoint = NodeDir(Path(info.node_dir)).checkpoint
+        data = json.loads(checkpoint.read_text())["Data"]
+        out: dict[str, dict[str, list[str]]] = {}
+        for entry in data.get("PodDeviceEntries") or []:
+            if entry["PodUID"] == uid:
+                ids = [d for per_numa in entry["DeviceIDs"].values() for d in per_numa]
+                out.setdefault(entry["ContainerName"], {})[entry["ResourceName"]] = sorted(ids)
+        return out
+
+    # ---- the sandbox's processes ------------------------------------------------------------------------
+    def check_alive(self) -> None:
+        """Fail naming any process of the sandbox that exited (a crashed kubelet...), with its log's end."""
+        table = ProcessTable(Path(self.state.data_dir))
+        dead = [r for r in table.records() if not alive(r)]
+        if dead:
+            tails = "\n".join(f"--- {r.name} ({r.log}):\n{log_tail(r.log, 25)}" for r in dead)
+            raise AssertionError(f"sandbox processes exited: {[r.name for r in dead]}\n{tails}")
+
+    def restart(self, process: str) -> ProcessRecord:
+        """Restart `kubelet/<node>`, `device-plugin/<node>`, `fakecri/<node>`... as a node would (the new
+        process dies with the test session too)."""
+        assert self.box is not None, "only an in-process sandbox restarts its processes"
+        return self.box.restart(process)
+
+    def process(self, name: str) -> ProcessRecord:
+        rec = ProcessTable(Path(self.state.data_dir)).get(name)
+        assert rec is not None, name
+        return rec
+
+    def plugin_registrations(self, node: str) -> int:
+        """How many times the node's device plugin has registered a resource with the kubelet (its log)."""
+        log = Path(self.process(f"device-plugin/{node}").log).read_text(errors="replace")
+        return log.count("registered with the kubelet at")
+
+    def wait_plugin_registered(self, node: str, before: int, resources: int = 2) -> None:
+        """Wait until the plugin registered its `resources` again since `plugin_registrations` said `before`:
+        a pod the kubelet admits earlier finds no healthy device ("Allocate failed due to no healthy devices
+        present"), as on a real node."""
+        wait_for(
+            f"device plugin of {node} registered again",
+            lambda: self.plugin_registrations(node) >= before + resources,
+            60,
+        )
+
+    def node_ready(self, node: str, gpus: int, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Wait until the Node is Ready with `gpus` whole GPUs and their slices allocatable."""
+
+        def ready() -> dict[str, Any] | None:
+            obj: dict[str, Any] = json.loads(self.kubectl("get", "node", node, "-o", "json").stdout)
+            status = obj.get("status") or {}
+            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            alloc = status.get("allocatable") or {}
+            ok = conditions.get("Ready") == "True" and alloc.get("nvidia.com/gpu") == str(gpus)
+            return (
+                obj if ok and alloc.get("tessera.dev/gpu-slice") in (f"{gpus}k", str(gpus * 1000)) else None
+            )
+
+        return wait_for(f"node {node} Ready with {gpus} GPUs allocatable", ready, timeout_s)
 
     def report(self, node: str) -> dict[str, Any]:
         data: dict[str, Any] = self.custom.get_cluster_custom_object(GROUP, VERSION, "gpunodereports", node)

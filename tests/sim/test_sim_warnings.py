@@ -81,7 +81,7 @@ def test_a_node_whose_gpu_memory_cannot_be_told_says_which_label_to_set() -> Non
     )
     run(sim, sched, cycles=2)
     assert phase(sim, "team/p") == "Pending"
-    (error,) = [e for e in sched.cache.errors if "GPUs of unknown memory" in e]
+    (error,) = [w for w in sched.warnings.values() if "GPUs of unknown memory" in w]
     assert "its product 'Mystery-Accelerator' names no known model" in error
     assert error.endswith("label it nvidia.com/gpu.memory=<MiB>")
 

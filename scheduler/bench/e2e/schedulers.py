@@ -20,6 +20,7 @@ import yaml
 from scheduler.bench.e2e.config import CLIENT_BURST, CLIENT_QPS, E2EConfig
 from scheduler.sandbox import assets
 from scheduler.sandbox.controlplane import free_port
+from scheduler.sandbox.processes import die_with_parent
 
 
 class SchedulerDidNotStart(RuntimeError):
@@ -63,7 +64,8 @@ class SchedulerProcess:
         with self.log.open("ab") as out:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             self.proc = subprocess.Popen(self.argv(), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True, env=env)  # fmt: skip
+                                         stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                                         preexec_fn=die_with_parent)  # fmt: skip
         deadline = time.monotonic() + timeout_s
         while not self._ready():
             if self.proc.poll() is not None:

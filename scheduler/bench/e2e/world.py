@@ -27,11 +27,9 @@ from kubernetes.client.rest import ApiException
 
 from scheduler.api.keys import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, GPU_SLICE_RESOURCE, MILLI_PER_GPU
 from scheduler.bench.e2e.config import E2EConfig
-from scheduler.sandbox import assets
+from scheduler.sandbox import assets, manifests
 from scheduler.sandbox.controlplane import ControlPlane
 
-REPO = Path(__file__).resolve().parents[3]
-MANIFESTS = REPO / "deploy" / "manifests"
 RELEASE_NAMESPACE = "tessera-system"
 SCHEDULER_SA = "tessera-scheduler"
 _RBAC = {"Namespace", "PriorityClass", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
@@ -113,9 +111,12 @@ class BenchWorld:
     # ---- objects --------------------------------------------------------------------------------------------
     def install_tessera(self) -> None:
         """The chart's CRDs (waited on until Established) and its namespace, PriorityClasses and RBAC."""
-        crds = [d for d in yaml.safe_load_all((MANIFESTS / "crds.yaml").read_text()) if d]
-        objs = [d for d in yaml.safe_load_all((MANIFESTS / "tessera.yaml").read_text())
-                if d and d.get("kind") in _RBAC]  # fmt: skip
+        # The rendered chart as the sandbox reads it: shipped with an installed package, else deploy/manifests.
+        try:
+            crds = manifests.crds()
+            objs = [d for d in manifests.chart_objects() if d.get("kind") in _RBAC]
+        except manifests.ManifestError as exc:
+            raise WorldError(str(exc)) from None
         self._apply(crds)
         ext = client.ApiextensionsV1Api(self.api)
         for crd in crds:

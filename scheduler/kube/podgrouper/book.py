@@ -8,8 +8,15 @@ per `take_pending`, however many events came. A pod's group name never changes o
 Members are all the pods seen in a group, finished ones included: a rule may count them (a JobSet step
 whose pods all succeeded), and the adapter keeps the group on a finished pod so that stale-gang eviction
 counts a member that succeeded. A pod whose group is of itself alone (minMember 1) is its own job
-and gets no group object, unless it must carry what a pod cannot (a preemptibility, a grace period): the
-group's queue and priority class are handed back to be put on the pod the cycle sees.
+and is not put in a group, unless it must carry what a pod cannot (a preemptibility, a grace period): the
+group's queue and priority class are handed back to be put on the pod the cycle sees. A bare pod's group
+is still written as an object, as KAI's podgrouper writes one (`Decision.record`: for tools that list
+PodGroups; the cycle does not need it).
+
+A pod's group name never changes once decided, with one exception: when the group's top owner has left
+the chain (deleted with `--cascade=orphan`, which leaves its dependents running, or re-parented), the
+group keeps its name and its pods, and takes the new top owner (its rule, and its ownership, so the
+PodGroup is garbage-collected with it rather than left without an owner for ever).
 
 No API calls here beyond the owner reads of the lookup given; `reconciler.py` writes the PodGroups.
 """
@@ -37,7 +44,7 @@ from scheduler.kube.podgrouper.model import (
 )
 from scheduler.kube.podgrouper.names import group_name
 from scheduler.kube.podgrouper.policy import queue_of
-from scheduler.kube.podgrouper.walk import OwnerLookup, owner_chain
+from scheduler.kube.podgrouper.walk import Chain, OwnerLookup, owner_chain
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,9 @@ class Decision:
     # give it (the adapter writes them on the pod the cycle sees), so no PodGroup object is needed.
     queue: str | None = None
     priority_class: str | None = None
+    # A bare pod's own group, to be written as a PodGroup object owned by the pod (KAI writes one per bare
+    # pod; tools that list PodGroups expect it). Only a record: the cycle takes the pod as its own job.
+    record: GroupSpec | None = None
 
 
 @dataclass
@@ -141,10 +151,12 @@ class GroupBook:
             if alone is not None and _state(alone[0]) == _state(pod):
                 self._alone[uid] = (pod, alone[1])
                 return alone[1]
-        g = self._decide(pod, with_members=False)
+        g, _ = self._decide(pod, with_members=False)
         with self._lock:
             warnings = self._new_warnings(uid, g)
             own = Decision(None) if g is None or g.explicit else own_job(pod, g)
+            if own is not None and g is not None and not g.explicit and not meta(pod).get("ownerReferences"):
+                own = replace(own, record=g)
             if own is not None or g is None:
                 self._pod_group[uid] = None
                 self._alone[uid] = (pod, own or Decision(None))
@@ -212,7 +224,7 @@ class GroupBook:
             return group.spec.name if group else None
 
     # ---- deciding ----------------------------------------------------------------------------------------
-    def _decide(self, pod: Obj, *, with_members: bool) -> GroupSpec | None:
+    def _decide(self, pod: Obj, *, with_members: bool) -> tuple[GroupSpec | None, Chain]:
         chain = owner_chain(pod, self.lookup)
         namespace = str(meta(pod).get("namespace") or "default")
 
@@ -231,7 +243,7 @@ class GroupBook:
                 for owner in chain.owners:
                     if uid_of(owner):
                         self._by_owner.setdefault(uid_of(owner), set()).add(g.key)
-        return g
+        return g, chain
 
     def _redecide(self, key: str) -> Group | None:
         with self._lock:
@@ -241,10 +253,14 @@ class GroupBook:
             return None
         if live:
             running = [p for p in live if not is_finished(p)]
-            g = self._decide((running or live)[-1], with_members=True)
+            g, chain = self._decide((running or live)[-1], with_members=True)
             if g is not None and g.key == key:
                 with self._lock:
                     group.spec = g
+            elif g is not None and _adopted(group.spec, g, chain):
+                with self._lock:  # same name and pods; the new top owner's rule and ownership
+                    group.spec = replace(g, name=group.spec.name)
+                    self._by_owner.setdefault(g.owner.uid if g.owner else "", set()).add(key)
         return group
 
     def _new_warnings(self, uid: str, g: GroupSpec | None) -> tuple[str, ...]:
@@ -253,3 +269,12 @@ class GroupBook:
             return ()
         self._warned[uid] = warnings
         return warnings
+
+
+def _adopted(old: GroupSpec, new: GroupSpec, chain: Chain) -> bool:
+    """Whether `new` (decided for a member of the group `old`, under another name) is the group's new top
+    owner: the old top owner is no longer in the member's (completely read) chain of owners."""
+    if new.explicit or old.owner is None or new.owner is None or not chain.complete:
+        return False
+    in_chain = {uid_of(o) for o in chain.owners}
+    return old.owner.uid not in in_chain and new.owner.uid != old.owner.uid and old.owner.kind != "Pod"

@@ -5,7 +5,12 @@
 - `kai.scheduler/skip-podgrouper: "true"` on the pod or an owner: no group (the pod is its own job);
 - otherwise the rule of the top owner's kind (`kinds.py`); a skipped kind (TrainJob, Argo Workflow) hands
   the pod to the owner below it, whose labels and annotations it fills in where that owner has none;
-  an unknown kind, or an owner that could not be read, gets one group per owner with minMember 1.
+  an unknown kind gets one group per owner with minMember 1;
+- where the walk stops on an owner it may not read (a kind the chart's RBAC does not grant: an operator's
+  kind above a known one, as a RayCronJob above its RayJobs), the owner below it is the top owner when
+  its kind has a rule (as KAI's podgrouper does for a forbidden owner), so the gang is not lost; else, and
+  for an owner that is gone, one group per owner reference with minMember 1. Either way the pod is told
+  (a `PodGrouperWarning`), since the refused kind's labels were not read.
 """
 
 from __future__ import annotations
@@ -68,14 +73,18 @@ def group_for_pod(
     w = Workload(pod, chain.owners, members, priority_class_exists, reader)
     if not chain.complete:
         top = w.top
-        known = kinds.lookup(api_group(top), kind_of(top)) is not None
-        # A kind the podgrouper has no rule for is not readable by design (KAI stops there too): no warning.
-        expected = not known and chain.problem.startswith("forbidden")
-        notes = () if expected else (
-            f"could not read {kind_of(top)} {meta(top).get('name')}: {chain.problem}; grouped by its "
-            "reference alone (minMember 1, its labels unread)",
-        )  # fmt: skip
-        return replace(core.per_owner(w, top), warnings=notes, rule=kind_of(top))
+        unread = f"could not read {kind_of(top)} {meta(top).get('name')}: {chain.problem}"
+        below = w.chain[-2] if len(w.chain) > 1 else None
+        if (
+            below is not None
+            and chain.problem.startswith("forbidden")
+            and kinds.lookup(api_group(below), kind_of(below)) is not None
+        ):
+            g = dispatch(replace(w, chain=w.chain[:-1]))
+            note = f"{unread}; grouped as the {kind_of(below)} below it (its labels unread)"
+            return replace(g, warnings=(*g.warnings, note))
+        note = f"{unread}; grouped by its reference alone (minMember 1, its labels unread)"
+        return replace(core.per_owner(w, top), warnings=(note,), rule=kind_of(top))
     return dispatch(w)
 
 

@@ -31,6 +31,9 @@ class Kind:
 
 _SAME = "same"
 _DEFAULT = "one group per owner, minMember 1 (default grouper)"
+# KAI's podgrouper has no rule nor RBAC for the kind: its walk stops below it (KAI's rule for a forbidden
+# owner), without the kind's labels.
+_NOT_READ = "no plugin, and no RBAC to read it: the walk stops below it, grouped as the "
 
 KINDS: tuple[Kind, ...] = (
     Kind("", "Pod", "pods", core.pod_rule,
@@ -53,8 +56,11 @@ KINDS: tuple[Kind, ...] = (
         Kind("kubeflow.org", k, k.lower() + "s", kubeflow.training_rule,
              "sum of replicas; `schedulingPolicy.minAvailable`; queue/priority from `schedulingPolicy`",
              "sum of replicas; `schedulingPolicy.minAvailable`")
-        for k in ("TFJob", "XGBoostJob", "JAXJob", "PaddleJob")
+        for k in ("TFJob", "XGBoostJob", "JAXJob")
     ),
+    Kind("kubeflow.org", "PaddleJob", "paddlejobs", kubeflow.training_rule,
+         "sum of replicas; `schedulingPolicy.minAvailable`; queue/priority from `schedulingPolicy`",
+         "no plugin, and no RBAC to read it: the walk stops at the pod, each pod its own group (minMember 1)"),
     Kind("kubeflow.org", "PyTorchJob", "pytorchjobs", kubeflow.training_rule,
          "sum of replicas; elastic: `elasticPolicy.minReplicas`; `schedulingPolicy.minAvailable` wins",
          _SAME + " (queue/priority from labels only)"),
@@ -80,16 +86,24 @@ KINDS: tuple[Kind, ...] = (
              "one group per RayService, sized from the active cluster"),
         )
     ),
+    # A RayCronJob (KubeRay 1.5) owns the RayJob of each run; a DisaggregatedSet (LWS) owns one
+    # LeaderWorkerSet per role. Without these entries the walk would stop on them (no RBAC to read them).
+    Kind("ray.io", "RayCronJob", "raycronjobs", None,
+         "skipped: each run grouped as its RayJob, the RayCronJob's labels filling in", _NOT_READ + "RayJob"),
+    Kind("disaggregatedset.x-k8s.io", "DisaggregatedSet", "disaggregatedsets", None,
+         "skipped: grouped as its LeaderWorkerSets (one group per role replica), its labels filling in",
+         _NOT_READ + "LeaderWorkerSet"),
     *(
         Kind("serving.knative.dev", k, k.lower() + "s", knative.knative_rule,
              "one group per Revision, minMember = min-scale; default priority `inference`", _SAME)
         for k in ("Service", "Configuration", "Revision")
     ),
-    *(
-        Kind("argoproj.io", k, k.lower() + "s", None,
-             "skipped: one group per pod (steps run one after another)", _SAME)
-        for k in ("Workflow", "CronWorkflow")
-    ),
+    Kind("argoproj.io", "Workflow", "workflows", None,
+         "skipped: one group per pod (steps run one after another)", _SAME),
+    Kind("argoproj.io", "CronWorkflow", "cronworkflows", None,
+         "skipped to its Workflow, so one group per pod",
+         "no plugin, and no RBAC to read it: the walk stops at its Workflow, which is skipped: one group "
+         "per pod"),
     Kind("sparkoperator.k8s.io", "SparkApplication", "sparkapplications", spark.application_rule,
          "one group per application (driver and executors), minMember 1", "not listed: default grouper"),
     Kind("sparkoperator.k8s.io", "ScheduledSparkApplication", "scheduledsparkapplications",

@@ -24,7 +24,7 @@ from scheduler.kube.backoff import Backoff
 from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.informer import Informer, WatchTarget, slim
 from scheduler.kube.podgrouper import kinds
-from scheduler.kube.podgrouper.model import Obj, meta, spec, status, uid_of
+from scheduler.kube.podgrouper.model import Obj, OwnerRef, meta, spec, status, uid_of
 from scheduler.kube.podgrouper.walk import Found
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,14 @@ class OwnerReader:
                     None, f"{kind} {name} was deleted and re-created (UID {uid_of(found.obj)}, not {uid})"
                 )
         return found
+
+    def alive(self, namespace: str, owner: OwnerRef) -> bool | None:
+        """Whether `owner` exists now with its UID and is not being deleted, read from the API server (a
+        cache may not have seen the deletion yet); None when that cannot be told (not allowed, an error)."""
+        found = self._read(namespace, owner.api_version, owner.kind, owner.name, cached=False)
+        if found.obj is None:
+            return False if found.problem.endswith("not found (deleted)") else None
+        return uid_of(found.obj) == owner.uid and not meta(found.obj).get("deletionTimestamp")
 
     def read(self, namespace: str, api_version: str, kind: str, name: str) -> Obj | None:
         """An object by name (no owner reference to check it against): for rules that need one more."""
