@@ -14,7 +14,7 @@ from scheduler.model.types import Placement
 from scheduler.placement import explain_unschedulable, feasible
 from scheduler.state import ClusterState, demand_for
 from scheduler.state.backend import get_namespace
-from tests.framework.helpers import A100, cluster, node, phase, pod, queue, run
+from tests.framework.helpers import A100, cluster, node, phase, pod, podgroup, queue, run
 
 
 def _node(
@@ -187,3 +187,18 @@ def test_a_pod_with_scheduling_gates_is_not_scheduled_until_they_are_removed() -
         "SchedulingGated",
         "waits for its scheduling gates: example.com/quota",
     )
+
+
+def test_a_gang_waits_for_its_scheduling_gated_member() -> None:
+    members = [
+        pod(f"w{i}", "team", arrival_s=0, duration_s=60, gpus=1, annotations={"tessera.dev/pod-group": "job"})
+        for i in range(2)
+    ]
+    members[1]["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    sim, sched = cluster([node("n1", A100, 4, 32, 256), queue("team", None, 4), podgroup("job", "team", "team", 2),
+                          *members])  # fmt: skip
+    run(sim, sched, cycles=2)
+    assert phase(sim, "team/w0") == phase(sim, "team/w1") == "Pending"
+    gated, waiting = sim.pods["team/w1"].reason, sim.pods["team/w0"].reason
+    assert gated is not None and gated[0] == "SchedulingGated"
+    assert waiting is not None and "team/w1 is invalid or scheduling-gated" in waiting[1], waiting
