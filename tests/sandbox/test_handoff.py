@@ -144,13 +144,11 @@ def test_a_preset_node_name_pod_deleted_during_allocate_takes_nobodys_gpu(sandbo
             wait_for("the round's pods gone", lambda: not sandbox.core.list_namespaced_pod(ns).items, 30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 28: a sidecar (restartPolicy Always init container) with a GPU plus a main container with "
-    "a GPU needs 2 GPUs; the pod is charged 1 and the second Allocate takes the next pod's GPU",
-)
 def test_a_sidecar_and_its_main_container_each_get_their_own_gpu(sandbox: SandboxEnv) -> None:
-    """Last in the module: today it leaves a GPU that fails the pods placed on it."""
+    """A sidecar (restartPolicy Always init container) with a GPU next to a main container with a GPU: the
+    pod is charged 2 GPUs (sidecars add up, issue 29), and each container gets its own; the next pod's
+    GPU is another. Last in the module: before, it left a GPU that failed the pods placed on it."""
+
     with sandbox.namespace() as ns:
         body = pod("with-sidecar", gpus=1)
         body["spec"]["initContainers"] = [
