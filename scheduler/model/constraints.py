@@ -26,6 +26,8 @@ from scheduler.model.selectors import (
     LabelSelector,
     NodeSelectorTerm,
     Requirement,
+    as_list,
+    as_map,
     parse_label_selector,
     parse_node_selector_term,
 )
@@ -115,22 +117,6 @@ def split_port(code: str) -> tuple[str, int, str]:
     return protocol, int(port), ip
 
 
-def _map(raw: object, what: str) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InvalidSelector(f"{what} must be a map")
-    return raw
-
-
-def _list(raw: object, what: str) -> list[Any]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidSelector(f"{what} must be a list")
-    return raw
-
-
 def _int(raw: object, what: str, minimum: int) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or not minimum <= raw <= (1 << 31) - 1:
         raise InvalidSelector(f"{what} must be an integer >= {minimum}")
@@ -138,7 +124,7 @@ def _int(raw: object, what: str, minimum: int) -> int:
 
 
 def _affinity_term(raw: object, what: str, namespace: str, labels: Mapping[str, str]) -> PodAffinityTerm:
-    term = _map(raw, what)
+    term = as_map(raw, what)
     selector = parse_label_selector(term.get("labelSelector"), f"{what}.labelSelector")
     # matchLabelKeys / mismatchLabelKeys: merged as the API server does at creation (only into a selector
     # that is set, with the pod's own values of the keys it has).
@@ -146,12 +132,12 @@ def _affinity_term(raw: object, what: str, namespace: str, labels: Mapping[str, 
         more = tuple(
             Requirement(str(k), op, (labels[str(k)],))
             for field, op in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn"))
-            for k in _list(term.get(field), f"{what}.{field}")
+            for k in as_list(term.get(field), f"{what}.{field}")
             if str(k) in labels
         )
         selector = selector.with_requirements(more)
     ns_selector = parse_label_selector(term.get("namespaceSelector"), f"{what}.namespaceSelector")
-    namespaces = frozenset(str(n) for n in _list(term.get("namespaces"), f"{what}.namespaces"))
+    namespaces = frozenset(str(n) for n in as_list(term.get("namespaces"), f"{what}.namespaces"))
     if not namespaces and ns_selector is None:
         namespaces = frozenset({namespace})  # neither: the pod's own namespace
     key = str(term.get("topologyKey") or "")
@@ -161,7 +147,7 @@ def _affinity_term(raw: object, what: str, namespace: str, labels: Mapping[str, 
 
 
 def _weighted(raw: object, what: str, namespace: str, labels: Mapping[str, str]) -> WeightedTerm:
-    w = _map(raw, what)
+    w = as_map(raw, what)
     weight = _int(w.get("weight"), f"{what}.weight", 1)
     if weight > 100:
         raise InvalidSelector(f"{what}.weight must be 1..100")
@@ -171,7 +157,7 @@ def _weighted(raw: object, what: str, namespace: str, labels: Mapping[str, str])
 
 
 def _spread(raw: object, what: str, labels: Mapping[str, str]) -> SpreadConstraint:
-    c = _map(raw, what)
+    c = as_map(raw, what)
     when = str(c.get("whenUnsatisfiable") or "")
     if when not in ("DoNotSchedule", "ScheduleAnyway"):
         raise InvalidSelector(f"{what}.whenUnsatisfiable must be DoNotSchedule or ScheduleAnyway")
@@ -180,7 +166,7 @@ def _spread(raw: object, what: str, labels: Mapping[str, str]) -> SpreadConstrai
         raise InvalidSelector(f"{what}.topologyKey must not be empty")
     min_domains = c.get("minDomains")
     selector = parse_label_selector(c.get("labelSelector"), f"{what}.labelSelector")
-    keys = [str(k) for k in _list(c.get("matchLabelKeys"), f"{what}.matchLabelKeys")]
+    keys = [str(k) for k in as_list(c.get("matchLabelKeys"), f"{what}.matchLabelKeys")]
     if selector is not None and keys:  # kube-scheduler merges them with the pod's own values
         selector = selector.with_requirements(
             tuple(Requirement(k, "In", (labels[k],)) for k in keys if k in labels)
@@ -209,11 +195,11 @@ def _host_ports(spec: Mapping[str, Any]) -> tuple[str, ...]:
     host_network = spec.get("hostNetwork") is True
     codes: list[str] = []
     for kind in ("initContainers", "containers"):
-        for c in _list(spec.get(kind), f"spec.{kind}"):
-            if kind == "initContainers" and _map(c, "container").get("restartPolicy") != "Always":
+        for c in as_list(spec.get(kind), f"spec.{kind}"):
+            if kind == "initContainers" and as_map(c, "container").get("restartPolicy") != "Always":
                 continue
-            for p in _list(_map(c, "container").get("ports"), "ports"):
-                port = _map(p, "port")
+            for p in as_list(as_map(c, "container").get("ports"), "ports"):
+                port = as_map(p, "port")
                 host = port.get("hostPort") or (port.get("containerPort") if host_network else None)
                 if isinstance(host, int) and not isinstance(host, bool) and 0 < host < 65536:
                     codes.append(
@@ -224,8 +210,8 @@ def _host_ports(spec: Mapping[str, Any]) -> tuple[str, ...]:
 
 def _claims(spec: Mapping[str, Any], pod_name: str) -> tuple[str, ...]:
     names: list[str] = []
-    for v in _list(spec.get("volumes"), "spec.volumes"):
-        vol = _map(v, "volume")
+    for v in as_list(spec.get("volumes"), "spec.volumes"):
+        vol = as_map(v, "volume")
         pvc = vol.get("persistentVolumeClaim")
         if isinstance(pvc, Mapping) and pvc.get("claimName"):
             names.append(str(pvc["claimName"]))
@@ -238,39 +224,41 @@ def parse_constraints(
     spec: Mapping[str, Any], namespace: str, name: str, labels: Mapping[str, str]
 ) -> PodConstraints:
     """The pod's constraints; InvalidSelector (one line) for what the API server would refuse."""
-    affinity = _map(spec.get("affinity"), "spec.affinity")
-    node_aff = _map(affinity.get("nodeAffinity"), "nodeAffinity")
+    affinity = as_map(spec.get("affinity"), "spec.affinity")
+    node_aff = as_map(affinity.get("nodeAffinity"), "nodeAffinity")
     required_nodes: tuple[NodeSelectorTerm, ...] | None = None
     req = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
     if req is not None:
-        terms = _list(_map(req, "required").get("nodeSelectorTerms"), "nodeSelectorTerms")
+        terms = as_list(as_map(req, "required").get("nodeSelectorTerms"), "nodeSelectorTerms")
         parsed = (parse_node_selector_term(t, f"nodeSelectorTerms[{i}]") for i, t in enumerate(terms))
         required_nodes = tuple(t for t in parsed if t is not None)
     preferred_nodes = []
     for i, p in enumerate(
-        _list(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), "preferred")
+        as_list(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), "preferred")
     ):
-        pref = _map(p, f"preferred[{i}]")
+        pref = as_map(p, f"preferred[{i}]")
         weight = _int(pref.get("weight"), f"nodeAffinity.preferred[{i}].weight", 0)
         term = parse_node_selector_term(pref.get("preference"), f"preferred[{i}].preference")
         if weight and term is not None and term.valid:
             preferred_nodes.append((weight, term))
     out: dict[str, Any] = {}
     for kind in ("podAffinity", "podAntiAffinity"):
-        section = _map(affinity.get(kind), kind)
+        section = as_map(affinity.get(kind), kind)
         hard = "required" + "DuringSchedulingIgnoredDuringExecution"
         soft = "preferred" + "DuringSchedulingIgnoredDuringExecution"
         out[kind] = tuple(
             _affinity_term(t, f"{kind}.required[{i}]", namespace, labels)
-            for i, t in enumerate(_list(section.get(hard), f"{kind}.required"))
+            for i, t in enumerate(as_list(section.get(hard), f"{kind}.required"))
         )
         out[kind + "/soft"] = tuple(
             _weighted(t, f"{kind}.preferred[{i}]", namespace, labels)
-            for i, t in enumerate(_list(section.get(soft), f"{kind}.preferred"))
+            for i, t in enumerate(as_list(section.get(soft), f"{kind}.preferred"))
         )
     spread = tuple(
         _spread(c, f"topologySpreadConstraints[{i}]", labels)
-        for i, c in enumerate(_list(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints"))
+        for i, c in enumerate(
+            as_list(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")
+        )
     )
     return PodConstraints(
         required_nodes=required_nodes,

@@ -104,7 +104,8 @@ def _strings(raw: object, what: str) -> tuple[str, ...]:
     return tuple(str(v) for v in raw)
 
 
-def _map(raw: object, what: str) -> Mapping[str, Any]:
+def as_map(raw: object, what: str) -> Mapping[str, Any]:
+    """`raw` as a map (absent: empty); InvalidSelector naming `what` otherwise."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -112,7 +113,8 @@ def _map(raw: object, what: str) -> Mapping[str, Any]:
     return raw
 
 
-def _list(raw: object, what: str) -> list[Any]:
+def as_list(raw: object, what: str) -> list[Any]:
+    """`raw` as a list (absent: empty); InvalidSelector naming `what` otherwise."""
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -121,7 +123,7 @@ def _list(raw: object, what: str) -> list[Any]:
 
 
 def _label_requirement(raw: object, what: str) -> Requirement:
-    expr = _map(raw, what)
+    expr = as_map(raw, what)
     op = str(expr.get("operator") or "")
     values = _strings(expr.get("values"), f"{what}.values")
     if op not in LABEL_OPERATORS:
@@ -138,20 +140,20 @@ def parse_label_selector(raw: object, what: str) -> LabelSelector | None:
     InvalidSelector for what the API server refuses."""
     if raw is None:
         return None
-    sel = _map(raw, what)
+    sel = as_map(raw, what)
     reqs = [
-        Requirement(str(k), "In", (str(v),)) for k, v in sorted(_map(sel.get("matchLabels"), what).items())
+        Requirement(str(k), "In", (str(v),)) for k, v in sorted(as_map(sel.get("matchLabels"), what).items())
     ]
     reqs += [
         _label_requirement(e, f"{what}.matchExpressions[{i}]")
-        for i, e in enumerate(_list(sel.get("matchExpressions"), f"{what}.matchExpressions"))
+        for i, e in enumerate(as_list(sel.get("matchExpressions"), f"{what}.matchExpressions"))
     ]
     return LabelSelector(tuple(reqs))
 
 
 def _node_requirement(raw: object, *, field: bool) -> Requirement | None:
     """One requirement of a node selector term; None where Kubernetes could not parse it."""
-    expr = _map(raw, "requirement")
+    expr = as_map(raw, "requirement")
     op = str(expr.get("operator") or "")
     values = _strings(expr.get("values"), "values")
     key = str(expr.get("key") or "")
@@ -170,9 +172,9 @@ def _node_requirement(raw: object, *, field: bool) -> Requirement | None:
 
 def parse_node_selector_term(raw: object, what: str) -> NodeSelectorTerm | None:
     """A NodeSelectorTerm; None for an empty one (it selects nothing and is left out)."""
-    term = _map(raw, what)
-    exprs = _list(term.get("matchExpressions"), f"{what}.matchExpressions")
-    fields = _list(term.get("matchFields"), f"{what}.matchFields")
+    term = as_map(raw, what)
+    exprs = as_list(term.get("matchExpressions"), f"{what}.matchExpressions")
+    fields = as_list(term.get("matchFields"), f"{what}.matchFields")
     if not exprs and not fields:
         return None
     e = tuple(_node_requirement(x, field=False) for x in exprs)
