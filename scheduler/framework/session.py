@@ -30,7 +30,7 @@ from scheduler.model.reasons import PendingReason, Reason
 from scheduler.model.resources import Resources, placement_usage
 from scheduler.model.types import Placement, PodInfo
 from scheduler.placement.filters import feasible
-from scheduler.placement.incremental import IncrementalPlacer
+from scheduler.placement.incremental import IncrementalPlacer, Prefer
 from scheduler.placement.placer import place_one, placement_at
 from scheduler.placement.policy import Array, PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
@@ -212,10 +212,20 @@ class Session:
             self._exclude = None
 
     def excluded(self, d: PodDemand) -> Array | None:
-        """bool[C]: rows `d` may not use this cycle (None when there are none)."""
+        """bool[C]: rows `d` may not use now (None when there are none): nodes whose GPUs are busy this
+        cycle, and nodes the pod's inter-pod rules refuse with the pods placed so far (affinity,
+        anti-affinity, existing pods' anti-affinity, topology spread: `cache/pod_topology.py`)."""
+        interpod = self.cache.pod_mask(d)
+
+        locked = self._locked(d)
+        if interpod is None:
+            return locked
+        return ~interpod if locked is None else locked | ~interpod
+
+    def _locked(self, d: PodDemand) -> Array | None:
         if not self.unavailable or not d.uses_gpu:
             return None
-        if self._exclude is None:
+        if self._exclude is None or self._exclude.shape[0] != self.state.capacity:
             xp = self.xp
             mask = xp.zeros((self.state.capacity,), dtype=xp.bool)
             for row in sorted(self.unavailable):
@@ -226,7 +236,12 @@ class Session:
     def place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`).
         `within`: bool[C] the rows it may use (a topology domain), None: any."""
-        return self.placer.place(d, exclude=self._outside(d, within))
+        return self.placer.place(d, exclude=self._outside(d, within), prefer=self._preference(d))
+
+    def _preference(self, d: PodDemand) -> Prefer | None:
+        """The pod's preferences (kube-scheduler's default scores), for the placer to blend in."""
+        topology = self.cache.pod_topology
+        return lambda mask: topology.preference(d, mask)
 
     def probe_place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` could go now, by the cheap row-local placer victim searches try their plans with."""

@@ -32,6 +32,7 @@ from scheduler.cache.cluster import BindResult as Accepted
 from scheduler.kube.binder import Binder, BindResult
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.lock_view import NodeLockView
+from scheduler.kube.volume_prebind import VolumePrebind
 from scheduler.model.reasons import Reason
 from scheduler.model.types import PodInfo
 
@@ -47,6 +48,7 @@ class BindTask:
     assignment: GPUAssignment | None
     lock: bool  # take the node's bind lock first
     since: float = field(default_factory=time.monotonic)
+    claims: tuple[str, ...] = ()  # the pod's PersistentVolumeClaims (volume_prebind.py acts on them first)
 
     @property
     def key(self) -> str:
@@ -184,8 +186,10 @@ class AsyncBinds:
         lock_timeout_s: float = 60.0,
         whole_gpu_lock: bool = True,
         workers: int = 8,
+        prebind: VolumePrebind | None = None,
     ) -> None:
         self.binder, self.locks = binder, locks
+        self.prebind = prebind  # claims waiting for their first consumer, before the Binding
         self._node, self._pod = node, pod
         self._events = events  # a failed bind re-sends its pod here
         self._wake = wake  # a failed bind: its pod waits again, a cycle should see it soon
@@ -213,7 +217,10 @@ class AsyncBinds:
                     msg = f"node {node} is busy: waiting for the device plugin to allocate {holder.key}"
                     raise BindError(msg, node_busy=True)
                 park = True  # behind a pod we bound there (of the same gang, say): its turn comes next
-        task = BindTask(pod.namespace, pod.name, pod.uid, node, assignment if assignment.gpus else None, lock)
+        task = BindTask(
+            pod.namespace, pod.name, pod.uid, node, assignment if assignment.gpus else None, lock,
+            claims=pod.constraints.claims,
+        )  # fmt: skip
         with self._lock:
             self._bound[pod.uid] = (node, assignment.to_annotation() if assignment.gpus else None)
             self._lock_waiters.discard(pod.uid)
@@ -297,6 +304,10 @@ class AsyncBinds:
     # ---- the binder threads' side ---------------------------------------------------------------------------
     def _bind_now(self, task: BindTask) -> BindResult:
         """A binder thread's work: the API requests of one bind."""
+        if task.claims and self.prebind is not None:
+            why = self.prebind.prepare(task.namespace, task.claims, task.node)
+            if why is not None:
+                return BindResult(False, why)
         meta = None
         if task.lock:
             meta = (self._node(task.node) or {}).get("metadata")

@@ -40,7 +40,10 @@ from scheduler.model.parse import pod_group_name
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-FORWARDED: tuple[Kind, ...] = ("Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "Topology")
+FORWARDED: tuple[Kind, ...] = (
+    "Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "Topology", "Namespace", "PersistentVolume",
+    "PersistentVolumeClaim", "StorageClass",
+)  # fmt: skip
 
 
 def wakes_cycle(ev: ResourceEvent, scheduler_name: str) -> bool:
@@ -53,7 +56,8 @@ def wakes_cycle(ev: ResourceEvent, scheduler_name: str) -> bool:
         )
     if ev.kind == "Node":  # a new node (a lock of ours changing is the binder's business, not a cycle's)
         return ev.type != "MODIFIED"
-    return ev.kind in ("Queue", "PodGroup")
+    # a claim bound or a volume made: a pod waiting for its volumes may fit now
+    return ev.kind in ("Queue", "PodGroup", "PersistentVolumeClaim", "PersistentVolume")
 
 
 class NodeGate:

@@ -21,6 +21,7 @@ class Wait(StrEnum):
     BIND = "bind"  # placed, but the bind failed; retried next cycle
     RELEASING = "releasing"  # placed where evicted pods still terminate: bound once they are gone
     NEXT_CYCLE = "next-cycle"  # arrived after the last cycle: not considered yet
+    GATED = "gated"  # its scheduling gates are still on: the controller that set them removes them
 
 
 class Reason(StrEnum):
@@ -44,6 +45,7 @@ class Reason(StrEnum):
     PIPELINED = "Pipelined"
     RESERVATION_DROPPED = "ReservationDropped"
     WAITING = "Waiting"
+    SCHEDULING_GATED = "SchedulingGated"
 
     @property
     def wait(self) -> Wait:
@@ -76,6 +78,7 @@ _WAIT = {
     Reason.PIPELINED: Wait.RELEASING,
     Reason.RESERVATION_DROPPED: Wait.ROOM,
     Reason.WAITING: Wait.NEXT_CYCLE,
+    Reason.SCHEDULING_GATED: Wait.GATED,
 }
 
 _MEANING = {
@@ -102,7 +105,9 @@ _MEANING = {
     Reason.PIPELINED: "its place is reserved; it is bound once the pods still on it have terminated",
     Reason.RESERVATION_DROPPED: "the place reserved for it could not be kept (why is in the message)",
     Reason.WAITING: "arrived after the last cycle",
+    Reason.SCHEDULING_GATED: "its spec.schedulingGates are not all removed yet (as kube-scheduler, it is not scheduled)",
 }
+
 
 # Waits the actions that make room act on: consolidate only on room; preempt also on its queue's rules
 # (evicting in the queue frees its limit), reclaim also on a limit (taken from a queue under the same

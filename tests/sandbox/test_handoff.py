@@ -145,8 +145,10 @@ def test_a_preset_node_name_pod_deleted_during_allocate_takes_nobodys_gpu(sandbo
 
 
 def test_a_sidecar_and_its_main_container_each_get_their_own_gpu(sandbox: SandboxEnv) -> None:
-    """A sidecar runs beside the main container, so the pod is charged both GPUs (`parse.pod_resources`);
-    last in the module (when it failed, it left a GPU that failed the pods placed on it)."""
+    """A sidecar (restartPolicy Always init container) with a GPU next to a main container with a GPU: the
+    pod is charged 2 GPUs (sidecars add up, issue 29), and each container gets its own; the next pod's
+    GPU is another. Last in the module: before, it left a GPU that failed the pods placed on it."""
+
     with sandbox.namespace() as ns:
         body = pod("with-sidecar", gpus=1)
         body["spec"]["initContainers"] = [
