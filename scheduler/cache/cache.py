@@ -21,6 +21,7 @@ from scheduler.api.queue import Queue
 from scheduler.api.topology import Topology
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.error_log import ErrorLog
+from scheduler.cache.gc_pause import paused_gc
 from scheduler.cache.inflight import InFlight
 from scheduler.cache.job_index import JobIndex
 from scheduler.cache.ledger import Ledger
@@ -50,7 +51,8 @@ class Cache:
         return cls(ledger=ledger, mirror=ClusterMirror(ledger, errors), error_log=errors)
 
     def apply(self, events: list[WatchEvent]) -> None:
-        self.mirror.apply(events)
+        with paused_gc(len(events)):
+            self.mirror.apply(events)
 
     @property
     def index(self) -> JobIndex:

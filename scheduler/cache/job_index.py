@@ -29,6 +29,7 @@ from scheduler.api.keys import DEFAULT_QUEUE, GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.cache.containment import RETRIED, Quarantined, failure, retry_after
+from scheduler.cache.gc_pause import paused_gc
 from scheduler.cache.ledger import Holding, HoldKind, Ledger, Owner, same_charge
 from scheduler.model.jobs import Job, build_job, is_job_member, job_facts, job_key
 from scheduler.model.types import PodInfo, PodPhase
@@ -176,7 +177,13 @@ class JobIndex:
         for key, q in list(self.quarantined.items()):
             if q.until <= self.generation:  # its backoff is over: try it again
                 self._dirty[key] = None
-        for key in list({**self._dirty, **self._active}):
+        with paused_gc(len(self._dirty) + len(self._active)):
+            self._rebuild(list({**self._dirty, **self._active}))
+        self._dirty.clear()
+        return [job for key, job in self._jobs.items() if not self._left_out(key)]
+
+    def _rebuild(self, keys: list[str]) -> None:
+        for key in keys:
             members = self._members.get(key)
             if not members:
                 self._members.pop(key, None)
@@ -210,8 +217,6 @@ class JobIndex:
                 self._active[key] = None
             else:
                 self._active.pop(key, None)
-        self._dirty.clear()
-        return [job for key, job in self._jobs.items() if not self._left_out(key)]
 
     def _left_out(self, key: str) -> bool:
         q = self.quarantined.get(key)
