@@ -133,10 +133,10 @@ def _strings(value: object, what: str) -> dict[str, str]:
 
 
 def _meta(obj: Obj) -> Obj:
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):  # (the ABC check is slow: dicts first)
         raise InvalidObject(f"an object must be a map, not a {type(obj).__name__}")
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping) or not meta.get("name"):
+    if (type(meta) is not dict and not isinstance(meta, Mapping)) or not meta.get("name"):
         raise InvalidObject(f"{obj.get('kind', 'object')} without metadata.name")
     return meta
 
@@ -346,7 +346,9 @@ def started_s(obj: Obj) -> float | None:
     """When the pod started (status.startTime, set by the kubelet once it accepted the pod); None before.
     Minimum runtimes are measured from it (docs/min-runtime.md)."""
     status = obj.get("status")
-    return timestamp_s(status.get("startTime")) if isinstance(status, Mapping) else None
+    return (
+        timestamp_s(status.get("startTime")) if type(status) is dict or isinstance(status, Mapping) else None
+    )
 
 
 def _phase(obj: Obj) -> PodPhase:
@@ -515,7 +517,7 @@ def _has_constraints(spec: Obj) -> bool:
     if any(spec.get(f) for f in _CONSTRAINT_FIELDS):
         return True
     return any(
-        isinstance(c, Mapping) and c.get("ports")
+        (type(c) is dict or isinstance(c, Mapping)) and c.get("ports")
         for kind in ("containers", "initContainers")
         for c in (spec.get(kind) or ())
     )
