@@ -31,15 +31,16 @@ def try_place_job(
     session: Session,
     f: JobFacts,
     tx: Transaction,
-    unplaceable: dict[PodDemand, str],
+    unplaceable: dict[PodDemand, tuple[Reason, str]],
     limit: int | None = None,
 ) -> tuple[int, tuple[PodDemand, str] | None]:
     """Place pending members in order, at most `limit` (all that fit without one); return how many, and
     the demand of the last one that did not fit with why it did not there and then (None: all fitted).
 
-    `unplaceable` remembers demands that fit nowhere on the committed state: allocate only ever fills
-    the cluster, so an identical demand will not fit later in the same action either. Failures seen while
-    this transaction holds placements are not remembered: those placements may yet be rolled back.
+    `unplaceable` remembers demands that fit nowhere on the committed state (and why): allocate only ever
+    fills the cluster and the nodes waiting for the device plugin only grow, so an identical demand will
+    not fit later in the same action either. Failures seen while this transaction holds placements are not
+    remembered: those placements may yet be rolled back.
     """
     placed = 0
     failure: tuple[PodDemand, str] | None = None
@@ -47,18 +48,18 @@ def try_place_job(
         if limit is not None and placed == limit:
             break
         d = demand_for(pod)
-        msg = unplaceable.get(d)
+        why = unplaceable.get(d)
         t0 = time.perf_counter()
-        pl = None if msg is not None else session.place(d)
+        pl = None if why is not None else session.place(d)
         t1 = time.perf_counter()
         session.add_time("scoring", t1 - t0)
         if pl is None:
-            if msg is None:
-                msg = explain_unschedulable(session.state, d)
+            if why is None:
+                why = session.why_unplaced(d)
                 if not tx.ops:
-                    unplaceable[d] = msg
-            session.set_reason(pod, Reason.UNSCHEDULABLE, msg)
-            failure = (d, msg)
+                    unplaceable[d] = why
+            session.set_reason(pod, *why)
+            failure = (d, why[1])
             if placed + (len(f.pending) - i - 1) < f.need:
                 break  # the gang can no longer reach minMember
             continue
@@ -128,7 +129,7 @@ class Allocate:
     name = "allocate"
 
     def execute(self, session: Session, cluster: Cluster) -> None:
-        unplaceable: dict[PodDemand, str] = {}
+        unplaceable: dict[PodDemand, tuple[Reason, str]] = {}
         order = JobOrder(session, _schedulable(session))
         for job in order.jobs():
             f = session.facts(job)

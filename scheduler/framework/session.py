@@ -4,9 +4,11 @@ While it is open the session listens to the ledger: every holding that comes or 
 eviction, a reservation, or the undo of one) moves its queue's and its ancestors' `allocated` figures, so
 the queue rules the actions check always see the cycle's changes so far.
 
-A node a bind reported busy (its bind lock waits for the device plugin) is masked for GPU pods for the rest
-of the cycle: the actions place through the session (`place`, `place_one`, `feasible`), which leaves it
-out. The cluster state is not touched; later cycles see the lock in the node's own events.
+The actions place through the session (`place`, `place_one`, `feasible`), which leaves out the nodes a GPU
+pod may not use now without writing anything into the cluster state: a node where a pod bound by us waits
+for the device plugin's Allocate takes no other pod the plugin must recognise (`scheduler/cache/handoff.py`:
+the next goes to the best other node), and a node whose place could not be taken back after a failed
+action takes no GPU pod for the rest of the cycle.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from scheduler.model.jobs import Job, JobFacts, job_facts
 from scheduler.model.reasons import PendingReason, Reason
 from scheduler.model.resources import Resources, placement_usage
 from scheduler.model.types import Placement, PodInfo
+from scheduler.placement.explain import explain_unschedulable
 from scheduler.placement.filters import feasible
 from scheduler.placement.incremental import IncrementalPlacer
 from scheduler.placement.placer import place_one, placement_at
@@ -93,7 +96,7 @@ class Session:
     # The earliest Unix time something waiting now may be decided otherwise without any event (a victim's
     # minimum runtime ends): a simulation advances its clock to it; None: nothing of the kind.
     retry_at: float | None = None
-    _exclude: Array | None = field(default=None, repr=False)
+    _exclude: Array | None = field(default=None, repr=False)  # bool[C] of `unavailable`
     _usage: TreeUsage | None = field(default=None, repr=False)
 
     @property
@@ -202,22 +205,57 @@ class Session:
 
     # ------------------------------------------------------------------------------------ placement
     def mask_node(self, row: int) -> None:
-        """The node's GPUs are busy for the rest of the cycle (a bind lock): no GPU pod goes there."""
+        """The node's GPUs take no pod for the rest of the cycle: no GPU pod goes there."""
         if row not in self.unavailable:
             self.unavailable.add(row)
             self._exclude = None
 
+    def _waits_for_plugin(self, d: PodDemand) -> bool:
+        """Whether `d`, once bound, would wait for the device plugin's Allocate (so it must not join a node
+        where a pod already does: `scheduler/cache/handoff.py`)."""
+        rule = self.cache.handoff.rule
+        return rule is not None and d.uses_gpu and (not d.whole or rule.whole_gpus)
+
+    def handoff_rows(self, d: PodDemand) -> dict[int, str]:
+        """Rows `d` must not join now because a pod bound by us waits there for the device plugin, with a
+        pod waiting there (uid each). Empty when `d` needs no device plugin."""
+        if not self._waits_for_plugin(d) or not self.cache.handoff.waiting:
+            return {}
+        return self.cache.handoff.rows()
+
     def excluded(self, d: PodDemand) -> Array | None:
-        """bool[C]: rows `d` may not use this cycle (None when there are none)."""
-        if not self.unavailable or not d.uses_gpu:
+        """bool[C]: rows `d` may not use now (None when there are none)."""
+        if not d.uses_gpu:
             return None
+        waiting = self.cache.handoff.mask() if self._waits_for_plugin(d) else None
+        if not self.unavailable:
+            return waiting
         if self._exclude is None:
             xp = self.xp
             mask = xp.zeros((self.state.capacity,), dtype=xp.bool)
             for row in sorted(self.unavailable):
                 mask[row] = True
             self._exclude = mask
-        return self._exclude
+        return self._exclude if waiting is None else self._exclude | waiting
+
+    def why_unplaced(self, d: PodDemand) -> tuple[Reason, str]:
+        """Why `d` fits nowhere it may go now: the nodes it fits all wait for the device plugin (it is placed
+        once one has allocated its pod), or what the cluster lacks."""
+        waiting = self.handoff_rows(d)
+        if waiting:
+            mask, _ = feasible(self.state, d)
+            rows = [r for r in sorted(waiting) if bool(mask[r])]
+            if rows:
+                names = []
+                for r in rows[:3]:
+                    pod = self.cache.pods.get(waiting[r])
+                    names.append(f"{self.state.node_names[r]} ({pod.key if pod else 'a pod'})")
+                more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
+                return Reason.WAITING_FOR_DEVICE_PLUGIN, (
+                    f"{d.describe()} fits only on nodes where the device plugin has yet to allocate the pod bound "
+                    f"there before it: {', '.join(names)}{more}; placed once it has (one such pod per node)"
+                )
+        return Reason.UNSCHEDULABLE, explain_unschedulable(self.state, d)
 
     def place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`).

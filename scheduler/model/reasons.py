@@ -21,6 +21,9 @@ class Wait(StrEnum):
     BIND = "bind"  # placed, but the bind failed; retried next cycle
     RELEASING = "releasing"  # placed where evicted pods still terminate: bound once they are gone
     NEXT_CYCLE = "next-cycle"  # arrived after the last cycle: not considered yet
+    DEVICE_PLUGIN = (
+        "device-plugin"  # fits where the device plugin has yet to allocate the pod bound before it
+    )
 
 
 class Reason(StrEnum):
@@ -44,6 +47,7 @@ class Reason(StrEnum):
     PIPELINED = "Pipelined"
     RESERVATION_DROPPED = "ReservationDropped"
     WAITING = "Waiting"
+    WAITING_FOR_DEVICE_PLUGIN = "WaitingForDevicePlugin"
 
     @property
     def wait(self) -> Wait:
@@ -76,6 +80,7 @@ _WAIT = {
     Reason.PIPELINED: Wait.RELEASING,
     Reason.RESERVATION_DROPPED: Wait.ROOM,
     Reason.WAITING: Wait.NEXT_CYCLE,
+    Reason.WAITING_FOR_DEVICE_PLUGIN: Wait.DEVICE_PLUGIN,
 }
 
 _MEANING = {
@@ -102,6 +107,10 @@ _MEANING = {
     Reason.PIPELINED: "its place is reserved; it is bound once the pods still on it have terminated",
     Reason.RESERVATION_DROPPED: "the place reserved for it could not be kept (why is in the message)",
     Reason.WAITING: "arrived after the last cycle",
+    Reason.WAITING_FOR_DEVICE_PLUGIN: (
+        "the nodes it fits each have a pod bound that the device plugin has yet to allocate (one at a time "
+        "per node); placed once one has"
+    ),
 }
 
 # Waits the actions that make room act on: consolidate only on room; preempt also on its queue's rules

@@ -112,7 +112,7 @@ def measure(world: BenchWorld, cfg: E2EConfig, say: Say, *, setup_s: float = 0.0
     try:
         watch = BindWatch(world.api_client(), world.namespace).start()
         if cfg.fraction_share > 0:
-            devices = DevicePluginStandIn(world.api_client(), watch, set(world.node_names)).start()
+            devices = DevicePluginStandIn(world.api_client(), watch).start()
         creator = Creator(world.api_client(connections=cfg.creators + 4), world.namespace, cfg)
         how = (
             "before the scheduler starts" if cfg.preload else f"at {cfg.rate:g}/s" if cfg.rate else "at once"
@@ -140,7 +140,7 @@ def measure(world: BenchWorld, cfg: E2EConfig, say: Say, *, setup_s: float = 0.0
             say(f"creating {cfg.pods} pods ({cfg.kind_of_pods}) {how}")
             creator.run()
         done_s = _wait_bound(watch, cfg, creator.first_s if not cfg.preload else started)
-        if devices is not None:  # the last pods' locks are freed after their binds: count those requests too
+        if devices is not None:  # the last pods are marked after their binds: count those requests too
             devices.wait_idle(timeout_s=10.0)
         cpu_after = {k: cpu_seconds(pid) for k, pid in pids.items()}
         bench_cpu = _self_cpu() - bench_before
