@@ -14,7 +14,10 @@ def test_round_trip_and_wire_format() -> None:
     at = datetime(2026, 12, 4, 10, 0, 0, 123000, tzinfo=UTC)
     a = GPUAllocation(gpus=[AllocatedGPU(index=1, uuid="GPU-b"), AllocatedGPU(index=3, uuid="GPU-d")], at=at)
     raw = a.to_annotation()
-    assert raw == '{"gpus":[{"index":1,"uuid":"GPU-b"},{"index":3,"uuid":"GPU-d"}],"at":"2026-12-04T10:00:00.123000Z"}'
+    assert (
+        raw
+        == '{"gpus":[{"index":1,"uuid":"GPU-b"},{"index":3,"uuid":"GPU-d"}],"at":"2026-12-04T10:00:00.123000Z"}'
+    )
     assert GPUAllocation.from_annotation(raw) == a and a.indexes == [1, 3]
 
 
