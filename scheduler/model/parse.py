@@ -200,7 +200,8 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
     )
 
 
-def _add_container(container: Obj, field: str, values: object, total: dict[str, Decimal], init: bool) -> None:
+def _add_container(container: Obj, field: str, values: object, total: dict[str, Decimal]) -> None:
+    """Add one container's requests or limits (`field`) into `total`."""
     if not values:
         return
     for k, raw in _mapping(values, f"resources.{field}").items():
@@ -212,25 +213,40 @@ def _add_container(container: Obj, field: str, values: object, total: dict[str, 
             raise InvalidObject(f"container {container.get('name')} {field}.{k}: {amount}")
         assert isinstance(amount, Decimal)
         old = total.get(k)
-        total[k] = amount if old is None else (max(old, amount) if init else old + amount)
+        total[k] = amount if old is None else old + amount
 
 
 def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
     """The pod's effective (requests, limits) of the resources the scheduler reads (cpu, memory, whole
-    GPUs): max(sum of containers, any init container) as the kubelet computes it, a limit standing in for
-    a missing request (Kubernetes defaulting). Each value and each total is bounded
-    (scheduler/api/limits.py); InvalidObject with a one-line reason otherwise. (The webhook uses it too.)"""
+    GPUs), as the kubelet computes them: the app containers and the sidecars (init containers with
+    `restartPolicy: Always`, which run beside them) summed, or any other init container with the sidecars
+    started before it, whichever is more; a limit standing in for a missing request (Kubernetes
+    defaulting). Each value and each total is bounded (scheduler/api/limits.py); InvalidObject with a
+    one-line reason otherwise. (The webhook uses it too.)"""
     requests: dict[str, Decimal] = {}
     limits: dict[str, Decimal] = {}
-    for kind in ("containers", "initContainers"):
-        init = kind == "initContainers"
-        for c in _items(spec.get(kind), f"spec.{kind}"):
-            resources = c.get("resources")
-            if not resources:
-                continue
-            resources = _mapping(resources, "resources")
-            _add_container(c, "requests", resources.get("requests"), requests, init)
-            _add_container(c, "limits", resources.get("limits"), limits, init)
+    for field, total in (("requests", requests), ("limits", limits)):
+        app: dict[str, Decimal] = {}  # the app containers, summed
+        sidecars: dict[str, Decimal] = {}  # the sidecars started so far, summed
+        peak: dict[str, Decimal] = {}  # an init container's with the sidecars started before it, at the most
+        for kind in ("containers", "initContainers"):
+            for c in _items(spec.get(kind), f"spec.{kind}"):
+                resources = c.get("resources")
+                if not resources:
+                    continue
+                values = _mapping(resources, "resources").get(field)
+                if kind == "containers":
+                    _add_container(c, field, values, app)
+                elif c.get("restartPolicy") == "Always":
+                    _add_container(c, field, values, sidecars)
+                else:
+                    alone: dict[str, Decimal] = {}
+                    _add_container(c, field, values, alone)
+                    for k, v in alone.items():
+                        with_sidecars = v + sidecars.get(k, Decimal(0))
+                        peak[k] = max(peak.get(k, with_sidecars), with_sidecars)
+        for k in {*app, *sidecars, *peak}:
+            total[k] = max(app.get(k, Decimal(0)) + sidecars.get(k, Decimal(0)), peak.get(k, Decimal(0)))
     for field, total in (("requests", requests), ("limits", limits)):
         for k, v in total.items():
             if v > _MAXIMUM[k]:
