@@ -330,9 +330,11 @@ class Sandbox:
             return [f"--kubeconfig={config}", f"--fake-gpus={gpus}"]
 
         plugin_pod = components.pod_template(*components.DEVICE_PLUGIN)
-        # A real kubelet serves PodResources under its own root dir; the stand-in serves none.
-        pod_resources = (
-            str(real_kubelet.NodeDir(node_dir).pod_resources_socket) if node.kubelet == "real" else ""
+        # A real kubelet serves PodResources under its own root dir, the stand-in in the node's folder.
+        pod_resources = str(
+            real_kubelet.NodeDir(node_dir).pod_resources_socket
+            if node.kubelet == "real"
+            else node_dir / "pod-resources" / "kubelet.sock"
         )
         plugin_argv = components.command_line(
             plugin_pod.containers["tessera-device-plugin"],

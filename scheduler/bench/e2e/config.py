@@ -31,6 +31,9 @@ class E2EConfig:
     bind_workers: int = 8  # Tessera's binder threads
     min_cycle_gap_s: float = 0.05  # Tessera's shortest time between cycles
     policy: str = ""  # Tessera's placement policy ('' = its default)
+    # Tessera's device plugin serves whole GPUs on the nodes (the chart's default): whole-GPU pods wait for
+    # it after their bind as fractions do; False: NVIDIA's plugin serves them (`--whole-gpu-resource ""`).
+    whole_gpu_plugin: bool = True
     profile: str | None = None  # py-spy flame graph of the scheduler process (an .svg path)
 
     @property

@@ -12,7 +12,14 @@ from urllib.parse import quote
 
 from kubernetes import client
 
-from scheduler.api.keys import API_VERSION, GPU_FRACTION, POD_GROUP, SCHEDULER_NAME, WHOLE_GPU_RESOURCE
+from scheduler.api.keys import (
+    API_VERSION,
+    GPU_ASSIGNMENT,
+    GPU_FRACTION,
+    POD_GROUP,
+    SCHEDULER_NAME,
+    WHOLE_GPU_RESOURCE,
+)
 from scheduler.bench.e2e.config import E2EConfig
 from scheduler.kube import raw
 from scheduler.kube.event_queue import ResourceEvent
@@ -133,6 +140,7 @@ class BindWatch:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.bound: dict[str, float] = {}  # pod name -> when the watch showed its node
         self.nodes: dict[str, str] = {}
+        self.assignments: dict[str, str] = {}  # pod name -> its tessera.dev/gpu-assignment as bound
         # Told of each pod once, when the watch first shows it bound (the pod as the watch has it).
         self.on_bound: list[Callable[[dict[str, Any]], None]] = []
         self._lock = threading.Lock()
@@ -149,6 +157,9 @@ class BindWatch:
                 if first:
                     self.bound[name] = now
                     self.nodes[name] = node
+                    raw = (ev.obj["metadata"].get("annotations") or {}).get(GPU_ASSIGNMENT)
+                    if raw:
+                        self.assignments[name] = raw
             if first:
                 for listener in self.on_bound:
                     listener(ev.obj)
