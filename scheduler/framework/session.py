@@ -230,17 +230,48 @@ class Session:
         waiting = self.cache.handoff.mask() if self._waits_for_plugin(d) else None
         if not self.unavailable:
             return waiting
+        masked = self._masked()
+        return masked if waiting is None else masked | waiting
+
+    def _masked(self) -> Array:
+        """bool[C]: the rows `mask_node` took out for this cycle."""
         if self._exclude is None:
             xp = self.xp
             mask = xp.zeros((self.state.capacity,), dtype=xp.bool)
             for row in sorted(self.unavailable):
                 mask[row] = True
             self._exclude = mask
-        return self._exclude if waiting is None else self._exclude | waiting
+        return self._exclude
 
-    def why_unplaced(self, d: PodDemand) -> tuple[Reason, str]:
+    def holds_off(self, d: PodDemand, pl: Placement, coming: int) -> bool:
+        """Whether a fraction placed at `pl` should rather wait for a node where a pod waits for the device
+        plugin: `pl` starts on an unused GPU, while GPUs already shared on those nodes, where `d` fits but
+        for the pod waiting there, have room for every pod of its shape still to place this cycle
+        (`coming`, this one included). Going elsewhere each time would leave those shared GPUs part-used
+        once the pods run out (a burst spread one per node); once the plugin has allocated the pod there,
+        the next cycle fills them, as the policy would have. More pods than that room: starting a GPU
+        elsewhere costs nothing (a later pod shares it)."""
+        if d.whole or d.num_gpus != 1 or d.gpu_milli <= 0 or not self._waits_for_plugin(d):
+            return False
+        waiting = self.cache.handoff.mask()
+        if waiting is None:
+            return False
+        s, xp = self.state, self.xp
+        if any(int(s.free_milli[pl.node, g.slot]) < MILLI_PER_GPU for g in pl.gpus):
+            return False  # it shares a GPU already: nothing to gain by waiting
+        rows, fit = self.placer.feasible(d)  # ignores the hand-off mask: the nodes it would wait for
+        rows = rows & waiting
+        if self.unavailable:
+            rows = rows & ~self._masked()
+        free = s.free_milli
+        shared = fit & (free < MILLI_PER_GPU) & rows[:, None]
+        room = int(xp.sum(xp.where(shared, free // d.gpu_milli, xp.zeros_like(free))))
+        return room > 0 and room >= coming
+
+    def why_unplaced(self, d: PodDemand, *, held_off: bool = False) -> tuple[Reason, str]:
         """Why `d` fits nowhere it may go now: the nodes it fits all wait for the device plugin (it is placed
-        once one has allocated its pod), or what the cluster lacks."""
+        once one has allocated its pod), or what the cluster lacks. `held_off`: it fits elsewhere, but waits
+        to share a GPU on such a node (`holds_off`)."""
         waiting = self.handoff_rows(d)
         if waiting:
             mask, _ = feasible(self.state, d)
@@ -250,10 +281,16 @@ class Session:
                 for r in rows[:3]:
                     pod = self.cache.pods.get(waiting[r])
                     names.append(f"{self.state.node_names[r]} ({pod.key if pod else 'a pod'})")
-                more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
+                where = ", ".join(names) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
+                if held_off:
+                    return Reason.WAITING_FOR_DEVICE_PLUGIN, (
+                        f"{d.describe()} waits to share a GPU on a node where the device plugin has yet to "
+                        f"allocate the pod bound there before it ({where}): starting another GPU now would "
+                        "leave GPUs part-used; placed once it has (one such pod per node)"
+                    )
                 return Reason.WAITING_FOR_DEVICE_PLUGIN, (
                     f"{d.describe()} fits only on nodes where the device plugin has yet to allocate the pod bound "
-                    f"there before it: {', '.join(names)}{more}; placed once it has (one such pod per node)"
+                    f"there before it: {where}; placed once it has (one such pod per node)"
                 )
         return Reason.UNSCHEDULABLE, explain_unschedulable(self.state, d)
 

@@ -88,12 +88,15 @@ class AsyncStub:
 
 
 def world(
-    *pods: dict[str, object], groups: tuple[tuple[str, int], ...] = (), handoff: HandoffRule | None = None
+    *pods: dict[str, object],
+    groups: tuple[tuple[str, int], ...] = (),
+    handoff: HandoffRule | None = None,
+    nodes: int = 2,
 ) -> tuple[AsyncStub, Scheduler]:
-    """Two nodes of 2 GPUs, queue q; the pods given (arrived at 0). `handoff`: pods wait for a device plugin
-    after their bind (as on Kubernetes)."""
+    """`nodes` nodes of 2 GPUs, queue q; the pods given (arrived at 0). `handoff`: pods wait for a device
+    plugin after their bind (as on Kubernetes)."""
     m = Manifests()
-    objs = [node("n0", A100, 2, 32, 256), node("n1", A100, 2, 32, 256), queue("q", None, 4)]
+    objs = [*(node(f"n{i}", A100, 2, 32, 256) for i in range(nodes)), queue("q", None, 4)]
     objs += [podgroup(name, "q", "q", minimum) for name, minimum in groups]
     for o in [*objs, *pods]:
         m.objects[str(o["kind"])].append(o)  # type: ignore[arg-type]
@@ -119,8 +122,8 @@ def one_gpu(name: str, group: str | None = None) -> dict[str, object]:
     return pod(name, "q", arrival_s=0, duration_s=1000, gpus=1, cpu="1", annotations=annotations)
 
 
-def quarter(name: str) -> dict[str, object]:
-    return pod(name, "q", arrival_s=0, duration_s=1000, cpu="1", annotations={GPU_FRACTION: "0.25"})
+def half(name: str) -> dict[str, object]:
+    return pod(name, "q", arrival_s=0, duration_s=1000, cpu="1", annotations={GPU_FRACTION: "0.5"})
 
 
 def touch(stub: AsyncStub, name: str, **annotations: str) -> None:
@@ -154,8 +157,9 @@ def test_a_version_of_a_pod_older_than_its_bind_in_flight_changes_nothing() -> N
 def test_one_pod_per_node_waits_for_the_device_plugin_and_the_next_goes_elsewhere() -> None:
     """DESIGN.md step 3 on the cycle: a fraction bound to a node waits for the device plugin's Allocate
     until the plugin marks it `tessera.dev/gpu-allocated`; meanwhile the next fraction goes to the other
-    node, and a third, which fits only where one waits, waits with WaitingForDevicePlugin until a mark comes."""
-    stub, sched = world(quarter("f0"), quarter("f1"), quarter("f2"), handoff=HandoffRule())
+    node, and a third, which would share a GPU where one waits, waits with WaitingForDevicePlugin until a
+    mark comes."""
+    stub, sched = world(half("f0"), half("f1"), half("f2"), handoff=HandoffRule())
     first = cycle(stub, sched)
     assert len(stub.asked) == 2  # one per node
     nodes = {stub.asked[n][1].node for n in stub.asked}
@@ -293,3 +297,39 @@ def test_a_synchronous_gang_bind_failing_part_way_evicts_the_bound_members() -> 
     assert s.pods["p1"].uid not in s.session.ledger and s.pods["p2"].uid not in s.session.ledger
     assert s.session.reasons[s.pods["p2"].uid].reason is Reason.BIND_FAILED
     check_books(s.session)
+
+
+def test_a_burst_of_fractions_shares_gpus_rather_than_spreading_over_nodes() -> None:
+    """Four halves, three empty nodes, one pod per node waiting for the device plugin: the first two start
+    a GPU each on two nodes; the other two would start a third GPU, though the two shared GPUs have room
+    for both once their pods are allocated: they wait for them (WaitingForDevicePlugin), and the halves
+    end two to a GPU, as without the hand-off (the bench's `packing`)."""
+    stub, sched = world(*(half(f"h{i}") for i in range(4)), handoff=HandoffRule(), nodes=3)
+    first = cycle(stub, sched)
+    assert len(stub.asked) == 2
+    for name in [p.name for p in sched.cache.pods.values() if p.name not in stub.asked]:
+        uid = next(p.uid for p in sched.cache.pods.values() if p.name == name)
+        assert first.reasons[uid].reason is Reason.WAITING_FOR_DEVICE_PLUGIN
+        assert "waits to share a GPU" in first.reasons[uid].message
+    for name in sorted(stub.asked):
+        stub.answer(name, started=False)
+        touch(stub, name, **{GPU_ALLOCATED: '{"gpus": []}'})
+    cycle(stub, sched)
+    assert len(stub.asked) == 2
+    state = sched.cache.state
+    free = state.host(state.free_milli)
+    assert sorted(int(free[r, j]) for r in range(3) for j in range(2)) == [0, 0, 1000, 1000, 1000, 1000]
+
+
+def test_a_fraction_waits_only_for_a_shared_gpu_it_fits_beside() -> None:
+    """Two halves that each take 31 of a node's 32 CPUs: the GPU shared on the node where the first waits
+    for the device plugin has room for the second, the node's CPUs do not: the second goes to the other
+    node at once rather than waiting for a place it could never take."""
+    big = [
+        pod(f"b{i}", "q", arrival_s=0, duration_s=1000, cpu="31", annotations={GPU_FRACTION: "0.5"})
+        for i in range(2)
+    ]
+    stub, sched = world(*big, handoff=HandoffRule())
+    cycle(stub, sched)
+    assert sorted(stub.asked) == ["b0", "b1"]
+    assert {stub.asked[n][1].node for n in stub.asked} == {"n0", "n1"}
