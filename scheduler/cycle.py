@@ -24,6 +24,7 @@ from scheduler.cache.containment import MAX_CULPRITS, RETRIED, culprit, failure
 from scheduler.cache.handoff import HandoffRule
 from scheduler.cache.inflight import Deferred
 from scheduler.framework.budget import Budget, BudgetLimits
+from scheduler.framework.eviction import EvictionPolicy
 from scheduler.framework.memo import Memo
 from scheduler.framework.session import Session, cluster_capacity
 from scheduler.model.jobs import Job
@@ -57,6 +58,8 @@ class SchedulerConfig:
     # Which pods wait for a device plugin's Allocate after their bind (scheduler/cache/handoff.py); None: no
     # device plugin (a simulation).
     handoff: HandoffRule | None = None
+    # Victims' grace period cap and what a refusing disruption budget means (framework/eviction.py).
+    eviction: EvictionPolicy = field(default_factory=EvictionPolicy)
 
 
 @dataclass
@@ -187,7 +190,7 @@ class Scheduler:
         k_value = self.fairshare.params.k_value if self.fairshare is not None else 1.0
         return Session.open(
             self.cache, self.placer, now, self.budget, probe=self.probe, epoch_s=epoch, recent_usage=usage,
-            k_value=k_value,
+            k_value=k_value, eviction=self.config.eviction,
         )  # fmt: skip
 
     def _execute(self, action: Action, session: Session) -> None:
@@ -273,7 +276,7 @@ class Scheduler:
         problems = self.cache.mirror.problems
         for name, message in problems.nodes.items():
             now[("Node", None, name, "NodeUnusable")] = message
-        for name, message in problems.queues.items():
+        for name, message in (*problems.queues.items(), *session.tree.invalid.items()):
             now[("Queue", None, name, "QueueInvalid")] = message
         for group, message in problems.podgroups.items():
             namespace, _, name = group.partition("/")

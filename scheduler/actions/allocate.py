@@ -108,7 +108,9 @@ def _schedulable(session: Session) -> list[Job]:
             session.set_reason(p, Reason.INVALID_REQUEST, p.error or "")
         if not f.pending:
             continue
-        if (err := session.tree.leaf_error(job.queue)) is not None:
+        # The queue must be a leaf open to the job's namespace (docs/tenancy.md): a cluster without the
+        # webhook learns here that its pods named one they may not use.
+        if (err := session.tree.leaf_error(job.queue, f.pending[0].namespace)) is not None:
             for p in f.pending:
                 session.set_reason(p, Reason.INVALID_QUEUE, err)
             continue

@@ -126,7 +126,8 @@ class JobOrder:
         return self._requests[job.key]
 
     def _best_leaf(self, names: list[str]) -> str | None:
-        """The leaf whose next job goes first among the subtrees of `names` (siblings)."""
+        """The leaf whose next job goes first among the subtrees of `names` (siblings): each queue's
+        subtree is judged after its children's, in one loop (the tree may be MAX_QUEUE_DEPTH deep)."""
         tree = self.session.tree
 
         def cmp(a: tuple[str, str], b: tuple[str, str]) -> int:
@@ -136,17 +137,23 @@ class JobOrder:
                 self.total,
             )  # fmt: skip
 
-        named = [(n, leaf) for n in names if (leaf := self._leaf_of(n)) is not None]
-        if not named:
-            return None
-        return min(named, key=functools.cmp_to_key(cmp))[1]
+        def best(siblings: list[str]) -> str | None:
+            named = [(n, leaf) for n in siblings if (leaf := leaf_of[n]) is not None]
+            return min(named, key=functools.cmp_to_key(cmp))[1] if named else None
 
-    def _leaf_of(self, name: str) -> str | None:
-        """The leaf whose job this queue's subtree would serve next (None: nothing waits under it)."""
-        node = self.session.tree.nodes[name]
-        if not node.children:
-            return name if self.by_queue.get(name) else None
-        return self._best_leaf(node.children)
+        order, stack = [], list(names)
+        while stack:  # every queue under `names`, parents before their children
+            name = stack.pop()
+            order.append(name)
+            stack.extend(tree.nodes[name].children)
+        leaf_of: dict[str, str | None] = {}  # the leaf whose job the queue's subtree would serve next
+        for name in reversed(order):  # children before their parents
+            node = tree.nodes[name]
+            if node.children:
+                leaf_of[name] = best(node.children)
+            else:
+                leaf_of[name] = name if self.by_queue.get(name) else None
+        return best(names)
 
     def push(self, job: Job) -> None:
         """Serve `job` again, in its turn (an elastic gang after each member it places)."""

@@ -13,7 +13,7 @@ from functools import partial
 
 from scheduler.actions import min_runtime
 from scheduler.actions.ordering import jobs_in_order
-from scheduler.actions.victim_search import VictimSearch
+from scheduler.actions.solver import Evictions, VictimSolver
 from scheduler.actions.victims import Victim, candidates
 from scheduler.actions.views import capacity_blocked, label, waiting_jobs
 from scheduler.cache.cluster import Cluster
@@ -65,11 +65,9 @@ class Preempt:
                 continue
             tx = Transaction(session, "preempt")
             why = f"preempted by {label(job)} (priority {job.priority}) in queue {job.queue}"
-            room = partial(tree.limit_exceeded, job.queue, request)
-            search = VictimSearch(
-                session, tx, job, pods, count, _no_rule, why, session.budget.job(meter), room
-            )
-            if search.run(pool) is None:
+            rules = Evictions(limits=partial(tree.limit_exceeded, job.queue, request))
+            search = VictimSolver(session, tx, job, pods, count, rules, why, session.budget.job(meter))
+            if search.solve(pool) is None:
                 tx.rollback()
                 if search.blocked is not None:
                     for p in pods:
@@ -99,7 +97,3 @@ def _tell(session: Session, pods: list[PodInfo], message: str) -> None:
 
 def _victim_of(job: Job, v: Victim) -> bool:
     return v.job.queue == job.queue and v.job.priority < job.priority and v.job.key != job.key
-
-
-def _no_rule(victims: list[Victim]) -> str | None:
-    return None

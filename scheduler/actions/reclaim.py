@@ -3,7 +3,7 @@
 The rules are in `queue_checks`: the reclaiming queue stays within its fair share with the job, and each
 victim's queue is over its share (or over its quota while the reclaimer is below its own) before that
 victim is taken. Victims are preemptible jobs of other queues, whole gangs or elastic members, chosen by
-`VictimSearch` (cheapest plan, bounded by work). The waiting job is placed in the same transaction as the
+the victim solver (`solver.py`: cheapest plan, bounded by work). The waiting job is placed in the same transaction as the
 evictions, so nothing is evicted unless the job it was evicted for then fits; on a real cluster it is
 bound once its victims have terminated (pipelined, see `transaction.py`).
 """
@@ -28,7 +28,7 @@ from scheduler.actions.queue_checks import (
     reclaimable,
     victim_candidate,
 )
-from scheduler.actions.victim_search import VictimSearch
+from scheduler.actions.solver import Evictions, VictimSolver
 from scheduler.actions.victims import Victim, candidates, victim_order
 from scheduler.actions.views import capacity_blocked, label, waiting_jobs
 from scheduler.cache.cluster import Cluster
@@ -104,9 +104,9 @@ class Reclaim:
         tx = Transaction(session, "reclaim")
         message = f"reclaimed for {label(job)} of queue {job.queue}, {_standing(tree, job.queue, request)}"
         rule = partial(_allowed, tree, Figures.of(tree), job, request)
-        search = VictimSearch(session, tx, job, pods, count, rule, message, session.budget.job(meter),
-                              room=partial(tree.limit_exceeded, job.queue, request))  # fmt: skip
-        if search.run(victim_order(session, pool)) is None:
+        rules = Evictions(rule, partial(tree.limit_exceeded, job.queue, request))
+        search = VictimSolver(session, tx, job, pods, count, rules, message, session.budget.job(meter))
+        if search.solve(victim_order(session, pool)) is None:
             tx.rollback()
             failed[key] = _unfit(session, job, request, search.blocked)
             if protection is not None:  # the protected ones may make the room: say when they may go

@@ -1,9 +1,9 @@
 """Whether one pod fits on a node once some victims are gone, by arithmetic on that node's row.
 
-A victim search asks this for many sets of victims per node (`victim_search.py`, `consolidate.py`): the
-node's free capacity and the pod's need per GPU are read from the arrays once (`RowFit.of`), and each set
-is judged by adding what it frees (`freed_on`) without evicting or scoring anything. Only the plan chosen
-is tried for real.
+The victim solver asks this for many sets of victims per node (`solver.py`, reclaim, preempt and
+consolidation alike): the node's free capacity and the pod's need per GPU are read from the arrays once
+(`RowFit.of`), and each set is judged by adding what it frees (`freed_on`) without evicting or scoring
+anything. Only the plan chosen is tried for real.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What victim searches (`victim_search.py`) need to know of a waiting job's topology constraint.
+"""What the victim solver (`solver.py`) needs to know of a waiting job's topology constraint.
 
 A gang that must sit inside one domain gains nothing from victims spread over several: victims are
 searched domain by domain (`domain_pools`), so the queue rules judge only sets that can make room in one

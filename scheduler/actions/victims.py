@@ -1,10 +1,15 @@
-"""Victims: the units a waiting job may evict, in the order they are taken (`victim_search.py` chooses).
+"""Victims: the units a waiting job may evict, in the order they are taken (the solver, `solver.py`,
+chooses among them).
 
 Victims are units of running preemptible jobs: a gang whole (never in part), or one member of an elastic
 gang above its minMember. They are ordered as KAI Scheduler orders its victims: the queue most over its
 share first (queues interleaved as victims are taken, `victim_order`), inside a queue the lowest priority,
 then elastic extras, then the youngest (`Victim.sort_key`). The list is built once per cycle and shared by
 `reclaim`, `preempt` and `consolidate`; `evict` takes a chosen set in the caller's transaction.
+
+`movable` is the one rule for the pods an action may *move* (consolidation, topology consolidation): a move
+is an eviction that the pod's controller undoes by recreating it, so only pods a controller owns move.
+Reclaim and preempt evict; they take bare pods as victims as KAI does, and plan no place for them.
 """
 
 from __future__ import annotations
@@ -68,6 +73,18 @@ def candidates(session: Session) -> list[Victim]:
     return live[2]
 
 
+def movable(session: Session, job: Job) -> list[Victim]:
+    """Victims that may move out of `job`'s way: preemptible pods that move alone (a job of one pod, a
+    PodGroup of one included, or a member of an elastic gang above its minMember: a gang is never split),
+    of another job, holding GPUs, and owned by a controller (a bare pod evicted is simply gone)."""
+    held = session.ledger.pods
+    return [
+        v for v in candidates(session)
+        if len(v.pods) == 1 and v.job.key != job.key and v.pods[0].controlled
+        and held[v.pods[0].uid].placement.gpus
+    ]  # fmt: skip
+
+
 def _unit(session: Session, job: Job, pods: list[PodInfo], *, elastic: bool, order: int = 0) -> Victim:
     held = session.ledger.pods
     places = [held[p.uid].placement for p in pods]
@@ -86,12 +103,13 @@ def _unit(session: Session, job: Job, pods: list[PodInfo], *, elastic: bool, ord
 
 def _running_preemptible(session: Session) -> list[Victim]:
     out: list[Victim] = []
+    refused = _refused(session)
     for job in session.jobs:
         if not job.preemptible:
             continue
         pods = list(session.facts(job).running)
-        if not pods:
-            continue
+        if not pods or any(p.uid in refused for p in pods):
+            continue  # a budget refused evicting one of its pods lately (`--disruption-budgets respect`)
         extra = len(pods) + job.succeeded - job.min_member if job.is_gang else 0
         if extra > 0:  # elastic: members above minMember may go one by one, the youngest first
             newest = sorted(pods, key=lambda p: (p.created_s, _natural(p.name)), reverse=True)
@@ -99,6 +117,15 @@ def _running_preemptible(session: Session) -> list[Victim]:
         out.append(_unit(session, job, pods, elastic=False))
     out.sort(key=Victim.sort_key)
     return out
+
+
+def _refused(session: Session) -> set[str]:
+    """Pods whose eviction a disruption budget refused lately: no victims until REFUSED_FOR_S has passed
+    (scheduler/framework/eviction.py), so a search picks other victims."""
+    refused = session.cache.refused
+    for uid in [u for u, until in refused.items() if until <= session.now]:
+        del refused[uid]
+    return set(refused)
 
 
 def _natural(name: str) -> tuple[str, int]:

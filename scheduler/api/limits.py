@@ -34,6 +34,12 @@ MAX_PRIORITY: Final = (1 << 31) - 1
 MAX_MIN_MEMBER: Final = 100_000
 MAX_STALE_GRACE_S: Final = 100 * 365 * 24 * 3600.0  # "never" (KAI compatibility uses 10 years) fits
 
+# The queue tree: levels from a top-level queue down to a leaf (the top level is 1). A queue deeper than
+# this is invalid (its pods wait, told why), so every walk of the tree is bounded; real trees have 2-4.
+MAX_QUEUE_DEPTH: Final = 32
+# Queue spec.namespaces: how many namespaces one queue may name.
+MAX_QUEUE_NAMESPACES: Final = 1024
+
 # Queues' preemptMinRuntime / reclaimMinRuntime (a job younger than that is not a victim).
 MAX_MIN_RUNTIME_S: Final = 365 * 24 * 3600.0
 

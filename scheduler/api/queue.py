@@ -43,6 +43,7 @@ from scheduler.api.limits import (
     MAX_QUEUE_CPU_MILLI,
     MAX_QUEUE_GPUS,
     MAX_QUEUE_MEMORY_MIB,
+    MAX_QUEUE_NAMESPACES,
     MIN_PRIORITY,
 )
 from scheduler.api.meta import ObjectMeta
@@ -53,6 +54,7 @@ MIB = 1024 * 1024
 # Kubernetes' quantity grammar without negatives (only -1, which means unlimited) or negative exponents.
 QUANTITY_PATTERN = r"^(-1|\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE]\+?[0-9]+))?)$"
 _QUANTITY = re.compile(QUANTITY_PATTERN)
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS label, as Kubernetes names namespaces
 _UNITS = {"cpu": "cores", "memory": "bytes"}
 _EXAMPLE = {"cpu": '64 or "500m"', "memory": '"256Gi"'}
 # Anything above this (cores or bytes) is out of every queue bound; refused before any arithmetic on it.
@@ -221,6 +223,13 @@ class QueueSpec(BaseModel):
 
     parent_queue: str | None = Field(default=None, alias="parentQueue")
     priority: int = Field(default=100, ge=MIN_PRIORITY, le=MAX_PRIORITY, strict=True)
+    # Who may use it (docs/tenancy.md): unset, every namespace; a parent's list bounds the queues under it.
+    namespaces: list[Annotated[str, Field(pattern=NAMESPACE_PATTERN, max_length=63)]] | None = Field(
+        default=None,
+        max_length=MAX_QUEUE_NAMESPACES,
+        description="Namespaces whose pods and PodGroups may use this queue and the queues under it "
+        "(unset: every namespace)",
+    )
     display_name: str | None = Field(default=None, alias="displayName")
     resources: QueueResources = Field(default_factory=QueueResources)
     # KAI's minimum runtimes (docs/min-runtime.md): unset is inherited from the parent queue, 0 at the root.

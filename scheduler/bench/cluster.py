@@ -66,7 +66,9 @@ class BenchCluster:
     def bind_outcomes(self) -> list[BindOutcome]:
         return []  # binds are synchronous
 
-    def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
+    def evict(
+        self, pod: PodInfo, *, action: str, message: str, grace_s: float | None = None, force: bool = False
+    ) -> None:
         """Delete the pod; its controller recreates it at once as a new pending pod (new uid)."""
         obj = self.pods.pop(pod.key, None)
         if obj is None:

@@ -5,9 +5,15 @@ the GPUs and each share, so a restarted scheduler rebuilds exactly what it had. 
 asking for whole GPUs Tessera's device plugin serves: on the GPUs the plugin recorded it gave it
 (`tessera.dev/gpu-allocated`, written by the plugin alone). Otherwise (before the plugin has, or where
 NVIDIA's plugin serves whole GPUs) as whole GPUs taken on its node's free slots.
+
+Whatever arrived first: a pod found running on a node whose GPU memory is not known yet (no
+`nvidia.com/gpu.memory` label, its GPUNodeReport still to come) holds its GPU shares in milli at once, with
+0 MiB (`unsized`); the mirror fills the MiB in when the memory becomes known (`sized`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from scheduler.api.allocation import GPUAllocation
 from scheduler.api.assignment import GPUAssignment
@@ -42,9 +48,7 @@ def from_assignment(state: ClusterState, pod: PodInfo, row: int) -> Placement | 
         if node is not None and g.index >= node.gpu_count:
             state.keep_slot(row, g.index)
     shares = tuple(
-        GPUShare(
-            slot=g.index, milli=g.milli, mib=g.memory_mib or state.share_for(row, g.index, g.milli, 0).mib
-        )
+        GPUShare(slot=g.index, milli=g.milli, mib=_mib(state, row, g.index, g.milli, g.memory_mib))
         for g in a.gpus
     )
     return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
@@ -68,6 +72,29 @@ def from_allocation(state: ClusterState, pod: PodInfo, row: int) -> Placement | 
         return None
     shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in slots)
     return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+
+
+def _mib(state: ClusterState, row: int, slot: int, milli: int, assigned: int) -> int:
+    """The MiB a share holds on its GPU: what the assignment says (or its milli's worth), never more than
+    the GPU has; 0 while the GPU's memory is unknown (see `unsized`)."""
+    total = int(state.total_mib[row, slot])
+    if milli >= MILLI_PER_GPU:
+        return total
+    return min(assigned or state.share_for(row, slot, milli, 0).mib, total)
+
+
+def unsized(state: ClusterState, placement: Placement) -> bool:
+    """Whether the placement holds GPUs whose memory is not known yet (its MiB are to be filled in)."""
+    return any(int(state.total_mib[placement.node, g.slot]) <= 0 for g in placement.gpus)
+
+
+def sized(state: ClusterState, placement: Placement) -> Placement:
+    """The same shares, with the MiB their GPUs have now (whole GPUs: all of it; a fraction: what it held,
+    or its milli's worth while that was unknown)."""
+    shares = tuple(
+        replace(g, mib=_mib(state, placement.node, g.slot, g.milli, g.mib)) for g in placement.gpus
+    )
+    return replace(placement, gpus=shares)
 
 
 def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:

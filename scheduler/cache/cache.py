@@ -39,6 +39,9 @@ class Cache:
     mirror: ClusterMirror
     error_log: ErrorLog
     inflight: InFlight = field(default_factory=InFlight)
+    # Victims whose eviction a disruption budget refused (`--disruption-budgets respect`): pod uid -> the
+    # session time until which no victim search takes them (scheduler/framework/eviction.py).
+    refused: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def create(

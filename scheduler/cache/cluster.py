@@ -79,8 +79,12 @@ class Cluster(Protocol):
         cluster that binds synchronously)."""
         ...
 
-    def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
-        """Evict a running pod; `message` names the action and the beneficiary. Raises EvictError."""
+    def evict(
+        self, pod: PodInfo, *, action: str, message: str, grace_s: float | None = None, force: bool = False
+    ) -> None:
+        """Evict a running pod; `message` names the action and the beneficiary. `grace_s`: the grace period
+        to delete it with (None: its own). `force`: where a disruption budget refuses, delete it anyway (and
+        say so). Raises EvictError."""
         ...
 
     def report_pending(self, pod: PodInfo, reason: Reason, message: str) -> None:

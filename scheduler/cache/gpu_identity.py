@@ -61,8 +61,14 @@ class GPUIdentities:
 
     def _completed(self, node: NodeInfo) -> NodeInfo:
         report = self.reports.get(node.name)
-        if not node.gpu_count or report is None or not report.spec.gpus:
+        if report is None or not report.spec.gpus:
             return dataclasses.replace(node, gpu_uuids=()) if node.gpu_uuids else node
+        if not node.gpu_count:
+            # None counted now (a dip of its count), but pods may still hold some (kept, draining): they
+            # keep the memory the report measured.
+            reported = [g.memory_total_mib for g in report.spec.gpus if g.memory_total_mib > 0]
+            memory = node.gpu_memory_mib if node.gpu_memory_mib > 0 or not reported else min(reported)
+            return dataclasses.replace(node, gpu_uuids=(), gpu_memory_mib=memory)
         by_index = {g.index: g for g in report.spec.gpus if g.index < node.gpu_count}
         uuids = tuple(by_index[i].uuid if i in by_index else "" for i in range(node.gpu_count))
         # One memory figure per node (the state converts fractions with it): the smallest GPU's, so a
@@ -109,8 +115,9 @@ class GPUIdentities:
             state.set_gpu_health(row, gpu.index, gpu.health != "Unhealthy")
             state.set_reported_used(row, gpu.index, gpu.memory_used_mib)
 
-    def on_report(self, state: ClusterState, event_type: str, obj: Mapping[str, Any]) -> None:
-        """A report was added, changed or deleted: complete its node again if it is known."""
+    def on_report(self, state: ClusterState, event_type: str, obj: Mapping[str, Any]) -> str:
+        """A report was added, changed or deleted: complete its node again if it is known. Returns the
+        node's name."""
         report = GPUNodeReport.model_validate(obj)  # a ValidationError is the caller's to report
         name = report.spec.node
         if event_type == "DELETED":
@@ -120,12 +127,13 @@ class GPUIdentities:
         declared = self._declared.get(name)
         row = state.row_of(name)
         if declared is None or row is None:
-            return  # the Node event completes it when it comes
+            return name  # the Node event completes it when it comes
         node = self.complete(declared)
         if node != state.nodes[row]:
             log.info("node %s: GPU identity from its GPUNodeReport: %s", name, ",".join(node.gpu_uuids))
             state.add_node(node)  # an update: keeps what is allocated there
         self.measure(state, name)
+        return name
 
     def forget(self, name: str) -> None:
         """The Node is gone (its report, if any, stays: the same GPUs come back with the node)."""

@@ -6,10 +6,12 @@ its pods' holdings in the ledger (queue, job, non-preemptible or not); `QueueUsa
 keeps per-queue sums of what the pods hold from those owners as holdings come and go, so no copy of the
 usage is kept by hand anywhere.
 
-A running job is charged where its pods really are, whatever their labels say now: to the queue its
-running pods were admitted to (the owner of their holdings), or to `default` when that queue is gone. A
-relabelled pod (to a queue that does not exist, or to another one) neither escapes its queue's limit nor
-stops being reclaimable.
+What a running job is charged to is fixed when it starts: its queue, priority and preemptibility are
+the ones it was admitted with (`Admitted`), whatever its pods' labels or its PodGroup say later, until
+none of its pods runs any more; a job found running by a restarted scheduler takes them from its pods'
+assignments, where the scheduler that bound them recorded them (`Admission`). A relabelled pod, or a
+PodGroup edited to another queue, priority class or preemptibility, neither escapes its queue's limit nor
+stops being reclaimable; the job is charged to `default` once its queue is gone.
 
 Building a job is a containment boundary (see `scheduler/cache/containment.py`): a job that cannot be built, or
 whose PodGroup is invalid, or that made a step of the cycle fail, is quarantined: left out of the jobs
@@ -20,9 +22,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from scheduler.api.keys import DEFAULT_QUEUE
+from scheduler.api.assignment import Admission, GPUAssignment
+from scheduler.api.keys import DEFAULT_QUEUE, GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.cache.containment import RETRIED, Quarantined, failure, retry_after
@@ -39,6 +42,26 @@ _CHARGED = (HoldKind.BOUND, HoldKind.ASSUMED)  # a releasing victim counts for n
 def usage_of(h: Holding) -> Usage:
     pl = h.placement
     return (sum(g.milli for g in pl.gpus), pl.cpu_milli, pl.memory_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What a running job is charged to and how it may be preempted, as it was admitted."""
+
+    queue: str
+    priority: int
+    preemptible: bool
+
+
+def admitted_with(pod: PodInfo) -> Admission | None:
+    """What the scheduler that bound `pod` recorded in its assignment (None: nothing, or unreadable)."""
+    raw = pod.annotations.get(GPU_ASSIGNMENT)
+    if not raw:
+        return None
+    try:
+        return GPUAssignment.from_annotation(raw).admitted
+    except ValueError:
+        return None
 
 
 class QueueUsage:
@@ -91,6 +114,7 @@ class JobIndex:
         self._jobs: dict[str, Job] = {}
         self._dirty: dict[str, None] = {}
         self._active: dict[str, None] = {}  # jobs with members not placed: rebuilt every cycle
+        self._admitted: dict[str, Admitted] = {}  # running jobs: what they were admitted with
 
     def touch(self, key: str, *, changed: bool = True) -> None:
         """Job `key` changed (a pod, its PodGroup, what a pod holds): rebuild it next time (and try it
@@ -117,6 +141,8 @@ class JobIndex:
         self.touch(key, changed=not same)
         if is_job_member(pod):
             self._members.setdefault(key, {})[pod.uid] = pod
+        elif pod.terminating and pod.holds_resources:
+            pass  # being deleted: it stays charged to its queue's limit until it is gone (releasing)
         else:  # a finished pod, or not ours: whatever it still holds is nobody's usage
             self.ledger.reown(pod.uid, None)
             if pod.ours and pod.phase is PodPhase.SUCCEEDED:  # still counts toward its gang's minMember
@@ -152,6 +178,7 @@ class JobIndex:
                 self._members.pop(key, None)
                 self._jobs.pop(key, None)
                 self._active.pop(key, None)
+                self._admitted.pop(key, None)
                 self.quarantined.pop(key, None)
                 continue
             if key in self.quarantined and self.quarantined[key].until > self.generation:
@@ -164,7 +191,7 @@ class JobIndex:
                     key, list(members.values()), self.podgroups,
                     succeeded=len(self._succeeded.get(key, ())), priority_classes=self.priority_classes,
                 )  # fmt: skip
-                job = replace(job, queue=self._charged_queue(job))
+                job = self._pin(job)
             except Exception as exc:  # one job: see scheduler/cache/containment.py
                 log.exception("building job %s failed", key)
                 self.quarantine(key, f"the scheduler failed on this pod's job ({failure(exc)}); {RETRIED}")
@@ -186,18 +213,31 @@ class JobIndex:
         q = self.quarantined.get(key)
         return q is not None and q.until > self.generation
 
-    def _charged_queue(self, job: Job) -> str:
-        """The queue a job is charged to. Pending only: the one its labels (or PodGroup) name, checked by
-        the actions. Running: the one its pods were admitted to (the owner of their holdings; the label for
-        pods found running after a restart), or `default` when that queue does not exist (any more)."""
-        queue = job.queue
+    def _pin(self, job: Job) -> Job:
+        """A running job keeps the queue, priority and preemptibility it was admitted with: those of the
+        version the actions placed (the last one built while nothing of it ran), else those its pods'
+        assignments record (a restarted scheduler), else what its objects say now. It is charged to
+        `default` once its queue is gone (and stays there). A job with nothing running takes what its labels
+        or PodGroup say, checked by the actions."""
         running = [p for p in job.members if self.ledger.on_node(p)]
         if not running:
-            return queue
-        admitted = next(
-            (h.owner.queue for p in running if (h := self.ledger.pods.get(p.uid)) and h.owner), queue
-        )
-        return admitted if admitted in self.queues or admitted == DEFAULT_QUEUE else DEFAULT_QUEUE
+            self._admitted.pop(job.key, None)
+            return job
+        pinned = self._admitted.get(job.key) or self._admission(job, running)
+        if pinned.queue not in self.queues and pinned.queue != DEFAULT_QUEUE:
+            pinned = replace(pinned, queue=DEFAULT_QUEUE)
+        self._admitted[job.key] = pinned
+        return replace(job, queue=pinned.queue, priority=pinned.priority, preemptible=pinned.preemptible)
+
+    def _admission(self, job: Job, running: list[PodInfo]) -> Admitted:
+        before = self._jobs.get(job.key)
+        if before is not None:
+            return Admitted(before.queue, before.priority, before.preemptible)
+        for pod in running:
+            if (admission := admitted_with(pod)) is not None and admission.job == job.key:
+                return Admitted(admission.queue, admission.priority, admission.preemptible)
+        owner = next((h.owner for p in running if (h := self.ledger.pods.get(p.uid)) and h.owner), None)
+        return Admitted(owner.queue if owner is not None else job.queue, job.priority, job.preemptible)
 
     def pending_jobs(self) -> list[Job]:
         """The jobs with members not placed (pending or invalid), as of the last `jobs()`, in the same

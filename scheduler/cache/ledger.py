@@ -229,6 +229,14 @@ class Ledger:
             waits.update(uid for uid, _ in here)
         return Shortfall(frozenset(waits))
 
+    def resize(self, uid: str, placement: Placement) -> None:
+        """Pod `uid` holds `placement` instead (the same GPUs, their MiB filled in once its node's GPU memory
+        became known), keeping its kind and owner. Raises OvercommitError, changing nothing."""
+        for table in (self.pods, self.releasing):
+            old = table.get(uid)
+            if old is not None and old.placement != placement:
+                self._swap(table, uid, replace(old, placement=placement))
+
     def reown(self, uid: str, owner: Owner | None) -> None:
         """Charge pod `uid`'s holding to `owner` from now on (its job was rebuilt)."""
         old = self.pods.get(uid)

@@ -27,15 +27,22 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.api.keys import GPU_ASSIGNMENT, SCHEDULER_NAME
-from scheduler.cache.accounting import Unaccountable, from_allocation, from_assignment, from_request
+from scheduler.cache.accounting import (
+    Unaccountable,
+    from_allocation,
+    from_assignment,
+    from_request,
+    sized,
+    unsized,
+)
 from scheduler.cache.bind_echo import bind_echo
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.containment import failure, object_name, one_line
 from scheduler.cache.error_log import ErrorLog, Problems
 from scheduler.cache.gpu_identity import GPUIdentities
 from scheduler.cache.handoff import Handoff, HandoffRule
-from scheduler.cache.job_index import JobIndex
-from scheduler.cache.ledger import HoldKind, Ledger
+from scheduler.cache.job_index import JobIndex, admitted_with
+from scheduler.cache.ledger import HoldKind, Ledger, Owner
 from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
 from scheduler.model.jobs import job_key
 from scheduler.model.parse import InvalidObject, invalid_pod, parse_node, parse_pod
@@ -78,6 +85,15 @@ class ClusterMirror:
         self.awaiting_node: dict[str, set[str]] = {}
         # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
         self._deferred: dict[str, tuple[PodInfo, Placement]] = {}
+        # Running pods holding GPU shares whose MiB are not known yet (their node's GPU memory is still to
+        # come, from its GPUNodeReport), by node name: filled in when it comes (`_size`).
+        self.unsized: dict[str, set[str]] = {}
+        # Running pods whose GPUs could not be charged (an assignment that cannot be read or over-commits
+        # its GPU, too few free GPUs for a pod of another scheduler), with the GPU slots they occupy (None:
+        # unknown, all of the node's). Those GPUs take no new pod until every pod there is charged; tried
+        # again after every batch of events (`_recharge`).
+        self.uncharged: dict[str, tuple[PodInfo, frozenset[int] | None]] = {}
+        self._told_uncharged: dict[str, frozenset[int] | None] = {}  # each told once, not at every retry
         self._max_mem: int | None = None
         self._max_mem_key = -1
 
@@ -100,6 +116,8 @@ class ClusterMirror:
                 self._unusable(ev, exc)
         try:
             self._flush()
+            if self.uncharged or self.state.blocked:
+                self._recharge()
             if self.gone:
                 self._drop_empty_gone()
             if self.state.draining:
@@ -142,7 +160,12 @@ class ClusterMirror:
                 try:
                     self.ledger.hold(uid, pl)
                 except OvercommitError as exc:
-                    self.errors.add(f"pod {pod.key}: {exc}")
+                    self._uncharged(pod, pl, f"pod {pod.key}: {exc}")
+                else:
+                    self._held(pod, pl)
+        else:
+            for _, (pod, pl) in items:
+                self._held(pod, pl)
         if self.handoff.rule is not None:
             for uid, _ in items:
                 self.handoff.refresh(self.pods.get(uid), uid)
@@ -158,6 +181,7 @@ class ClusterMirror:
         self.gone.discard(node.name)  # registered again: its rows and what its pods hold are kept
         row = self.state.row_of(node.name)
         draining = set(self.state.draining.get(row, ())) if row is not None else set()
+        memory = self._gpu_memory(node.name)
         row = self.state.add_node(node)
         for slot in sorted(self.state.draining.get(row, set()) - draining):
             self.errors.add(
@@ -169,7 +193,8 @@ class ClusterMirror:
         for uid in sorted(self.awaiting_node.pop(node.name, set())):
             pod = self.pods.get(uid)
             if pod is not None and pod.holds_resources and pod.node == node.name and uid not in self.ledger:
-                self._account_running(pod)
+                self._account_found(pod)
+        self._size(node.name, memory_changed=memory != self._gpu_memory(node.name))
 
     def _node_deleted(self, name: str) -> None:
         """The Node object is gone. Its pods may still run (kubectl delete node; the kubelet registers it
@@ -227,9 +252,17 @@ class ClusterMirror:
             self.state.update_node(replace(node, unschedulable=True))
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
-        self.gpu_identities.on_report(self.state, ev.type, ev.obj)
-        for name in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
-            self._mask(name)
+        node = (ev.obj.get("spec") or {}).get("node")
+        memory = self._gpu_memory(node) if isinstance(node, str) else None
+        name = self.gpu_identities.on_report(self.state, ev.type, ev.obj)
+        for bad in self.problems.nodes:  # a report rewrites its node from the last Node read: still unusable
+            self._mask(bad)
+        self._size(name, memory_changed=memory != self._gpu_memory(name))
+
+    def _gpu_memory(self, name: str) -> int | None:
+        row = self.state.row_of(name)
+        node = self.state.nodes[row] if row is not None else None
+        return node.gpu_memory_mib if node is not None else None
 
     # ------------------------------------------------------------------------------------------ pods
     def _on_pod(self, ev: WatchEvent) -> None:
@@ -301,15 +334,15 @@ class ClusterMirror:
         old = self.pods.get(pod.uid)
         if old is not None and self.ledger.on_node(old) and pod.holds_resources:
             pod = self._as_admitted(pod, old)
+        elif old is None and pod.holds_resources:
+            pod = self._in_admitted_job(pod)
         self.index.index(pod, old)
         self.pods[pod.uid] = pod
         if pod.holds_resources:
             if pod.uid in self.ledger.releasing:
                 pass  # evicted, still terminating: it stays releasing until it is gone
             elif pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
-                if pod.uid not in self.ledger:
-                    self._account_running(pod)
-                self.ledger.start_releasing(pod.uid)
+                self._account_found(pod)
             elif pod.uid not in self.ledger:
                 self._account_running(pod, defer=True)
             else:
@@ -321,24 +354,47 @@ class ClusterMirror:
         self.handoff.refresh(pod)
 
     def _as_admitted(self, pod: PodInfo, old: PodInfo) -> PodInfo:
-        """A running pod runs with the request it was bound with: GPU request annotations edited (or made
-        invalid) after the bind change nothing it holds, nor how it is moved or evicted (the webhook
-        refuses such edits; this is for pods it did not see)."""
-        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error) == (
-            old.request, old.cpu_milli, old.memory_mib, old.error,
+        """A running pod runs with the request it was bound with and stays in the job it was bound in: GPU
+        request annotations edited (or made invalid) after the bind change nothing it holds, nor how it is
+        moved or evicted, and a pod-group annotation edited after the bind moves it to no other job (what it
+        holds would be charged to that job's queue). The webhook refuses such edits; this is for pods it did
+        not see."""
+        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error, pod.group) == (
+            old.request, old.cpu_milli, old.memory_mib, old.error, old.group,
         ):  # fmt: skip
             return pod
         if pod.error is not None and old.error is None:
             self.errors.add(
                 f"pod {pod.key}: {pod.error} (ignored: it runs with the request it was bound with)"
             )
+        if pod.group != old.group:
+            self.errors.add(
+                f"pod {pod.key}: its pod group changed to {pod.group or 'none'} while it runs (ignored: it "
+                f"stays in {old.group or 'a job of its own'} until it ends)"
+            )
         return replace(
-            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error
-        )
+            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error,
+            group=old.group,
+        )  # fmt: skip
+
+    def _in_admitted_job(self, pod: PodInfo) -> PodInfo:
+        """A pod first seen running (a restarted scheduler) is in the job its assignment records, whatever
+        its pod-group annotation says now."""
+        admission = admitted_with(pod)
+        if admission is None or admission.job == job_key(pod):
+            return pod
+        group = None if admission.job.startswith("pod:") else admission.job
+        if group is not None and not group.startswith(f"{pod.namespace}/"):
+            return pod  # not a group of its namespace: not ours to believe
+        return replace(pod, group=group)
 
     def forget_pod(self, uid: str) -> None:
         for waiting in self.awaiting_node.values():
             waiting.discard(uid)
+        for held in self.unsized.values():
+            held.discard(uid)
+        self.uncharged.pop(uid, None)
+        self._told_uncharged.pop(uid, None)
         old = self.pods.pop(uid, None)
         if old is not None:
             self.index.unindex(old)
@@ -356,15 +412,20 @@ class ClusterMirror:
         return self._max_mem
 
     def _account_running(self, pod: PodInfo, *, defer: bool = False) -> None:
+        """Hold what a pod found running holds, as soon as it is seen: from its assignment (GPU shares in
+        milli at once, their MiB once its node's GPU memory is known), else whole GPUs on its node. A pod
+        whose GPUs cannot be charged blocks them (`_uncharged`)."""
         assert pod.node is not None
         row = self.state.row_of(pod.node)
         if row is None:
             self.awaiting_node.setdefault(pod.node, set()).add(pod.uid)  # accounted when the node arrives
             return
+        self.uncharged.pop(pod.uid, None)  # tried again now
+        unreadable: str | None = None
         try:
             placement = from_assignment(self.state, pod, row) or from_allocation(self.state, pod, row)
         except Unaccountable as exc:
-            self.errors.add(str(exc))
+            unreadable = str(exc)
             placement = None
         else:
             if placement is not None and defer:
@@ -373,16 +434,21 @@ class ClusterMirror:
         if placement is None:
             self._flush()  # finding free whole GPUs needs the arrays up to date
             placement = from_request(self.state, pod, row)
-        if placement is None:
-            msg = f"pod {pod.key} runs on {pod.node} but its GPUs cannot be accounted there"
-            log.warning(msg)
-            self.errors.add(msg)
-            return
+        if placement is None or (unreadable is not None and pod.request.is_fractional):
+            # Its GPUs are unknown (an assignment that cannot be read) or taken (too few free for it): the
+            # node's GPUs take no new pod until it is charged or gone.
+            why = unreadable or f"pod {pod.key} runs on {pod.node} but its GPUs cannot be accounted there"
+            self._uncharged(pod, None, why)
+            if placement is None:
+                return
+        elif unreadable is not None:
+            self.errors.add(unreadable)
         try:
             self.ledger.hold(pod.uid, placement)
         except OvercommitError as exc:
-            self.errors.add(f"pod {pod.key}: {exc}")
+            self._uncharged(pod, placement, f"pod {pod.key}: {exc}")
             return
+        self._held(pod, placement)
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
         self.handoff.refresh(pod)
 
@@ -404,6 +470,113 @@ class ClusterMirror:
             self.ledger.hold(pod.uid, placement, held.owner)
         except OvercommitError as exc:
             self.errors.add(f"pod {pod.key} runs on the GPUs its device plugin named, but {exc}")
+        else:
+            self._held(pod, placement)
+
+    def _account_found(self, pod: PodInfo) -> None:
+        """Hold what a pod found holding resources holds (`_account_running`); one being deleted leaves the
+        plan at once, still charged to its queue's limit until it is gone (`_charge_releasing`)."""
+        if pod.uid not in self.ledger:
+            self._account_running(pod)
+            if pod.terminating:
+                self._charge_releasing(pod)
+        if pod.terminating:
+            self.ledger.start_releasing(pod.uid)
+
+    def _charge_releasing(self, pod: PodInfo) -> None:
+        """A pod first seen being deleted (a restarted scheduler) still counts toward its queue's limit until
+        it is gone: charged to the queue its assignment records, else its label's."""
+        if not pod.ours or pod.uid not in self.ledger:
+            return
+        admission = admitted_with(pod)
+        queue = admission.queue if admission is not None else pod.queue
+        job = admission.job if admission is not None else job_key(pod)
+        self.ledger.reown(pod.uid, Owner(queue, job, not pod.preemptible))
+
+    def _held(self, pod: PodInfo, placement: Placement) -> None:
+        """`pod` holds `placement` now: remember it if its GPUs' memory is still to come."""
+        self._told_uncharged.pop(pod.uid, None)
+        if pod.node is not None and unsized(self.state, placement):
+            self.unsized.setdefault(pod.node, set()).add(pod.uid)
+
+    def _uncharged(self, pod: PodInfo, placement: Placement | None, why: str) -> None:
+        """A running pod whose GPUs could not be charged: they take no new pod until it is charged or gone
+        (`placement`: where it would be; None: unknown, all of its node's GPUs)."""
+        slots = frozenset(g.slot for g in placement.gpus) if placement is not None else None
+        if placement is not None and not slots:
+            self.errors.add(why)  # CPU or memory only: no GPU to keep new pods off
+            return
+        self.uncharged[pod.uid] = (pod, slots)
+        if pod.uid in self._told_uncharged and self._told_uncharged[pod.uid] == slots:
+            return  # tried again, with the same outcome: said already
+        self._told_uncharged[pod.uid] = slots
+        where = (
+            f"GPU {','.join(map(str, sorted(slots)))} of {pod.node}" if slots else f"the GPUs of {pod.node}"
+        )
+        message = f"{why}; {where} take no new pod until it is charged or gone"
+        log.warning(message)
+        self.errors.add(message)
+
+    def _size(self, name: str, *, memory_changed: bool = False) -> None:
+        """Node `name`'s GPU memory may be known now: fill in the MiB of the shares held there without them;
+        when it changed (a memory assumed from the GPU's model, then measured by its node agent), every
+        share held there takes what its GPU has now. A share that no longer fits its GPU (the node's memory
+        is smaller than the assignments say) leaves the pod uncharged, its GPUs blocked, rather than
+        over-committing them."""
+        uids = self.unsized.setdefault(name, set())
+        row = self.state.row_of(name)
+        if row is None:
+            return
+        if memory_changed:
+            uids.update(
+                uid for table in (self.ledger.pods, self.ledger.releasing) for uid, h in table.items()
+                if h.placement.node == row and h.placement.gpus
+            )  # fmt: skip
+        for uid in sorted(uids):
+            held = self.ledger.pods.get(uid) or self.ledger.releasing.get(uid)
+            pod = self.pods.get(uid)
+            if held is None or pod is None or held.placement.node != row:
+                uids.discard(uid)
+                continue
+            if any(int(self.state.total_mib[row, g.slot]) <= 0 for g in held.placement.gpus):
+                continue  # still unknown
+            try:
+                fresh = from_assignment(self.state, pod, row)
+            except Unaccountable:
+                fresh = None
+            placement = fresh if fresh is not None and fresh.gpus else sized(self.state, held.placement)
+            uids.discard(uid)
+            if placement == held.placement:
+                continue
+            try:
+                self.ledger.resize(uid, placement)
+            except OvercommitError as exc:
+                self.ledger.release(uid)
+                self._uncharged(pod, placement, f"pod {pod.key}: {exc}")
+            self.index.touch(job_key(pod))
+        if not uids:
+            self.unsized.pop(name, None)
+
+    def _recharge(self) -> None:
+        """Try again to charge the pods whose GPUs could not be, and keep new pods off the GPUs of those
+        still not charged."""
+        for uid, (old, _) in list(self.uncharged.items()):
+            pod = self.pods.get(uid)
+            if pod is None or not pod.holds_resources or pod.node != old.node:
+                self.uncharged.pop(uid, None)
+            elif uid not in self.ledger and uid not in self.ledger.releasing:
+                self._account_found(pod)
+        want: dict[int, set[int]] = {}
+        for pod, slots in self.uncharged.values():
+            row = self.state.row_of(pod.node) if pod.node is not None else None
+            node = self.state.nodes[row] if row is not None else None
+            if row is None or node is None:
+                continue
+            want.setdefault(row, set()).update(slots if slots is not None else range(node.gpu_count))
+        for row in sorted(set(self.state.blocked) | set(want)):
+            name = self.state.node_names[row]
+            if self.state.set_blocked(row, want.get(row, set())) and name is not None:
+                self.gpu_identities.measure(self.state, name)  # what its report says of their health
 
 
 def _annotations_readable(obj: Any) -> bool:

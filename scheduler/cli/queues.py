@@ -91,7 +91,7 @@ def queue_rows(objects: Iterable[Obj]) -> tuple[list[QueueRow], list[str]]:
     statuses = {q.name: q.status or QueueStatus() for q in queues}
     rows: list[QueueRow] = []
 
-    def visit(name: str, depth: int) -> None:
+    for name, depth in tree.walk():
         node = tree.nodes[name]
         status = statuses.get(name, QueueStatus())
         spec = {
@@ -121,11 +121,6 @@ def queue_rows(objects: Iterable[Obj]) -> tuple[list[QueueRow], list[str]]:
                 runtimes.configured(name),
             )
         )
-        for child in node.children:
-            visit(child, depth + 1)
-
-    for root in tree.roots:
-        visit(root, 0)
     return rows, problems
 
 

@@ -24,6 +24,7 @@ from scheduler.cache.cache import Cache
 from scheduler.cache.ledger import Holding, HoldKind, Ledger, same_charge
 from scheduler.cache.reservations import match_reservations
 from scheduler.framework.budget import Budget
+from scheduler.framework.eviction import EvictionPolicy
 from scheduler.framework.memo import Memo
 from scheduler.framework.verdicts import Verdicts
 from scheduler.model.jobs import Job, JobFacts, job_facts
@@ -73,6 +74,7 @@ class Session:
     tree: QueueTree
     jobs: list[Job]
     budget: Budget = field(default_factory=Budget)  # how much the actions may search (work, not seconds)
+    eviction: EvictionPolicy = field(default_factory=EvictionPolicy)  # victims' grace period, budgets
     # A cheap, row-local placer with which victim searches try their plans (None: the session's own);
     # the plan applied is placed by the session's policy.
     probe: IncrementalPlacer | None = None
@@ -139,6 +141,7 @@ class Session:
         epoch_s: float | None = None,
         recent_usage: Mapping[str, Resources] | None = None,
         k_value: float = 1.0,
+        eviction: EvictionPolicy | None = None,
     ) -> Session:
         """`recent_usage`: queues' recent usage, for time-based fair share (None: off; see
         queues/fairshare.py)."""
@@ -182,6 +185,7 @@ class Session:
             cache=cache, placer=placer, now=now, tree=tree, jobs=jobs, budget=budget or Budget(), probe=probe,
             charge=charge,
             pending_jobs=pending, reserved=reserved, epoch_s=now if epoch_s is None else epoch_s,
+            eviction=eviction or EvictionPolicy(),
         )  # fmt: skip
         session._usage = TreeUsage(tree)
         cache.ledger.add_listener(session._usage)

@@ -22,14 +22,16 @@ import logging
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from scheduler.api.assignment import AssignedGPU, GPUAssignment
+from scheduler.api.assignment import Admission, AssignedGPU, GPUAssignment
 from scheduler.cache.cluster import BindError, Cluster, EvictError
 from scheduler.cache.inflight import Answer, BindUnit, Member, resolve
 from scheduler.cache.ledger import Owner
 from scheduler.cache.reservations import RESERVATION_TTL_S, Reservation
+from scheduler.framework.eviction import REFUSED_FOR_S
 from scheduler.framework.session import Session
 from scheduler.model.jobs import Job
 from scheduler.model.reasons import Reason
+from scheduler.model.resources import Resources, placement_usage
 from scheduler.model.types import Placement, PodInfo
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ class Op:
     action: str
     message: str = ""
     beneficiary: str = ""  # the job an eviction or reservation makes room for
+    priority: int = 0  # a placement's: its job's priority, recorded in the assignment (`Admission`)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,42 @@ class Outcome:
 
 def owner_of(job: Job) -> Owner:
     return Owner(job.queue, job.key, not job.preemptible)
+
+
+def _over_limit(session: Session) -> dict[str, set[str]]:
+    """Per queue whose limit (or an ancestor's) the releasing pods under it would break, counted with what
+    the plan holds there now: the releasing pods its placements must wait for."""
+    tree, releasing = session.tree, session.ledger.releasing
+    under: dict[str, tuple[Resources, set[str]]] = {}  # queue -> releasing usage and pods in its subtree
+    for uid, held in releasing.items():
+        if held.owner is None or held.owner.queue not in tree.nodes:
+            continue
+        usage = placement_usage(held.placement)
+        for node in tree.ancestors(held.owner.queue):
+            total, uids = under.get(node.name, (Resources(), set()))
+            under[node.name] = (total + usage, uids | {uid})
+    broken = {
+        name: uids
+        for name, (usage, uids) in under.items()
+        if tree.limit_exceeded(name, usage, only_self=True) is not None
+    }
+    if not broken:
+        return {}
+    return {
+        leaf: set().union(*(broken[n.name] for n in tree.ancestors(leaf) if n.name in broken))
+        for leaf in tree.nodes
+        if any(n.name in broken for n in tree.ancestors(leaf))
+    }
+
+
+def _admission(op: Op) -> Admission | None:
+    """What the pod's job is bound with (its queue, job, priority and preemptibility), recorded in its
+    assignment so that it stays so while it runs, across restarts (`JobIndex` pins it)."""
+    if op.owner is None:
+        return None
+    return Admission(
+        queue=op.owner.queue, job=op.owner.job, priority=op.priority, preemptible=not op.owner.nonpreemptible
+    )
 
 
 def pod_names(session: Session, uids: frozenset[str]) -> list[str]:
@@ -90,7 +129,7 @@ class Transaction:
     def place(self, pod: PodInfo, job: Job, placement: Placement, message: str = "") -> None:
         owner = owner_of(job)
         self.ledger.hold(pod.uid, placement, owner)
-        self.ops.append(Op(OpKind.PLACE, pod, placement, owner, self.action, message))
+        self.ops.append(Op(OpKind.PLACE, pod, placement, owner, self.action, message, priority=job.priority))
 
     def evict(self, pod: PodInfo, message: str, beneficiary: str = "") -> None:
         held = self.ledger.start_releasing(pod.uid)
@@ -101,7 +140,7 @@ class Transaction:
     def reserve(self, pod: PodInfo, job: Job, placement: Placement, beneficiary: str) -> None:
         """Plan the new place of a pod evicted in this transaction (it is recreated and bound there): kept
         while the pod terminates (its grace period) and its replacement is created, and a little longer."""
-        expires = self.session.now + pod.grace_s + RESERVATION_TTL_S
+        expires = self.session.now + self.session.eviction.terminates_within(pod) + RESERVATION_TTL_S
         self.ledger.reserve(Reservation.of(pod, job.queue, placement, beneficiary, expires_s=expires))
         self.ops.append(Op(OpKind.RESERVE, pod, placement, owner_of(job), self.action, "", beneficiary))
 
@@ -127,13 +166,16 @@ class Transaction:
         evicted: list[PodInfo] = []
         failed: list[tuple[PodInfo, str]] = []
         refused: list[Op] = []
+        policy = s.eviction
         for op in self.planned_evictions():
             try:
-                cluster.evict(op.pod, action=op.action, message=op.message)
+                cluster.evict(op.pod, action=op.action, message=op.message, grace_s=policy.grace_for(op.pod),
+                              force=policy.budgets == "delete")  # fmt: skip
             except EvictError as exc:
                 log.warning("eviction of %s refused: %s", op.pod.key, exc)
                 refused.append(op)
                 failed.append((op.pod, str(exc)))
+                s.cache.refused[op.pod.uid] = s.now + REFUSED_FOR_S  # the next searches pick others
                 continue
             evicted.append(op.pod)
             extra = {"beneficiary": op.beneficiary} if op.beneficiary else {}
@@ -153,15 +195,22 @@ class Transaction:
         evictions, become reservations that wait for them (a job's placements all together: a gang is bound
         whole). Waiting for the victims of its own transaction keeps queue limits and quotas true even while
         they terminate (their queue no longer counts them); reserved places of moved pods learn what they
-        wait for too."""
+        wait for too. A pod being deleted still counts toward its queue's limit until it is gone: a
+        placement that its queue's limit allows only without them waits for them too (a tenant deleting
+        pods with a long grace period and creating new ones never runs more than the limit at once)."""
         s, ledger = self.session, self.ledger
         if not ledger.releasing:
             return
         victims = {op.pod.uid for op in self.ops if op.kind is OpKind.EVICT} & ledger.releasing.keys()
+        over = _over_limit(s)
         waits: dict[str, set[str]] = {}  # job -> releasing uids
         for op in self.ops:
             if op.kind is OpKind.PLACE and op.owner is not None:
-                need = ledger.physical_shortfall(op.placement).waits_for | victims
+                need = (
+                    ledger.physical_shortfall(op.placement).waits_for
+                    | victims
+                    | over.get(op.owner.queue, set())
+                )
                 if need:
                     waits.setdefault(op.owner.job, set()).update(need)
         kept: list[Op] = []
@@ -191,8 +240,16 @@ class Transaction:
 
     def _expiry(self, waiting: frozenset[str]) -> float:
         """A pipelined place is kept while its victims may still be terminating, and a little longer."""
-        pods = self.session.cache.pods
-        grace = max((pods[u].grace_s for u in waiting if u in pods), default=DEFAULT_GRACE_S)
+        pods, policy = self.session.cache.pods, self.session.eviction
+        ours = {op.pod.uid for op in self.ops if op.kind is OpKind.EVICT}  # evicted with a capped grace
+        grace = max(
+            (
+                policy.terminates_within(pods[u]) if u in ours else pods[u].grace_s
+                for u in waiting
+                if u in pods
+            ),
+            default=DEFAULT_GRACE_S,
+        )
         return self.session.now + grace + RESERVATION_TTL_S
 
     def _bind(
@@ -222,6 +279,7 @@ class Transaction:
                 node=node.name,
                 gpus=[AssignedGPU(index=g.slot, uuid=node.uuid(g.slot), milli=g.milli, memory_mib=g.mib)
                       for g in op.placement.gpus],
+                admitted=_admission(op),
             )  # fmt: skip
             try:
                 result = cluster.bind(op.pod, assignment)

@@ -7,8 +7,9 @@
   cycle should see it, with the PodGroups the podgrouper (`podgrouper/`) wrote ahead of everything else;
 - binds are asynchronous (`bind_pool.py`): `bind` returns at once, `bind_outcomes` tells the next cycle;
   the request of one bind (a Binding carrying the assignment) is `binder.py`'s;
-- evictions go through the Eviction API (`evictor.py`); pending reasons, Queue and PodGroup status are
-  written back only where they differ (`status.py`); warnings become Events on their objects (`recorder.py`).
+- evictions go through the Eviction API, deleting where a budget refuses when told to (`evictor.py`);
+  pending reasons, Queue and PodGroup status are written back only where they differ (`status.py`);
+  warnings become Events on their objects (`recorder.py`).
 """
 
 from __future__ import annotations
@@ -215,8 +216,12 @@ class KubeCluster:
     def bind_outcomes(self) -> list[BindOutcome]:
         return self.binds.outcomes()
 
-    def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
-        result = self.evictor.evict(pod.namespace, pod.name, pod.uid, action, message)
+    def evict(
+        self, pod: PodInfo, *, action: str, message: str, grace_s: float | None = None, force: bool = False
+    ) -> None:
+        result = self.evictor.evict(
+            pod.namespace, pod.name, pod.uid, action, message, grace_s=grace_s, force=force
+        )
         if not result.ok:
             raise EvictError(result.reason)
 

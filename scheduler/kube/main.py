@@ -24,10 +24,11 @@ from scheduler.api.duration import parse_duration
 from scheduler.api.keys import SCHEDULER_NAME, WHOLE_GPU_RESOURCE
 from scheduler.cycle import SchedulerConfig
 from scheduler.framework.budget import BudgetLimits
+from scheduler.framework.eviction import BUDGET_POLICIES, EvictionPolicy
 from scheduler.framework.metrics import SchedulerMetrics
 from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.kai_compat import access_problem
-from scheduler.kube.queue_index import informer_queue_lookup
+from scheduler.kube.queue_index import informer_namespace_check, informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
 from scheduler.placement.registry import DEFAULT_POLICY, policy_names
 from scheduler.queues.usage_history import UsageParams
@@ -187,11 +188,30 @@ def run(
     kai_compat: bool = typer.Option(
         False, help="Also read KAI Scheduler's Queue and PodGroup objects (scheduling.run.ai)."
     ),
+    max_victim_grace: str = typer.Option(
+        "30s",
+        metavar="TIME",
+        help="Longest grace period a victim of reclaim, preempt or consolidation gets "
+        "('' = its own, however long).",
+    ),
+    disruption_budgets: str = typer.Option(
+        "delete",
+        metavar="POLICY",
+        help="Where a PodDisruptionBudget refuses a victim's eviction: delete "
+        "(KAI Scheduler's behaviour) or respect (other victims are chosen).",
+    ),
     version: VersionOption = False,
 ) -> None:
     """Schedule the pods whose spec.schedulerName is --scheduler-name."""
     # Every flag is checked before anything starts.
     check_choice(log_level.lower(), LOG_LEVELS, "--log-level")
+    check_choice(disruption_budgets, BUDGET_POLICIES, "--disruption-budgets")
+    eviction = EvictionPolicy(
+        max_grace_s=seconds(max_victim_grace, "--max-victim-grace", positive=False)
+        if max_victim_grace
+        else None,
+        budgets="delete" if disruption_budgets == "delete" else "respect",
+    )
     if placement:
         check_choice(placement, policy_names(), "--placement")
     period_s = seconds(cycle_period, "--cycle-period")
@@ -229,7 +249,7 @@ def run(
             whole_gpu_plugin=bool(whole_gpu_resource),
             kai_compat=kai_compat,
             scheduler=SchedulerConfig(
-                policy=placement or DEFAULT_POLICY, budget=BudgetLimits.live(), usage=usage
+                policy=placement or DEFAULT_POLICY, budget=BudgetLimits.live(), usage=usage, eviction=eviction
             ),
             usage_configmap=usage_configmap,
             usage_namespace=usage_namespace or os.environ.get("POD_NAMESPACE") or leader_elect_namespace,
@@ -259,6 +279,7 @@ def run(
                 if runner.cluster.kai is not None
                 else informer_queue_lookup(runner.cluster.informers["Queue"])
             ),
+            namespace_check=informer_namespace_check(runner.cluster.informers["Queue"]),
         )
         certs = Path(webhook_cert_dir)
         webhook = WebhookServer(admission, certfile=str(certs / "tls.crt"), keyfile=str(certs / "tls.key"),

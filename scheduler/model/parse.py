@@ -466,6 +466,7 @@ def invalid_pod(
         else {}
     )
     uid = meta.get("uid") if isinstance(meta.get("uid"), str) and meta.get("uid") else None
+    request, cpu, memory = _readable_request(spec, kept)
     return PodInfo(
         uid=uid or f"{namespace}/{meta['name']}",
         namespace=namespace,
@@ -473,7 +474,9 @@ def invalid_pod(
         queue=DEFAULT_QUEUE,
         priority=0,
         preemptible=True,
-        request=_NO_GPU,
+        request=request,
+        cpu_milli=cpu,
+        memory_mib=memory,
         phase=phase,
         node=node,
         ours=spec.get("schedulerName") == scheduler_name,
@@ -484,6 +487,23 @@ def invalid_pod(
         else pod_group(namespace, kept),
         terminating=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _readable_request(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[GPURequest, int, int]:
+    """What a pod refused for another reason (its labels, say) asks, where that part can be read: a running
+    one found so by a restarted scheduler is accounted with its CPU, memory and GPUs, not as empty."""
+    try:
+        requests, limits = pod_resources(dict(spec))
+    except Exception:  # unreadable too: nothing is known of what it asks
+        return _NO_GPU, 0, 0
+    cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
+    memory = math.ceil(requests.get("memory", Decimal(0)) / MIB)
+    whole = limits.get(WHOLE_GPU_RESOURCE)
+    try:
+        request = parse_gpu_request(annotations, {WHOLE_GPU_RESOURCE: whole} if whole is not None else {})
+    except Exception:  # an invalid GPU request: its assignment, if any, says what it holds
+        request = _NO_GPU
+    return request, cpu, memory
 
 
 def has_controller(meta: Mapping[str, Any]) -> bool:

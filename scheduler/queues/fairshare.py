@@ -39,7 +39,11 @@ def compute_fair_shares(
     """`usage`: each queue's recent usage (time-based fair share), None: off."""
     shares: dict[str, dict[str, float]] = {name: {} for name in tree.nodes}
     for r in RESOURCE_NAMES:
-        _divide(tree, tree.roots, capacity.get(r), r, shares, usage, k_value)
+        # Level by level from the top (a loop, not a recursion: the tree may be MAX_QUEUE_DEPTH deep).
+        todo: list[tuple[list[str], float]] = [(tree.roots, capacity.get(r))]
+        while todo:
+            names, amount = todo.pop()
+            todo.extend(_divide(tree, names, amount, r, shares, usage, k_value))
     for name, per_resource in shares.items():
         tree.nodes[name].fair_share = Resources.of(per_resource)
 
@@ -72,7 +76,9 @@ def _divide(
     out: dict[str, dict[str, float]],
     usage: Mapping[str, Resources] | None = None,
     k_value: float = 1.0,
-) -> None:
+) -> list[tuple[list[str], float]]:
+    """Divide `amount` of resource `r` among the siblings `names` (into `out`); returns each one's children
+    with the amount they divide next."""
     nodes = [tree.nodes[n] for n in names]
     cap: dict[str, float] = {}
     share: dict[str, float] = {}
@@ -107,5 +113,4 @@ def _divide(
 
     for n in nodes:
         out[n.name][r] = share[n.name]
-        if n.children:
-            _divide(tree, n.children, share[n.name], r, out, usage, k_value)
+    return [(n.children, share[n.name]) for n in nodes if n.children]

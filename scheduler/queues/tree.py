@@ -1,4 +1,10 @@
-"""The queue tree built from `Queue` objects: parents, leaves, ancestors, per-queue usage."""
+"""The queue tree built from `Queue` objects: parents, leaves, ancestors, per-queue usage.
+
+Every walk of the tree is a loop bounded by its depth, at most `MAX_QUEUE_DEPTH` levels (docs/limits.md):
+a queue deeper than that is left out of the tree as invalid (`invalid`), with its descendants; its pods
+wait, told why, and the cycle goes on for everyone else. Which namespaces may use a queue is its
+`spec.namespaces` and its ancestors' (`namespace_problem`, docs/tenancy.md).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from scheduler.api.keys import DEFAULT_QUEUE
+from scheduler.api.limits import MAX_QUEUE_DEPTH
 from scheduler.api.meta import ObjectMeta
 from scheduler.api.queue import Queue, QueueResource, QueueSpec
+from scheduler.api.tenancy import namespace_problem
 from scheduler.model.resources import RESOURCE_NAMES, Resources
 
 
@@ -49,6 +57,8 @@ class QueueTree:
         self.nodes: dict[str, QueueNode] = {}
         self.errors: list[str] = []
         self.problems: dict[str, str] = {}  # queue name -> what is wrong with it (also in `errors`)
+        # Queues left out of the tree (too deep): name -> why; their pods are told (`leaf_error`).
+        self.invalid: dict[str, str] = {}
         queues = list(queues)
         if not any(q.name == DEFAULT_QUEUE for q in queues):
             queues.append(_default_queue())  # pods without a queue label always have somewhere to go
@@ -67,6 +77,7 @@ class QueueTree:
                 continue
             parent.children.append(node.name)
         self._break_cycles()
+        self._bound_depth()
         for node in self.nodes.values():
             node.children.sort()
 
@@ -74,7 +85,7 @@ class QueueTree:
         for node in self.nodes.values():
             seen = {node.name}
             cur = node.parent
-            while cur is not None:
+            while cur is not None and len(seen) <= MAX_QUEUE_DEPTH:  # deeper: `_bound_depth` says so
                 if cur in seen:
                     self._problem(node.name, f"parent chain loops through {cur}")
                     parent = self.nodes[node.parent] if node.parent else None
@@ -85,6 +96,36 @@ class QueueTree:
                 seen.add(cur)
                 cur = self.nodes[cur].parent
 
+    def _bound_depth(self) -> None:
+        """Leave out every queue more than MAX_QUEUE_DEPTH levels deep, with its descendants (walked level
+        by level from the top, each queue once; a queue never reached hangs below a loop of parents longer
+        than `_break_cycles` follows)."""
+        depth: dict[str, int] = {name: 1 for name in self.roots}
+        level = list(depth)
+        while level:
+            below = []
+            for name in level:
+                for child in self.nodes[name].children:
+                    depth[child] = depth[name] + 1
+                    below.append(child)
+            level = below
+        too_deep = [n for n in self.nodes if n not in depth or depth[n] > MAX_QUEUE_DEPTH]
+        for name in too_deep:
+            node = self.nodes[name]
+            self.invalid[name] = (
+                f"queue {name} is {depth[name]} levels deep, more than the {MAX_QUEUE_DEPTH} a queue tree may "
+                "have (docs/limits.md): it is left out, and its pods wait until the tree is made shallower"
+                if name in depth
+                else f"queue {name} hangs below a chain of parents that loops: it is left out, and its pods "
+                "wait until the tree is fixed"
+            )
+            self.errors.append(self.invalid[name])
+            parent = self.nodes.get(node.parent) if node.parent else None
+            if parent is not None and name in parent.children:
+                parent.children.remove(name)
+        for name in too_deep:
+            del self.nodes[name]
+
     def _problem(self, name: str, what: str) -> None:
         self.problems[name] = f"queue {name}: {what}"
         self.errors.append(self.problems[name])
@@ -93,14 +134,32 @@ class QueueTree:
     def roots(self) -> list[str]:
         return sorted(n.name for n in self.nodes.values() if n.parent is None)
 
-    def leaf_error(self, name: str) -> str | None:
-        """Why pods cannot be submitted to `name`, or None if it is a valid leaf queue."""
+    def walk(self) -> list[tuple[str, int]]:
+        """Every queue with its depth (0 at the top), each parent right before its subtree, in name order."""
+        out: list[tuple[str, int]] = []
+        stack = [(name, 0) for name in reversed(self.roots)]
+        while stack:
+            name, depth = stack.pop()
+            out.append((name, depth))
+            stack.extend((child, depth + 1) for child in reversed(self.nodes[name].children))
+        return out
+
+    def leaf_error(self, name: str, namespace: str | None = None) -> str | None:
+        """Why pods (of `namespace`, when given) cannot be submitted to `name`, or None if it is a valid leaf
+        queue open to them."""
+        if name in self.invalid:
+            return self.invalid[name]
         node = self.nodes.get(name)
         if node is None:
             return f"queue {name} does not exist; create it or label the pod with an existing leaf queue"
         if not node.is_leaf:
             return f"queue {name} is not a leaf queue (children: {', '.join(node.children)}); use one of them"
-        return None
+        return self.namespace_problem(name, namespace) if namespace is not None else None
+
+    def namespace_problem(self, name: str, namespace: str) -> str | None:
+        """Why `namespace` may not use queue `name` (None: it may): the queue, or one of its ancestors, names
+        the namespaces that may use it (`spec.namespaces`) and this one is not among them."""
+        return namespace_problem(name, namespace, [(n.name, n.spec.namespaces) for n in self.ancestors(name)])
 
     def ancestors(self, name: str) -> list[QueueNode]:
         """The queue itself and every parent up to the root."""
@@ -133,9 +192,10 @@ class QueueTree:
             for node in self.ancestors(name):
                 node.requested = node.requested + res
 
-    def limit_exceeded(self, name: str, extra: Resources) -> str | None:
-        """The first queue on the chain whose limit `extra` more would exceed, as a message."""
-        for node in self.ancestors(name):
+    def limit_exceeded(self, name: str, extra: Resources, *, only_self: bool = False) -> str | None:
+        """The first queue on the chain whose limit `extra` more would exceed, as a message (`only_self`:
+        queue `name`'s own limit only)."""
+        for node in self.ancestors(name)[:1] if only_self else self.ancestors(name):
             for r in RESOURCE_NAMES:
                 limit = node.resource(r).limit
                 if limit >= 0 and node.allocated.get(r) + extra.get(r) > limit + 1e-9:

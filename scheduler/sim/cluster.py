@@ -2,9 +2,11 @@
 
 Bound pods start running at once and finish after their `tessera.dev/sim-duration` (never, without one).
 An evicted pod terminates as on a real cluster: it is marked for deletion (`deletionTimestamp`) and keeps
-running on its GPU for its `terminationGracePeriodSeconds` (Kubernetes' default 30 s), then it is gone and
-recreated as a new pending pod, as its controller (Job, PyTorchJob, StatefulSet...) would, unless it
-carries `tessera.dev/sim-recreate: "false"`. PriorityClasses fill in `spec.priority` of the pods that name
+running on its GPU for its `terminationGracePeriodSeconds` (Kubernetes' default 30 s, or the shorter grace
+period the eviction asks for), then it is gone and recreated as a new pending pod, as its controller (Job,
+PyTorchJob, StatefulSet...) would, unless it carries `tessera.dev/sim-recreate: "false"`.
+PodDisruptionBudgets (`minAvailable` or `maxUnavailable`, integers, over the pods of their namespace that
+match their selector) refuse an eviction as the Eviction API does; a forced eviction deletes anyway. PriorityClasses fill in `spec.priority` of the pods that name
 them, as the API server's admission does.
 """
 
@@ -23,7 +25,15 @@ from scheduler.api.duration import parse_duration
 from scheduler.api.keys import GPU_ASSIGNMENT, SIM_ARRIVAL, SIM_DURATION
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
-from scheduler.cache.cluster import BindError, BindOutcome, BindResult, EventType, Kind, WatchEvent
+from scheduler.cache.cluster import (
+    BindError,
+    BindOutcome,
+    BindResult,
+    EventType,
+    EvictError,
+    Kind,
+    WatchEvent,
+)
 from scheduler.model.parse import has_controller
 from scheduler.model.types import PodInfo
 from scheduler.sim.loader import Manifests
@@ -31,6 +41,15 @@ from scheduler.sim.loader import Manifests
 SIM_RECREATE = "tessera.dev/sim-recreate"
 SIM_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated time 0, for creationTimestamp
 DEFAULT_GRACE_S = 30.0  # Kubernetes' terminationGracePeriodSeconds default
+RELIST_ORDER: tuple[Kind, ...] = (
+    "Node",
+    "PriorityClass",
+    "Queue",
+    "PodGroup",
+    "GPUNodeReport",
+    "Topology",
+    "Pod",
+)  # the Kubernetes adapter's replay order (scheduler/kube/cluster.py)
 
 
 @dataclass
@@ -59,6 +78,11 @@ class SimCluster:
     _completions: list[tuple[float, int, str]] = field(default_factory=list)
     _deletions: list[tuple[float, int, str, str]] = field(default_factory=list)  # (due, seq, key, uid)
     priority_classes: dict[str, int] = field(default_factory=dict)
+    # The other objects as they are now (Queues, PodGroups, GPUNodeReports, ...), by kind and key: what a
+    # scheduler started afresh lists (`relist`).
+    objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # PodDisruptionBudgets by namespace/name (the scheduler does not watch them: only evictions meet them)
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -75,6 +99,8 @@ class SimCluster:
         for kind in ("Queue", "PodGroup", "Topology"):
             for obj in manifests.objects.get(kind, []):
                 sim._emit(kind, "ADDED", obj)
+        for obj in manifests.objects.get("PodDisruptionBudget", []):
+            sim.add_budget(obj)
         for obj in manifests.objects["Pod"]:
             sim.submit_pod(obj)
         return sim
@@ -114,13 +140,22 @@ class SimCluster:
     def bind_outcomes(self) -> list[BindOutcome]:
         return []  # binds are synchronous
 
-    def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
-        """Graceful deletion: the pod is marked for deletion now and is gone after its grace period."""
+    def evict(
+        self, pod: PodInfo, *, action: str, message: str, grace_s: float | None = None, force: bool = False
+    ) -> None:
+        """Graceful deletion: the pod is marked for deletion now and is gone after its grace period (at most
+        `grace_s`). A disruption budget that allows no disruption refuses it (EvictError), unless `force`."""
         rec = self.pods.get(pod.key)
         if rec is None or rec.deleting is not None or rec.obj["metadata"].get("uid") != pod.uid:
             return
+        refusal = self._budget_refuses(rec.obj)
+        if refusal is not None and not force:
+            raise EvictError(refusal)
+        if refusal is not None:
+            self.log.append({"time_s": self.now_s, "type": "BudgetOverridden", "action": action, "pod": pod.key,
+                             "message": f"{refusal}; deleted anyway"})  # fmt: skip
         meta = rec.obj["metadata"]
-        grace = grace_s(rec.obj)
+        grace = pod_grace_s(rec.obj) if grace_s is None else min(grace_s, pod_grace_s(rec.obj))
         meta["deletionTimestamp"] = (SIM_EPOCH + timedelta(seconds=self.now_s)).isoformat()
         meta["deletionGracePeriodSeconds"] = int(grace)
         rec.deleting = (action, message)
@@ -148,6 +183,36 @@ class SimCluster:
         fresh["spec"].pop("nodeName", None)
         fresh["status"] = {"phase": "Pending"}
         self._admit(fresh, arrival_s=self.now_s, duration_s=rec.duration_s, evictions=rec.evictions + 1)
+
+    def add_budget(self, obj: dict[str, Any]) -> None:
+        """A PodDisruptionBudget (policy/v1) of the simulated cluster."""
+        self.budgets[_object_key({**obj, "metadata": {"namespace": "default", **obj["metadata"]}})] = obj
+
+    def _budget_refuses(self, victim: Mapping[str, Any]) -> str | None:
+        """Why a budget covering `victim` allows no disruption now (None: none does), as the disruption
+        controller counts: healthy pods are running and not being deleted."""
+        meta = victim["metadata"]
+        labels = _labels(victim)
+        for key, pdb in sorted(self.budgets.items()):
+            namespace = (pdb.get("metadata") or {}).get("namespace") or "default"
+            spec = pdb.get("spec") or {}
+            selector = (spec.get("selector") or {}).get("matchLabels") or {}
+            if namespace != meta.get("namespace") or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            covered = [r.obj for r in self.pods.values() if r.obj["metadata"].get("uid")
+                       and r.obj["metadata"].get("namespace") == namespace
+                       and not r.obj["metadata"].get("deletionTimestamp")
+                       and all(_labels(r.obj).get(k) == v for k, v in selector.items())]  # fmt: skip
+            healthy = sum(1 for o in covered if (o.get("status") or {}).get("phase") == "Running")
+            if isinstance(spec.get("minAvailable"), int):
+                allowed = healthy - spec["minAvailable"]
+            elif isinstance(spec.get("maxUnavailable"), int):
+                allowed = spec["maxUnavailable"] - (len(covered) - healthy)
+            else:
+                continue
+            if allowed <= 0:
+                return f"Cannot evict pod as it would violate the pod's disruption budget ({key} allows 0)"
+        return None
 
     def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
         rec = self.pods.get(pod.key)
@@ -262,11 +327,44 @@ class SimCluster:
         self.log.append({"time_s": at_s, "type": "Completed", "action": "", "pod": key, "message": ""})
         self._emit("Pod", "MODIFIED", rec.obj)
 
+    def relist(self, kinds: tuple[Kind, ...] = RELIST_ORDER) -> None:
+        """What a scheduler started afresh (a restart, a failover) sees first: every object that exists now,
+        as ADDED, kind by kind in `kinds`' order (the watches of a real one list in any order). Events not
+        drained yet are dropped: the lists hold them."""
+        self._events = []
+        for kind in kinds:
+            if kind == "Node":
+                objs: list[Mapping[str, Any]] = list(self.nodes.values())
+            elif kind == "Pod":
+                objs = [r.obj for r in self.pods.values() if r.obj["metadata"].get("uid")]
+            else:
+                objs = list(self.objects.get(kind, {}).values())
+            for obj in objs:
+                self._events.append(WatchEvent(kind, "ADDED", copy.deepcopy(dict(obj))))
+
     def _emit(self, kind: Kind, type_: EventType, obj: Mapping[str, Any]) -> None:
+        if kind not in ("Node", "Pod"):
+            book = self.objects.setdefault(kind, {})
+            key = _object_key(obj)
+            if type_ == "DELETED":
+                book.pop(key, None)
+            else:
+                book[key] = copy.deepcopy(dict(obj))
         self._events.append(WatchEvent(kind, type_, copy.deepcopy(dict(obj))))
 
 
-def grace_s(obj: Mapping[str, Any]) -> float:
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = (obj.get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, Mapping) else {}  # unreadable labels select nothing
+
+
+def _object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    return f"{meta['namespace']}/{name}" if meta.get("namespace") else name
+
+
+def pod_grace_s(obj: Mapping[str, Any]) -> float:
     """A pod's terminationGracePeriodSeconds (Kubernetes' default when unset or unreadable)."""
     raw = (obj.get("spec") or {}).get("terminationGracePeriodSeconds")
     return (

@@ -1,4 +1,5 @@
-"""Load Kubernetes YAML manifests (Nodes, Pods, Queues, PodGroups, Topologies) for the simulated cluster.
+"""Load Kubernetes YAML manifests (Nodes, Pods, Queues, PodGroups, Topologies, PodDisruptionBudgets) for
+the simulated cluster.
 
 KAI Scheduler's Queues and PodGroups (scheduling.run.ai) are read too, translated as the scheduler's
 `--kai-compat` does, and pods of `kai-scheduler` are simulated as Tessera's (docs/kai-compat.md).
@@ -19,7 +20,7 @@ from scheduler.api.kai import is_kai, translate
 from scheduler.api.keys import KAI_SCHEDULER_NAME, SCHEDULER_NAME, TRANSLATED_FROM
 from scheduler.cache.containment import one_line
 
-SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology")
+SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology", "PodDisruptionBudget")
 # Kinds a cluster needs and the simulation does not: read without a warning (a namespace exists as soon as
 # a pod names it).
 NOTHING_TO_SIMULATE = ("Namespace",)

@@ -60,6 +60,9 @@ class ClusterState:
         # Per row: GPU slots the node no longer has (its GPU count dipped) that pods still hold: kept present
         # but unhealthy, so their holdings stay in the arrays and nothing new goes there; retired once free.
         self.draining: dict[int, set[int]] = {}
+        # Per row: GPU slots where a running pod could not be charged (its hold failed: an assignment that
+        # cannot be read, or that over-commits the GPU): unhealthy, so no new pod goes there until it is.
+        self.blocked: dict[int, set[int]] = {}
         self._allocate(max(capacity, 1), label_cols=8, taint_cols=4)
 
     # ----------------------------------------------------------------------------------------- storage
@@ -188,10 +191,13 @@ class ClusterState:
                 # unhealthy, a dip of the count): keep its holdings, take no new pod, retire it once free.
                 draining.add(j)
                 self.healthy[row, j] = False
+                if 0 < node.gpu_memory_mib != int(self.total_mib[row, j]):  # known now, or measured now
+                    self.total_mib[row, j] = self.report_free_mib[row, j] = node.gpu_memory_mib
+                    self.free_mib[row, j] = node.gpu_memory_mib - mib_used[j]
                 continue
             self.present[row, j] = present
             if present and (not was_present or j in draining):
-                self.healthy[row, j] = True  # new, or back in the count
+                self.healthy[row, j] = j not in self.blocked.get(row, ())  # new, or back in the count
             elif not present:
                 self.healthy[row, j] = False
             draining.discard(j)
@@ -237,6 +243,7 @@ class ClusterState:
         self.valid[row] = False
         self.model[row] = -1
         self.draining.pop(row, None)
+        self.blocked.pop(row, None)
         self.domain[row, :] = -1
         self._free_rows.append(row)
         self.node_epoch += 1
@@ -258,8 +265,29 @@ class ClusterState:
 
     def set_gpu_health(self, row: int, slot: int, healthy: bool) -> None:
         draining = slot in self.draining.get(row, ())
-        self.healthy[row, slot] = healthy and bool(self.present[row, slot]) and not draining
+        blocked = slot in self.blocked.get(row, ())
+        self.healthy[row, slot] = healthy and bool(self.present[row, slot]) and not draining and not blocked
         self._touch(row)
+
+    def set_blocked(self, row: int, slots: set[int]) -> set[int]:
+        """Row `row`'s GPUs `slots` take no new pod (running pods there are not all charged); the others
+        are unblocked. Returns the slots unblocked, whose health the caller sets again (a node report)."""
+        old = self.blocked.get(row, set())
+        slots = {s for s in slots if s < self.max_gpus}
+        if slots == old:
+            return set()
+        for slot in slots - old:
+            self.healthy[row, slot] = False
+        freed = old - slots
+        for slot in freed:
+            draining = slot in self.draining.get(row, ())
+            self.healthy[row, slot] = bool(self.present[row, slot]) and not draining
+        if slots:
+            self.blocked[row] = set(slots)
+        else:
+            self.blocked.pop(row, None)
+        self._touch(row)
+        return freed
 
     def keep_slot(self, row: int, slot: int) -> None:
         """A pod holds GPU `slot`, which the node no longer counts (found so after a restart, during a dip of

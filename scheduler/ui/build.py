@@ -247,7 +247,7 @@ def _nodes(
 def _queues(tree: QueueTree) -> list[QueueView]:
     out: list[QueueView] = []
 
-    def visit(name: str, depth: int) -> None:
+    for name, depth in tree.walk():
         node = tree.nodes[name]
         figures = {
             r: QueueFigures(
@@ -271,11 +271,6 @@ def _queues(tree: QueueTree) -> list[QueueView]:
                 queue_min_runtime(tree, name),
             )
         )
-        for child in node.children:
-            visit(child, depth + 1)
-
-    for root in tree.roots:
-        visit(root, 0)
     return out
 
 

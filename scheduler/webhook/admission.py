@@ -1,13 +1,20 @@
-"""AdmissionReview handling for pods (pure: review JSON in, review JSON out; never raises).
+"""AdmissionReview handling for pods and PodGroups (pure: review JSON in, review JSON out; never raises).
 
 CREATE of a pod of the Tessera scheduler: its resources and GPU request must parse with the scheduler's
-own parser and bounds (`scheduler/model/parse.py`, `scheduler/api/limits.py`), its queue must exist and be a
-leaf, and it must not preset `spec.nodeName` when it asks for a GPU; a fractional request gets the
-`tessera.dev/gpu-slice: <num devices>` limit on its first container, so the kubelet calls Tessera's device
-plugin for it. CREATE of any other pod: it may not ask for `tessera.dev/gpu-slice`. UPDATE: the GPU
-request annotations are frozen, and so is the queue of a bound pod; a new queue must exist. Any pod, any
-operation: only the scheduler writes `tessera.dev/gpu-assignment`, only the device plugin
+own parser and bounds (`scheduler/model/parse.py`, `scheduler/api/limits.py`), its queue must exist, be a
+leaf and be open to the pod's namespace (`Queue.spec.namespaces`, docs/tenancy.md), and it must not preset
+`spec.nodeName` when it asks for a GPU; a fractional request gets the `tessera.dev/gpu-slice: <num
+devices>` limit on its first container, so the kubelet calls Tessera's device plugin for it. CREATE of any
+other pod: it may not ask for `tessera.dev/gpu-slice`. UPDATE: the GPU request annotations are frozen, and
+so are the queue and the pod group of a bound pod; a new queue must exist and be open to the namespace.
+Any pod, any operation: only the scheduler writes `tessera.dev/gpu-assignment`, only the device plugin
 `tessera.dev/gpu-allocated` (`guards.py` says why).
+
+PodGroups: the queue a PodGroup names must exist, be a leaf and be open to its namespace; while the group
+has running pods (its `status.running`, which only the scheduler writes), its queue, priorityClassName and
+preemptibility cannot change: what a running gang is charged to and whether it may be reclaimed are fixed
+when it starts (the scheduler keeps the admitted values whatever the object says, for clusters without
+this webhook).
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ log = logging.getLogger(__name__)
 QueueKind = Literal["leaf", "parent"]
 # Queue name -> "leaf" / "parent", or None when no such queue exists.
 QueueLookup = Callable[[str], QueueKind | None]
+# (queue, namespace) -> why the namespace may not use the queue, None when it may (docs/tenancy.md).
+NamespaceCheck = Callable[[str, str], str | None]
+# What a running PodGroup may not change (it is charged and preempted as it started).
+FROZEN_WHILE_RUNNING = ("queue", "priorityClassName", "preemptibility")
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class AdmissionConfig:
         default_factory=lambda: frozenset({"system:serviceaccount:tessera-system:tessera-device-plugin"})
     )
     queue_lookup: QueueLookup | None = None  # None: queues are not checked here (the scheduler still does)
+    namespace_check: NamespaceCheck | None = None  # None: not checked here (the scheduler still does)
     max_gpu_memory_mib: int | None = None
 
 
@@ -80,11 +92,14 @@ def _admit(review: Any, config: AdmissionConfig) -> dict[str, Any]:
     except ValidationError as exc:
         first = _first_error(exc)
         return response(_uid(review), allowed=False, code=400, message=f"malformed AdmissionReview: {first}")
-    if request.kind.kind != "Pod" or request.resource.resource != "pods" or request.sub_resource:
+    if request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
         return response(request.uid, allowed=True)
-    if request.operation not in ("CREATE", "UPDATE"):
+    kind = (request.kind.kind, request.resource.resource)
+    if kind not in (("Pod", "pods"), ("PodGroup", "podgroups")):
         return response(request.uid, allowed=True)
     try:
+        if kind == ("PodGroup", "podgroups"):
+            return _admit_podgroup(request, config)
         return _admit_pod(request, config)
     except (AttributeError, TypeError, ValueError, KeyError) as exc:  # a pod shaped wrongly
         return response(
@@ -116,7 +131,7 @@ def _admit_pod(request: AdmissionRequest, config: AdmissionConfig) -> dict[str, 
     if request.operation == "UPDATE":
         problem = guards.frozen_problem(pod, old)
         if problem is None and ours and guards.labels_of(pod) != guards.labels_of(old):
-            problem = _check_queue(pod, config)
+            problem = _check_queue(pod, config, request.namespace)
         return response(request.uid, allowed=problem is None, message=problem or "")
     if not ours:
         problem = guards.placement_problem(pod, config.scheduler_name, gpu_request=False)
@@ -152,7 +167,7 @@ def _admit_new_pod(
         return response(uid, allowed=False, message=f"invalid pod: {parsed.error}")
     problem = (
         guards.placement_problem(pod, config.scheduler_name, gpu_request=gpu.kind != "none")
-        or _check_queue(pod, config)
+        or _check_queue(pod, config, request.namespace)
         or _slice_problem(pod, gpu)
     )
     if problem:
@@ -212,17 +227,50 @@ def _slice_patch(pod: Mapping[str, Any], gpu: GPURequest) -> list[dict[str, Any]
     return [{"op": "add", "path": f"{base}/limits/{key}", "value": wanted}]
 
 
-def _check_queue(pod: Mapping[str, Any], config: AdmissionConfig) -> str | None:
-    if config.queue_lookup is None:
-        return None
+def _check_queue(pod: Mapping[str, Any], config: AdmissionConfig, namespace: str | None) -> str | None:
     labels = guards.labels_of(pod)
     queue = labels.get(QUEUE_LABEL) or labels.get(KAI_QUEUE_LABEL)
     name = str(queue or DEFAULT_QUEUE)
-    kind = config.queue_lookup(name)
-    if kind is None:
-        if queue:
-            return f'queue "{name}" (label {QUEUE_LABEL}) does not exist'
-        return f'the pod has no {QUEUE_LABEL} label and the "{DEFAULT_QUEUE}" queue does not exist'
-    if kind == "parent":
-        return f'queue "{name}" is a parent queue; pods must name a leaf queue in {QUEUE_LABEL}'
+    where = guards.field_map(pod, "metadata").get("namespace") or namespace or "default"
+    if config.queue_lookup is not None:
+        kind = config.queue_lookup(name)
+        if kind is None:
+            if queue:
+                return f'queue "{name}" (label {QUEUE_LABEL}) does not exist'
+            return f'the pod has no {QUEUE_LABEL} label and the "{DEFAULT_QUEUE}" queue does not exist'
+        if kind == "parent":
+            return f'queue "{name}" is a parent queue; pods must name a leaf queue in {QUEUE_LABEL}'
+    if config.namespace_check is not None:
+        return config.namespace_check(name, str(where))
     return None
+
+
+def _admit_podgroup(request: AdmissionRequest, config: AdmissionConfig) -> dict[str, Any]:
+    group = request.object or {}
+    old = request.old_object or {}
+    spec, old_spec = guards.field_map(group, "spec"), guards.field_map(old, "spec")
+    meta = guards.field_map(group, "metadata")
+    name = f"{meta.get('namespace') or request.namespace}/{meta.get('name') or request.name}"
+    if request.operation == "UPDATE":
+        running = guards.field_map(old, "status").get("running")
+        changed = [f for f in FROZEN_WHILE_RUNNING if spec.get(f) != old_spec.get(f)]
+        if changed and isinstance(running, int) and not isinstance(running, bool) and running > 0:
+            return response(request.uid, allowed=False, message=(
+                f"PodGroup {name} has {running} running pod{'s' if running != 1 else ''}: its "
+                f"{', '.join(changed)} cannot change while they run (what a running gang is charged to "
+                "and whether it may be preempted are fixed when it starts); change it once they have "
+                "finished, or delete them first"
+            ))  # fmt: skip
+        if spec.get("queue") == old_spec.get("queue"):
+            return response(request.uid, allowed=True)
+    queue = str(spec.get("queue") or DEFAULT_QUEUE)
+    problem = None
+    if config.queue_lookup is not None:
+        kind = config.queue_lookup(queue)
+        if kind is None:
+            problem = f'queue "{queue}" (spec.queue of PodGroup {name}) does not exist'
+        elif kind == "parent":
+            problem = f'queue "{queue}" is a parent queue; a PodGroup must name a leaf queue in spec.queue'
+    if problem is None and config.namespace_check is not None:
+        problem = config.namespace_check(queue, str(meta.get("namespace") or request.namespace or "default"))
+    return response(request.uid, allowed=problem is None, message=problem or "")

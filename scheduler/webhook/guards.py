@@ -5,8 +5,9 @@
 * `tessera.dev/gpu-allocated` tells the scheduler the device plugin served the pod and its node may take
   the next one: only the device plugin's identities may write it (a user who preset it would free the
   node's bind lock before the pod was served).
-* The GPU request annotations are frozen after creation; the queue of a bound pod is frozen too (it is
-  charged to its queue; relabelling it would move or drop that charge).
+* The GPU request annotations are frozen after creation; the queue and the pod group of a bound pod are
+  frozen too (it is charged to its queue through its job; relabelling it, or annotating it into another
+  group, would move or drop that charge).
 * A pod that asks for `tessera.dev/gpu-slice`, or a Tessera pod that asks for any GPU, must be placed by
   the scheduler: not a pod of another scheduler and not one whose author set `spec.nodeName` (such a pod
   would reach the device plugin while another pod holds the node's bind lock and take its GPUs).
@@ -24,12 +25,15 @@ from scheduler.api.keys import (
     GPU_FRACTION_NUM_DEVICES,
     GPU_MEMORY,
     GPU_SLICE_RESOURCE,
+    KAI_POD_GROUP,
     KAI_QUEUE_LABEL,
+    POD_GROUP,
     QUEUE_LABEL,
 )
 
 REQUEST_KEYS = (GPU_FRACTION, GPU_MEMORY, GPU_FRACTION_NUM_DEVICES)
 QUEUE_KEYS = (QUEUE_LABEL, KAI_QUEUE_LABEL)
+GROUP_KEYS = (POD_GROUP, KAI_POD_GROUP)
 
 
 def field_map(obj: Mapping[str, Any], *path: str) -> Mapping[str, Any]:
@@ -107,6 +111,12 @@ def frozen_problem(pod: Mapping[str, Any], old: Mapping[str, Any]) -> str | None
             return (
                 f"the queue of a bound pod cannot change (label {', '.join(moved)}); "
                 "delete the pod and create it in the other queue"
+            )
+        regrouped = [k for k in GROUP_KEYS if annotations_of(pod).get(k) != annotations_of(old).get(k)]
+        if regrouped:
+            return (
+                f"the pod group of a bound pod cannot change (annotation {', '.join(regrouped)}): it is "
+                "charged to its group's queue while it runs; delete the pod and create it in the other group"
             )
     return None
 

@@ -1,6 +1,7 @@
 """The webhook's HTTPS server, on the kept server (`scheduler/api/serving.py`: timeouts, a connection cap).
 
-POST /mutate and /validate (also as /mutate-pods and /validate-pods, the chart's paths) take an
+POST /mutate and /validate (also as /mutate-pods, /validate-pods and /validate-podgroups, the chart's
+paths) take an
 AdmissionReview and always answer one, with HTTP 200 as the API server expects, even for a body that is
 not JSON or not a review (refused with code 400 and the reason; the mutating configuration's endpoint
 also refuses; /validate never patches). GET /healthz and /readyz answer "ok". Nothing a client sends can
@@ -26,7 +27,7 @@ def webhook_handler(config: AdmissionConfig) -> Handler:
     """The request handler (a function of `Request`), exposed for tests that skip the socket."""
 
     def handle(req: Request) -> Response:
-        path = req.path.removesuffix("-pods")
+        path = req.path.removesuffix("-pods").removesuffix("-podgroups")
         if req.method in ("GET", "HEAD"):
             if req.path in ("/healthz", "/readyz"):
                 return Response(200, b"ok", "text/plain")

@@ -4,8 +4,9 @@ For each pod bound to one of its nodes it does what the node would: when the pod
 the node runs Tessera's device plugin, it writes what the plugin writes once the kubelet holds the pod's
 devices, with the plugin's own ServiceAccount and code (`device_plugin.cluster.KubePodCluster`: mark the pod
 `tessera.dev/gpu-allocated` with its GPUs); then it reports the pod Running and Ready. A pod being deleted is
-removed after `grace_s` (its graceful termination). It follows the API with watches (the scheduler's own
-`Informer`), never by polling lists.
+removed after `grace_s` (its graceful termination), or, with `grace_s=None`, after the grace period of its
+deletion (`deletionGracePeriodSeconds`), as a real kubelet kills containers that do not stop. It follows the
+API with watches (the scheduler's own `Informer`), never by polling lists.
 
 The `tessera sandbox` kubelet stand-in goes further (the real gRPC socket, Allocate, node registration);
 this one is for tests of the scheduler's side of the hand-off.
@@ -36,7 +37,12 @@ def _now() -> str:
 
 class KubeletStandIn:
     def __init__(
-        self, admin: client.ApiClient, device_plugin: client.ApiClient, nodes: set[str], *, grace_s: float = 0
+        self,
+        admin: client.ApiClient,
+        device_plugin: client.ApiClient,
+        nodes: set[str],
+        *,
+        grace_s: float | None = 0,
     ) -> None:
         self.core = client.CoreV1Api(admin)
         self.plugin = KubePodCluster(client.CoreV1Api(device_plugin))
@@ -83,7 +89,12 @@ class KubeletStandIn:
             return
         if meta.get("deletionTimestamp"):
             since = self._deleting.setdefault(uid, time.monotonic())
-            if time.monotonic() - since >= self.grace_s:  # the containers have stopped: confirm deletion
+            grace = (
+                self.grace_s
+                if self.grace_s is not None
+                else float(meta.get("deletionGracePeriodSeconds") or 0)
+            )
+            if time.monotonic() - since >= grace:  # the containers have stopped: confirm deletion
                 options = client.V1DeleteOptions(
                     grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
                 )

@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -87,16 +88,19 @@ class Scene:
         gpu_memory_mib: int = 81920,
         gpu_product: str = "NVIDIA-H100-80GB-HBM3",
         device_plugin: bool = True,
+        gpu_labels: bool = True,
     ) -> Obj:
-        """A Node as a kubelet registers it (capacity, allocatable, Ready), created by the admin."""
+        """A Node as a kubelet registers it (capacity, allocatable, Ready), created by the admin.
+        `gpu_labels=False`: no GPU Feature Discovery labels (GPU memory comes only from its GPUNodeReport)."""
         capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
         all_labels = {"kubernetes.io/hostname": name, **(labels or {})}
         if gpus:
             capacity["nvidia.com/gpu"] = str(gpus)
             if device_plugin:  # Tessera's device plugin runs there: it registers its slice resource
                 capacity[GPU_SLICE_RESOURCE] = str(gpus * MILLI_PER_GPU)
-            all_labels.setdefault("nvidia.com/gpu.product", gpu_product)
-            all_labels.setdefault("nvidia.com/gpu.memory", str(gpu_memory_mib))
+            if gpu_labels:
+                all_labels.setdefault("nvidia.com/gpu.product", gpu_product)
+                all_labels.setdefault("nvidia.com/gpu.memory", str(gpu_memory_mib))
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1",
@@ -148,6 +152,35 @@ class Scene:
         """Delete this cluster-scoped object when the test ends ("nodes", a Tessera plural, or
         "validatingwebhookconfigurations"/"mutatingwebhookconfigurations")."""
         self._cluster_objects.append((plural, name))
+
+    def tenant(self, name: str = "tenant") -> tuple[client.ApiClient, Path]:
+        """A tenant of this test's namespace, as a cluster gives one to a team: a ServiceAccount bound to the
+        built-in `edit` ClusterRole there (with the chart's aggregated rules: PodGroups, reading queues).
+        Returns its client and its kubeconfig (for kubectl)."""
+        self.core.create_namespaced_service_account(self.ns, {"metadata": {"name": name}})
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": f"{name}-edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.ns}],
+        }  # fmt: skip
+        client.RbacAuthorizationV1Api(self.admin).create_namespaced_role_binding(self.ns, binding)
+        kubeconfig = self.cp.kubeconfig_for_service_account(self.ns, name, file_name=f"{self.ns}-{name}")
+        api = self.cp.client(kubeconfig)
+        pods = client.CoreV1Api(api)
+
+        def can_edit() -> bool:  # RBAC (and the aggregation of the chart's rules into `edit`) has caught up
+            try:
+                pods.list_namespaced_pod(self.ns, limit=1)
+                client.CustomObjectsApi(api).list_namespaced_custom_object(
+                    GROUP, VERSION, self.ns, "podgroups"
+                )
+            except ApiException:
+                return False
+            return True
+
+        wait_until(can_edit, timeout=20)
+        return api, kubeconfig
 
     # ---- pods --------------------------------------------------------------------------------------------
     def create_pod(self, body: Obj) -> Obj:
@@ -218,7 +251,7 @@ class Scene:
         self._stops.append(runner.stop)
         return runner.start() if start else runner
 
-    def kubelet(self, *, grace_s: float = 0.0) -> KubeletStandIn:
+    def kubelet(self, *, grace_s: float | None = 0.0) -> KubeletStandIn:
         """Plays the kubelet (and the device plugin's API writes) for this test's nodes."""
         standin = KubeletStandIn(self.admin, self.tessera.device_plugin_client(), self.nodes, grace_s=grace_s)
         self._stops.append(standin.stop)

@@ -50,8 +50,11 @@ def request(operation: str, obj: dict[str, Any], old: dict[str, Any] | None, use
 
 
 def webhook_fires(hook: Manifest, activation: dict[str, Any]) -> bool:
-    """A webhook is called when every matchCondition is true (and its rules match, as for pods here)."""
-    if activation["request"]["operation"] not in hook["rules"][0]["operations"]:
+    """A webhook is called when its rules match (the operation, the object's kind) and every matchCondition
+    is true."""
+    rule = hook["rules"][0]
+    plural = {"Pod": "pods", "PodGroup": "podgroups"}[activation["object"]["kind"]]
+    if activation["request"]["operation"] not in rule["operations"] or plural not in rule["resources"]:
         return False
     return all(evaluate(c["expression"], activation) for c in hook.get("matchConditions", []))
 
@@ -68,11 +71,17 @@ ASSIGNED = {GPU_ASSIGNMENT: '{"node":"n1","gpus":[]}'}
 OTHER_ASSIGNMENT = {GPU_ASSIGNMENT: '{"node":"n2","gpus":[]}'}
 ALLOCATED = {**ASSIGNED, GPU_ALLOCATED: "2026-01-01T00:00:00Z"}
 PLUGIN_USER = "system:serviceaccount:tessera-system:tessera-device-plugin"
-VALIDATE, MUTATE, GUARD = (
+VALIDATE, MUTATE, GUARD, GROUPS = (
     "pods.validate.tessera.dev",
     "pods.mutate.tessera.dev",
     "pods-assignment.validate.tessera.dev",
+    "podgroups.validate.tessera.dev",
 )
+
+
+def podgroup(queue: str = "team") -> dict[str, Any]:
+    return {"apiVersion": "scheduling.tessera.dev/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": 2, "queue": queue}}  # fmt: skip
 
 
 def with_slice(obj: dict[str, Any], where: str = "containers", field: str = "limits") -> dict[str, Any]:
@@ -109,6 +118,9 @@ SCENARIOS: list[tuple[str, str, dict[str, Any], dict[str, Any] | None, str, set[
      pod("default-scheduler", ASSIGNED), "system:serviceaccount:tessera-system:tessera-agent", {GUARD}),
     ("a controller relabels any pod", "UPDATE", pod("default-scheduler", {"a": "b"}), pod("default-scheduler"),
      "system:serviceaccount:kube-system:job-controller", set()),
+    ("user creates a PodGroup", "CREATE", podgroup(), None, "alice", {GROUPS}),
+    ("user edits a PodGroup", "UPDATE", podgroup("other"), podgroup(), "alice", {GROUPS}),
+    ("the podgrouper writes a PodGroup", "UPDATE", podgroup("other"), podgroup(), SCHEDULER_USER, set()),
 ]  # fmt: skip
 
 

@@ -232,16 +232,18 @@ def test_webhooks_reach_the_scheduler_service(default_objects: list[Manifest]) -
     svc = one(default_objects, "Service", "tessera-scheduler")
     ports = {p["port"] for p in svc["spec"]["ports"]}
     hooks = _webhooks(default_objects)
-    assert len(hooks) == 3
+    assert len(hooks) == 4
     for hook in hooks:
         ref = hook["clientConfig"]["service"]
         assert (ref["name"], ref["namespace"]) == (svc["metadata"]["name"], svc["metadata"]["namespace"])
         assert ref["port"] in ports
-        assert hook["rules"][0]["resources"] == ["pods"]
+        groups = hook["name"] == "podgroups.validate.tessera.dev"
+        assert hook["rules"][0]["resources"] == (["podgroups"] if groups else ["pods"])
     conditions = {c["name"]: c["expression"] for h in hooks for c in h.get("matchConditions", [])}
     assert f"object.spec.schedulerName == '{SCHEDULER_NAME}'" in conditions["tessera-pods-only"]
     sa = one(default_objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
     assert f"system:serviceaccount:tessera-system:{sa}" in conditions["not-the-schedulers-update"]
+    assert f"system:serviceaccount:tessera-system:{sa}" in conditions["not-the-scheduler"]  # the podgrouper
     guard = conditions["guarded-annotation-written-by-someone-else"]
     assert f"system:serviceaccount:tessera-system:{sa}" in guard and "tessera.dev/gpu-assignment" in guard
     assert "system:serviceaccount:tessera-system:tessera-device-plugin" in guard

@@ -32,6 +32,7 @@ def queue_sample() -> dict[str, Any]:
                 "parentQueue": "research",
                 "priority": 120,
                 "displayName": "Team A",
+                "namespaces": ["team-a", "team-a-dev"],
                 "resources": {
                     "gpu": {"quota": 4, "overQuotaWeight": 2, "limit": 8},
                     "cpu": {"quota": "500m", "limit": 64},

@@ -47,7 +47,7 @@ def test_install_guide_examples_schedule() -> None:
     assert len(workers) == 4 and all(phase(sim, k) == "Running" for k in workers)
 
 
-def inference_pod(name: str, **annotations: str) -> dict[str, Any]:
+def unlabelled_pod(name: str, priority_class: str, **annotations: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -58,22 +58,27 @@ def inference_pod(name: str, **annotations: str) -> dict[str, Any]:
         },
         "spec": {
             "schedulerName": "tessera",
-            "priorityClassName": "inference",  # non-preemptible: only in-quota resources
+            "priorityClassName": priority_class,
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "2", "memory": "8Gi"}}}],
         },
     }
 
 
-def test_the_charts_default_queue_takes_an_inference_pod_without_a_queue_label(
+def test_the_charts_default_queue_lends_idle_gpus_to_preemptible_pods_only(
     default_objects: list[Manifest],
 ) -> None:
+    """Its quota is 0 (issue 27: an unlimited `default` is work nothing ever reclaims): a preemptible pod
+    without a queue label borrows idle GPUs there; a non-preemptible one is told to use a team queue."""
     default_queue = one(default_objects, "Queue")
-    assert Queue.model_validate(default_queue).spec.resources.gpu.quota == -1
+    assert Queue.model_validate(default_queue).spec.resources.gpu.quota == 0
     manifests = load_files([NODES])
     manifests.objects["Queue"].append(copy.deepcopy(default_queue))
-    manifests.objects["Pod"].append(inference_pod("chat"))
+    manifests.objects["Pod"] += [unlabelled_pod("notebook", "train"), unlabelled_pod("chat", "inference")]
     sim = simulate(manifests)
-    assert phase(sim, "default/chat") == "Running", sim.pods["default/chat"].reason
+    assert phase(sim, "default/notebook") == "Running", sim.pods["default/notebook"].reason
+    assert phase(sim, "default/chat") == "Pending"
+    reason, message = sim.pods["default/chat"].reason or ("", "")
+    assert reason == "OverQuota" and "queue default has 0 of 0 gpu quota" in message, message
 
 
 def test_the_values_schema_lists_every_registered_policy(render: Callable[..., list[Manifest]]) -> None:

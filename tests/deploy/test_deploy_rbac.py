@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.deploy_support import CHART, CUSTOM_VALUES, MANIFESTS, Manifest, find, load_yaml_docs
+from tests.deploy.deploy_support import CHART, CUSTOM_VALUES, MANIFESTS, Manifest, find, load_yaml_docs, one
 
 Need = tuple[str, str, str]  # (apiGroup, resource, verb)
 
@@ -117,11 +117,25 @@ def test_components_get_what_they_need(
     assert not missing, f"{account} lacks {missing}"
 
 
+# The scheduler deletes a victim whose eviction a disruption budget refused (the default,
+# scheduler.preemption.disruptionBudgets: delete, as KAI Scheduler's scheduler does): nothing else.
+GRANTED_BY_CHOICE = {"tessera-scheduler": [("", "pods", "delete")]}
+
+
 @pytest.mark.parametrize("account", ["tessera-scheduler", "tessera-agent", "tessera-device-plugin"])
 def test_components_get_nothing_dangerous(default_objects: list[Manifest], account: str) -> None:
     rules = rules_of(default_objects, account)
-    granted = [n for n in FORBIDDEN if allows(rules, n)]
+    granted = [n for n in FORBIDDEN if allows(rules, n) and n not in GRANTED_BY_CHOICE.get(account, [])]
     assert not granted, f"{account} may {granted}"
+
+
+def test_the_scheduler_deletes_pods_only_when_budgets_are_overridden(
+    render: Callable[..., list[Manifest]],
+) -> None:
+    respect = render({"scheduler": {"preemption": {"disruptionBudgets": "respect", "maxVictimGrace": "30s"}}})
+    assert not allows(rules_of(respect, "tessera-scheduler"), ("", "pods", "delete"))
+    args = one(respect, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--disruption-budgets=respect" in args
 
 
 @pytest.mark.parametrize("account", ["tessera-agent", "tessera-device-plugin"])

@@ -7,6 +7,7 @@ from typing import Any
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ASSIGNMENT
 from scheduler.cycle import Scheduler, SchedulerConfig
+from scheduler.framework.eviction import EvictionPolicy
 from scheduler.sim.builtin import node, pod, podgroup, queue
 from scheduler.sim.cluster import SimCluster
 from scheduler.sim.loader import Manifests
@@ -30,13 +31,18 @@ __all__ = [
 
 
 def cluster(
-    objects: list[dict[str, Any]], *, policy: str = "binpack", backend: str = "numpy"
+    objects: list[dict[str, Any]],
+    *,
+    policy: str = "binpack",
+    backend: str = "numpy",
+    eviction: EvictionPolicy | None = None,
 ) -> tuple[SimCluster, Scheduler]:
     m = Manifests()
     for o in objects:
         m.objects[o["kind"]].append(o)
     sim = SimCluster.from_manifests(m)
-    return sim, Scheduler(sim, SchedulerConfig(policy=policy, backend=backend))
+    config = SchedulerConfig(policy=policy, backend=backend, eviction=eviction or EvictionPolicy())
+    return sim, Scheduler(sim, config)
 
 
 def run(sim: SimCluster, sched: Scheduler, cycles: int = 1, dt: float = 1.0) -> None:
@@ -75,12 +81,17 @@ def world_gpu_use(sim: SimCluster, *, terminating: bool = True) -> dict[tuple[st
     return use
 
 
-def assert_arrays_match_world(sim: SimCluster, sched: Scheduler) -> None:
+def assert_arrays_match_world(
+    sim: SimCluster, sched: Scheduler, unknown: frozenset[str] = frozenset()
+) -> None:
     """No GPU over 1000 milli or its memory, counting the pods still terminating on it, and the scheduler's
     arrays (the plan) equal what the other pods of the simulated cluster hold, GPU by GPU (reserved places
-    of pods being moved or pipelined included)."""
+    of pods being moved or pipelined included). `unknown`: nodes the scheduler may not know (deleted
+    before it started: their pods are accounted when the node registers again)."""
     state = sched.cache.state
     for (name, slot), (milli, mib) in world_gpu_use(sim).items():
+        if name in unknown and state.row_of(name) is None:
+            continue
         assert milli <= 1000, f"GPU {name}/{slot} over-committed: {milli} milli"
         row = state.row_of(name)
         assert row is not None, f"pods run on node {name}, which the scheduler does not know"
@@ -93,6 +104,8 @@ def assert_arrays_match_world(sim: SimCluster, sched: Scheduler) -> None:
             milli, mib = use.get((str(name), g.slot), (0, 0))
             use[(str(name), g.slot)] = (milli + g.milli, mib + g.mib)
     for (name, slot), (_milli, mib) in use.items():
+        if name in unknown and state.row_of(name) is None:
+            continue
         row = state.row_of(name)
         assert row is not None, f"pods run on node {name}, which the scheduler does not know"
         assert bool(state.present[row, slot]), f"pods run on GPU {name}/{slot}, absent from the arrays"

@@ -73,7 +73,9 @@ class AsyncStub:
         out, self.outcomes = self.outcomes, []
         return out
 
-    def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
+    def evict(
+        self, pod: PodInfo, *, action: str, message: str, grace_s: float | None = None, force: bool = False
+    ) -> None:
         self.evicted.append(pod.name)
         self.sim.evict(pod, action=action, message=message)
 

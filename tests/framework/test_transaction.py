@@ -53,7 +53,9 @@ class StubCluster:
     def bind_outcomes(self) -> list[BindOutcome]:
         return []  # binds are synchronous
 
-    def evict(self, pod: PodInfo, *, action: str, message: str) -> None:
+    def evict(
+        self, pod: PodInfo, *, action: str, message: str, grace_s: float | None = None, force: bool = False
+    ) -> None:
         if pod.name in self.refuse:
             raise EvictError("a PodDisruptionBudget forbids it")
         self.evicted.append(pod.name)

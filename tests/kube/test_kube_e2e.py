@@ -5,6 +5,7 @@ runs in the controller-manager); Jobs and Deployments get their pods from the re
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from prometheus_client import generate_latest
 from scheduler.api.assignment import GPUAssignment
 from scheduler.api.keys import GPU_ALLOCATED, GPU_ASSIGNMENT, GROUP, VERSION
 from scheduler.cache.cluster import EvictError
+from scheduler.framework.eviction import EvictionPolicy
 from scheduler.kube.runner import SchedulerRunner
 from scheduler.model.parse import parse_pod
 from tests.controlplane.faultproxy import FaultProxy
@@ -304,11 +306,15 @@ def test_preemption_evicts_through_the_eviction_api_and_binds_the_beneficiary(sc
 
 
 def test_a_disruption_budget_keeps_the_victim_and_the_beneficiary_waits(scene: Scene) -> None:
+    """With `--disruption-budgets respect` (the default deletes such a victim, as KAI does:
+    tests/kube/test_kube_eviction.py)."""
     scene.node("gpu-1", gpus=1)
     _team_queue(scene)
     scene.pdb("keep-training", {"app": "train"})
     kubelet = scene.kubelet()
-    runner = scene.scheduler()
+    config = runner_config()
+    respect = EvictionPolicy(budgets="respect")
+    runner = scene.scheduler(replace(config, scheduler=replace(config.scheduler, eviction=respect)))
     scene.create_pod(team_pod("train-0", "0.75", "train", labels={"app": "train"}))
     wait_until(lambda: f"{scene.ns}/train-0" in kubelet.allocated)
     wait_until(lambda: scene.pdb_allows("keep-training") == 0)  # healthy: the budget protects it
