@@ -63,7 +63,10 @@ class SchedulerMetrics:
         )
         self.pending = Gauge("tessera_pending_pods", "Pending pods by reason", ["reason"], registry=r)
         self.gpu_allocated = Gauge(
-            "tessera_gpu_allocated_fraction", "Allocated fraction of each GPU", ["node", "gpu"], registry=r
+            "tessera_gpu_allocated_fraction",
+            "Allocated fraction of each GPU (pods being deleted count until they are gone)",
+            ["node", "gpu"],
+            registry=r,
         )
         self._pending_reasons: set[str] = set()
         self._queues: set[tuple[str, str]] = set()

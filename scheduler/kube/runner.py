@@ -113,6 +113,7 @@ class SchedulerRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gauges_at: tuple[object, int] = (None, -1)  # (state, version) the GPU gauges show
+        self._releasing_rows: set[int] = set()  # rows whose gauges count pods being deleted (see observe)
 
     @property
     def is_leader(self) -> bool:
@@ -238,10 +239,22 @@ class SchedulerRunner:
         seen_state, seen_version = self._gauges_at
         rows = state.changed_rows(seen_version) if seen_state is state else None
         self._gauges_at = (state, state.version)
+        # A pod being deleted has left the plan (its share is free in the arrays, for pipelining) but is
+        # still on its GPU until it is gone: the gauge says what is on the GPU, so it counts it. Its rows
+        # are set again while it is there and once after (its end changes no array, so no row version).
+        releasing: dict[int, Counter[int]] = {}
+        for held in self.scheduler.cache.ledger.releasing.values():
+            on_row = releasing.setdefault(held.placement.node, Counter())
+            for share in held.placement.gpus:
+                on_row[share.slot] += share.milli
+        if rows is not None:
+            rows = sorted({*rows, *releasing, *self._releasing_rows})
+        self._releasing_rows = set(releasing)
         for row in range(len(state.nodes)) if rows is None else rows:
             node_info = state.nodes[row] if row < len(state.nodes) else None
             if node_info is None:
                 continue
+            leaving = releasing.get(row, Counter())
             for gpu in range(node_info.gpu_count):
-                used = 1 - int(state.free_milli[row, gpu]) / MILLI_PER_GPU
-                m.gpu_allocated.labels(node_info.name, str(gpu)).set(used)
+                used = 1 - (int(state.free_milli[row, gpu]) - leaving[gpu]) / MILLI_PER_GPU
+                m.gpu_allocated.labels(node_info.name, str(gpu)).set(min(used, 1.0))

@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from node_agent.metrics import AgentMetrics
 from scheduler.api import PodGroup, Queue, parse_gpu_request
 from scheduler.api.keys import POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME
+from scheduler.framework.metrics import SchedulerMetrics
 from tests.deploy.deploy_support import (
     CHART,
     EXAMPLES,
@@ -183,11 +186,11 @@ def test_chart_entry_points_are_console_scripts() -> None:
 DASHBOARD = CHART / "dashboards" / "tessera.json"
 # Series the dashboard reads; docs/install.md lists the same names for the components to export.
 DASHBOARD_METRICS = {
-    "tessera_scheduler_cycle_duration_seconds_bucket",
-    "tessera_scheduler_action_duration_seconds_bucket",
-    "tessera_scheduler_pods_scheduled_total",
-    "tessera_scheduler_pods_evicted_total",
-    "tessera_scheduler_pending_pods",
+    "tessera_cycle_duration_seconds_bucket",
+    "tessera_action_duration_seconds_bucket",
+    "tessera_pods_scheduled_total",
+    "tessera_pods_evicted_total",
+    "tessera_pending_pods",
     "tessera_queue_fair_share",
     "tessera_queue_allocated",
     "tessera_queue_quota",
@@ -208,6 +211,16 @@ def _metric_names(expr: str) -> set[str]:
     return {n for n in names if ("_" in n and n not in _PROMQL_WORDS) and not n.startswith("__")}
 
 
+def _exported(registry: CollectorRegistry) -> set[str]:
+    """The series names a registry exports, with the suffixes of each metric type."""
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_count", "_sum"),
+        "summary": ("_count", "_sum"),
+    }
+    return {f.name + suffix for f in registry.collect() for suffix in suffixes.get(f.type, ("",))}
+
+
 def test_dashboard_reads_the_documented_metrics() -> None:
     dash = json.loads(DASHBOARD.read_text())
     panels = [p for p in dash["panels"] if p["type"] != "row"]
@@ -222,6 +235,10 @@ def test_dashboard_reads_the_documented_metrics() -> None:
         if var["type"] == "query":
             used |= _metric_names(var["query"]["query"])
     assert used == DASHBOARD_METRICS
+    # Every series the dashboard reads is one a component exports (the scheduler's names once differed
+    # from the dashboard's, and its panels stayed empty).
+    exported = _exported(SchedulerMetrics().registry) | _exported(AgentMetrics("node-1").registry)
+    assert not used - exported, f"no component exports {sorted(used - exported)}"
     docs = (ROOT / "docs" / "install.md").read_text()
     undocumented = {m.removesuffix("_bucket") for m in used if m.removesuffix("_bucket") not in docs}
     assert not undocumented, f"docs/install.md does not list {sorted(undocumented)}"
