@@ -40,6 +40,27 @@ complete() {
     for b in "${all_bins[@]}"; do [ -x "$out/$b" ] || return 1; done
 }
 
+# sched-oracle (tests and `tessera bench e2e`): kube-scheduler's own Filter plugins over a snapshot, a small
+# program of the kubernetes module (scripts/control_plane/kubernetes/schedoracle, the same pins). It has a
+# stamp of its own (its sources and the pins): a cached folder rebuilds it only when they change, whatever
+# state the rest of the folder is in. Without Go it is left out (what needs it says so).
+build_sched_oracle() {
+    local want have t0
+    want="$(cat "$src"/kubernetes/go.mod "$src"/kubernetes/go.sum "$src"/kubernetes/schedoracle/*.go | sha256sum | cut -c1-16)"
+    have="$(cat "$out/.sched-oracle.stamp" 2>/dev/null || true)"
+    if [ "$have" = "$want" ] && [ -x "$out/sched-oracle" ]; then return 0; fi
+    command -v go >/dev/null || { say "sched-oracle not built: Go is needed"; return 0; }
+    mkdir -p "$out"
+    t0=$(date +%s)
+    say "building sched-oracle ..."
+    (cd "$src/kubernetes" && GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0 \
+        go build -trimpath -ldflags="-s -w" -o "$out/sched-oracle.tmp" ./schedoracle)
+    mv "$out/sched-oracle.tmp" "$out/sched-oracle"
+    echo "$want" > "$out/.sched-oracle.stamp"
+    say "built sched-oracle in $(( $(date +%s) - t0 )) s"
+}
+build_sched_oracle
+
 if complete; then
     say "up to date: Kubernetes $k8s_version, etcd $etcd_version"
     echo "$out"

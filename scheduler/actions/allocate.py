@@ -75,7 +75,10 @@ def try_place_job(
         if limit is not None and placed == limit:
             break
         d = demand_for(pod)
-        why = unplaceable.get(d)
+        # Inter-pod rules depend on the pod, not only its demand, and a placement can satisfy them (affinity):
+        # such a pod is never taken for an identical one that failed.
+        interpod = session.cache.pod_topology.applies(d) or bool(d.scope and d.scope.constraints.claims)
+        why = None if interpod else unplaceable.get(d)
         t0 = time.perf_counter()
         pl = None if why is not None else session.place(d)
         t1 = time.perf_counter()
@@ -86,7 +89,7 @@ def try_place_job(
         if pl is None:
             if why is None:
                 why = session.why_unplaced(d)
-                if not tx.ops:
+                if not tx.ops and not interpod:
                     unplaceable[d] = why
             session.set_reason(pod, *why)
             failure = (d, why[1])
@@ -104,8 +107,13 @@ def _schedulable(session: Session) -> list[Job]:
     out = []
     for job in session.pending_jobs:  # the others have nothing to allocate
         f = session.facts(job)
-        for p in f.invalid:
-            session.set_reason(p, Reason.INVALID_REQUEST, p.error or "")
+        for p in f.invalid:  # never placed as they are: an invalid request, or scheduling gates still on
+            if p.error is not None:
+                session.set_reason(p, Reason.INVALID_REQUEST, p.error)
+            else:
+                session.set_reason(
+                    p, Reason.SCHEDULING_GATED, f"waits for its scheduling gates: {', '.join(p.gates)}"
+                )
         if not f.pending:
             continue
         # The queue must be a leaf open to the job's namespace (docs/tenancy.md): a cluster without the
@@ -131,7 +139,8 @@ def _tell_unplaced(session: Session, f: JobFacts, placed: int, failure: tuple[Po
         else:
             msg = f"{head}; only {placed} fit at once now"
             if failure is not None and not bool(session.xp.any(session.feasible(failure[0])[0])):
-                msg += f", the others nowhere: {explain_unschedulable(session.state, failure[0])}"
+                rules = session.cache.pod_rules(failure[0])
+                msg += f", the others nowhere: {explain_unschedulable(session.state, failure[0], rules)}"
         _tell_all(session, f, Reason.GANG_UNSCHEDULABLE, msg)
     elif job.is_gang:  # elastic: minMember runs already, these members are extra
         msg = (f"gang {job.key} runs its minMember ({job.min_member}); its extra members wait for "
@@ -148,8 +157,9 @@ def _incomplete(f: JobFacts) -> str:
         return f"gang {job.key} needs {job.min_member} pods; only {exist} exist"
     names = ", ".join(p.key for p in f.invalid[:3]) + (", ..." if len(f.invalid) > 3 else "")
     verb = "is" if len(f.invalid) == 1 else "are"
+    what = "invalid" if all(p.error is not None for p in f.invalid) else "invalid or scheduling-gated"
     return (f"gang {job.key} needs {job.min_member} pods; only {exist} can be scheduled: {names} {verb} "
-            "invalid (each is told why)")  # fmt: skip
+            f"{what} (each is told why)")  # fmt: skip
 
 
 def _tell_all(session: Session, f: JobFacts, reason: Reason, message: str) -> None:

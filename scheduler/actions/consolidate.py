@@ -28,6 +28,7 @@ from scheduler.framework.budget import Meter
 from scheduler.framework.memo import MemoKey
 from scheduler.framework.session import Session
 from scheduler.framework.transaction import Transaction
+from scheduler.model.constraints import PodScope
 from scheduler.model.jobs import Job
 from scheduler.model.reasons import Reason
 from scheduler.model.types import PodInfo
@@ -44,12 +45,12 @@ class Consolidate:
     def __init__(self) -> None:
         # Pod shapes no plan was found for, with the fingerprint of the layout tried: a plan that failed
         # on a layout fails on it again, so it is not searched for until something moved.
-        self.futile: dict[PodDemand, int] = {}
+        self.futile: dict[tuple[PodDemand, PodScope | None], int] = {}
         self.domains = DomainConsolidation()
 
     def execute(self, session: Session, cluster: Cluster) -> None:
         meter = session.budget.action()
-        failed: set[PodDemand] = set()
+        failed: set[tuple[PodDemand, PodScope | None]] = set()
         for job in jobs_in_order(session, waiting_jobs(session)):
             pods = capacity_blocked(session, job)
             if not pods or admissible(session, job) is not None:
@@ -64,12 +65,12 @@ class Consolidate:
             if free is None:
                 continue  # short of capacity, not fragmented: reclaim or preempt may help
             layout = session.memo.get(LAYOUT, session.ledger.fingerprint)  # hashed only when needed
-            futile = self.futile.get(d) == layout  # failed before on this very layout
-            if d in failed or futile or meter.exhausted:
+            futile = self.futile.get((d, d.scope)) == layout  # failed before on this very layout
+            if (d, d.scope) in failed or futile or meter.exhausted:
                 _explain(session, pods, d, free)
                 continue
             if not self._plan_job(session, cluster, job, pods, count, session.budget.job(meter)):
-                failed.add(d)
+                failed.add((d, d.scope))
                 _explain(session, pods, d, free)
 
     def _plan_job(
@@ -95,7 +96,8 @@ class Consolidate:
             if placed == 0:
                 if len(self.futile) > 1024:  # shapes of long gone pods
                     self.futile.clear()
-                self.futile[demand_for(pods[0])] = session.memo.get(LAYOUT, session.ledger.fingerprint)
+                first = demand_for(pods[0])
+                self.futile[(first, first.scope)] = session.memo.get(LAYOUT, session.ledger.fingerprint)
             return False
         outcome = tx.commit(cluster)
         for p in outcome.bound:

@@ -9,7 +9,7 @@ anything. Only the plan chosen is tried for real.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.actions.victims import Victim
@@ -18,7 +18,16 @@ from scheduler.framework.session import Session
 from scheduler.placement.filters import gpu_need
 from scheduler.state.demand import PodDemand
 
-Freed = tuple[dict[int, tuple[int, int]], int, int]  # per GPU slot (milli, MiB); CPU milli; memory MiB
+
+@dataclass
+class Freed:
+    """What some pods free on one node."""
+
+    gpus: dict[int, tuple[int, int]] = field(default_factory=dict)  # per GPU slot: (milli, MiB)
+    cpu: int = 0
+    mem: int = 0
+    pods: int = 0
+    scalars: dict[str, int] = field(default_factory=dict)  # other resources, by name
 
 
 @dataclass
@@ -33,6 +42,8 @@ class RowFit:
     need_mib: list[int]
     cpu: int
     mem: int
+    pods: int
+    scalars: dict[str, int]  # what is left of each other resource the pod requests
 
     @classmethod
     def of(cls, session: Session, d: PodDemand, row: int, static: Any) -> RowFit:
@@ -51,11 +62,21 @@ class RowFit:
             need_mib=[int(x) for x in s.host(mib[0, :])],
             cpu=int(s.free_cpu[row]),
             mem=int(s.free_mem[row]),
+            pods=int(s.free_pods[row]),
+            scalars={
+                name: int(s.free_scalar[row, col]) if (col := s.scalars.get(name)) is not None else 0
+                for name, _ in d.scalars
+            },
         )
 
-    def fits(self, d: PodDemand, freed: dict[int, tuple[int, int]], cpu: int, mem: int) -> bool:
-        if not self.ok or self.cpu + cpu < d.cpu_milli or self.mem + mem < d.memory_mib:
+    def fits(self, d: PodDemand, f: Freed) -> bool:
+        if not self.ok or self.cpu + f.cpu < d.cpu_milli or self.mem + f.mem < d.memory_mib:
             return False
+        if self.pods + f.pods < 1:
+            return False
+        if any(self.scalars[name] + f.scalars.get(name, 0) < amount for name, amount in d.scalars):
+            return False
+        freed = f.gpus
         if not d.uses_gpu:
             return True
         gpus = 0
@@ -74,8 +95,7 @@ class RowFit:
 def freed_on(held: Mapping[str, Holding], row: int, victims: list[Victim]) -> Freed:
     """What the victims' pods on `row` free there (a pod shared by two units, an elastic member and its
     whole gang, counted once); `held`: the ledger's holdings by pod uid."""
-    freed: dict[int, tuple[int, int]] = {}
-    cpu = mem = 0
+    f = Freed()
     seen: set[str] = set()
     for v in victims:
         for p in v.pods:
@@ -83,8 +103,10 @@ def freed_on(held: Mapping[str, Holding], row: int, victims: list[Victim]) -> Fr
             if pl.node != row or p.uid in seen:
                 continue
             seen.add(p.uid)
-            cpu, mem = cpu + pl.cpu_milli, mem + pl.memory_mib
+            f.cpu, f.mem, f.pods = f.cpu + pl.cpu_milli, f.mem + pl.memory_mib, f.pods + 1
             for g in pl.gpus:
-                m, b = freed.get(g.slot, (0, 0))
-                freed[g.slot] = (m + g.milli, b + g.mib)
-    return freed, cpu, mem
+                m, b = f.gpus.get(g.slot, (0, 0))
+                f.gpus[g.slot] = (m + g.milli, b + g.mib)
+            for name, amount in pl.scalars:
+                f.scalars[name] = f.scalars.get(name, 0) + amount
+    return f

@@ -47,6 +47,7 @@ from scheduler.actions.views import label, place_members, static_rows
 from scheduler.framework.budget import Meter
 from scheduler.framework.session import Session
 from scheduler.framework.transaction import Transaction
+from scheduler.model.constraints import PodScope
 from scheduler.model.jobs import Job
 from scheduler.model.types import Placement, PodInfo
 from scheduler.placement.policy import Array
@@ -263,7 +264,7 @@ class VictimSolver:
 
             def fits(victims: list[Victim], fit: RowFit = fit, row: int = row) -> bool:
                 self._checks += 1  # arithmetic, no trial: bounded apart from the budget
-                return fit.fits(d, *freed_on(held, row, victims))
+                return fit.fits(d, freed_on(held, row, victims))
 
             if not fit.ok or not fits(units):
                 continue  # not even every victim here makes room
@@ -295,7 +296,7 @@ class VictimSolver:
             fit = RowFit.of(self.session, d, row, static)
             for v in list(reversed(victims)):  # a search cut short may keep one it does not need
                 rest = [u for u in victims if u is not v]
-                if rest and fit.fits(d, *freed_on(held, row, rest)) and self._rule(rest) is None:
+                if rest and fit.fits(d, freed_on(held, row, rest)) and self._rule(rest) is None:
                     victims = rest
             if self._trial(victims, keep=True, row=row):
                 return victims
@@ -384,14 +385,15 @@ class VictimSolver:
         s, ledger = session.state, session.ledger
         d = demand_for(pod)
         by_node: dict[int, list[Victim]] = {}
-        elsewhere: dict[PodDemand, Any] = {}  # per demand, bool[N]: nodes with room for it now (another GPU)
+        # per demand (and its pod's constraints), bool[N]: nodes with room for it now (another GPU)
+        elsewhere: dict[tuple[PodDemand, PodScope | None], Any] = {}
         for v in movable:
             held = ledger.placement(v.pods[0].uid)
             assert held is not None
             dv, row = demand_for(v.pods[0]), held.node
-            if dv not in elsewhere:
-                elsewhere[dv] = session.feasible(dv)[0]
-            if not bool(session.xp.any(elsewhere[dv])):
+            if (dv, dv.scope) not in elsewhere:
+                elsewhere[(dv, dv.scope)] = session.feasible(dv)[0]
+            if not bool(session.xp.any(elsewhere[(dv, dv.scope)])):
                 continue  # no GPU has room for it now, even on its own node: it cannot move (saves trials)
             by_node.setdefault(row, []).append(v)
         static = static_rows(s, d)
@@ -399,7 +401,7 @@ class VictimSolver:
         for r in by_node:
             if bool(static[r]):
                 fit = RowFit.of(session, d, r, static)
-                if fit.fits(d, *freed_on(ledger.pods, r, by_node[r])):
+                if fit.fits(d, freed_on(ledger.pods, r, by_node[r])):
                     fits[r] = fit
         order = sorted(fits, key=lambda r: (-sum(s.node_gpu_row(r)), r))[:MAX_ROWS]
         best: Plan | None = None
@@ -435,7 +437,7 @@ class VictimSolver:
             for group in combinations(units, size):  # the most expendable sets of this size first
                 if self.meter.exhausted or tried >= MAX_SETS_PER_ROW:
                     return None
-                if not fit.fits(d, *freed_on(ledger.pods, row, list(group))):  # arithmetic: no trial, no work
+                if not fit.fits(d, freed_on(ledger.pods, row, list(group))):  # arithmetic: no trial, no work
                     continue
                 tried += 1
                 self.meter.spend()

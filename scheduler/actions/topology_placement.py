@@ -187,9 +187,16 @@ class GangFit:
             # Whole GPUs: a fitting GPU holds exactly one device-share (no division needed).
             milli, mib = gpu_need(s, d) if d.uses_gpu and not d.whole else (None, None)
             need_tuple = (milli, mib, d.num_gpus, d.cpu_milli, d.memory_mib)
-            self.per_node[d] = pods_per_node(
+            per_node = pods_per_node(
                 xp, mask, fit, s.free_milli, free_mib, s.free_cpu, s.free_mem, need_tuple, count
             )
+            per_node = xp.minimum(per_node, s.free_pods)  # one pod slot each, and their other resources
+            for name, amount in d.scalars:
+                col = s.scalars.get(name)
+                left = s.free_scalar[:, col] // amount if col is not None else xp.zeros_like(per_node)
+                per_node = xp.minimum(per_node, left)
+            self.per_node[d] = per_node
+
         # Free resources per node (KAI compares a domain's idle resources with the gang's request).
         # (absent GPUs have no free milli; unhealthy ones and cordoned nodes count nothing)
         usable = s.healthy & s.valid[:, None]

@@ -29,16 +29,22 @@ def label(job: Job) -> str:
 
 
 def empty_capacity(state: NodeArrays, d: PodDemand) -> Array:
-    """int[N]: how many such pods each node could host if it were empty (selector, taints, model, sizes)."""
+    """int[N]: how many such pods each node could host if it were empty (selector, taints, model, sizes,
+    pod slots and every other resource)."""
     xp = state.xp
     c = node_checks(state, d)
-    ok = c.usable & c.model
+    ok = c.placeable()
+
     big = 1 << 30
     n = xp.full(state.valid.shape, big, dtype=xp.int64)
     if d.cpu_milli:
         n = xp.minimum(n, state.total_cpu // d.cpu_milli)
     if d.memory_mib:
         n = xp.minimum(n, state.total_mem // d.memory_mib)
+    n = xp.minimum(n, state.total_pods)
+    for name, amount in d.scalars:
+        col = state.scalars.get(name)
+        n = xp.minimum(n, state.total_scalar[:, col] // amount) if col is not None else xp.zeros_like(n)
     if d.uses_gpu:
         need_milli, need_mib = gpu_need(state, d)
         fits = state.present & state.healthy & (need_milli <= MILLI_PER_GPU) & (need_mib <= state.total_mib)

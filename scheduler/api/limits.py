@@ -20,6 +20,11 @@ MAX_GPUS_PER_NODE: Final = 64  # node nvidia.com/gpu capacity; per pod: nvidia.c
 # CPU and memory, of one pod (all containers) and of one node.
 MAX_CPU_MILLI: Final = 1 << 30  # ~1 million cores
 MAX_MEMORY_MIB: Final = 1 << 30  # 1 PiB
+# Any other resource (ephemeral-storage and hugepages in bytes, extended resources in units), of one pod
+# and of one node: 8 PiB of bytes. A node's pods never hold more than it has, so sums stay in int64.
+MAX_SCALAR: Final = 1 << 53
+# A node's `pods` allocatable (the kubelet's maxPods; 110 by default).
+MAX_PODS_PER_NODE: Final = 1 << 20
 
 # Queues (units as in the Queue CRD: GPUs, millicores, MiB); quota and limit may also be -1.
 MAX_QUEUE_GPUS: Final = float(1 << 24)

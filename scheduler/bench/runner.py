@@ -20,7 +20,7 @@ from typing import Any
 
 from scheduler.bench.cluster import BenchCluster
 from scheduler.bench.topology import TopologySpec, constrain, label_nodes
-from scheduler.bench.workload import make_nodes, make_pods
+from scheduler.bench.workload import label_hostnames, make_deployments, make_nodes, make_pods
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.placement.registry import DEFAULT_POLICY
 
@@ -41,6 +41,9 @@ class BenchConfig:
     gang_size: int = 0  # 0: the default mix of gang sizes
     topology: TopologySpec | None = None  # nodes labelled into domains, gangs constrained (bench/topology.py)
     constrained: bool = True  # False: the same labelled nodes and gangs, no constraint (the peer)
+    # > 0: the measured pods are plain pods in Deployments of this many replicas, each with required
+    # anti-affinity on the hostname (without it when not `constrained`: the peer)
+    anti_affinity: int = 0
 
 
 @dataclass
@@ -166,6 +169,9 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     rng = random.Random(cfg.seed)
     cluster = BenchCluster()
     nodes = make_nodes(cfg.nodes, cfg.gpus_per_node)
+    if cfg.anti_affinity:  # the run and its peer alike
+        label_hostnames(nodes)
+
     if cfg.topology is not None:
         label_nodes(nodes, cfg.topology)
         cluster.create("Topology", cfg.topology.topology())
@@ -180,7 +186,12 @@ def run_bench(cfg: BenchConfig, progress: Any = None) -> BenchResult:
     )  # fmt: skip
     # Init pods: scheduled by the same loop, not measured (scheduler_perf's "initPods").
     init = make_pods("init", cfg.init_pods, gang_fraction=0.0, rng=rng)
-    measured = make_pods("pod", cfg.pods, gang_fraction=cfg.gangs, rng=rng, gang_size=cfg.gang_size)
+    if cfg.anti_affinity:
+        measured = make_deployments(
+            "web", cfg.pods, replicas=cfg.anti_affinity, anti_affinity=cfg.constrained
+        )
+    else:
+        measured = make_pods("pod", cfg.pods, gang_fraction=cfg.gangs, rng=rng, gang_size=cfg.gang_size)
     if cfg.topology is not None and cfg.constrained:
         constrain(measured.podgroups, cfg.topology)
     give_typical_workload(sched, init.pods + measured.pods)

@@ -160,3 +160,30 @@ def make_pods(
             continue
         pods.append(pod_object(f"{prefix}-{len(pods):06d}", draw_shape(rng)))
     return Batch(pods, groups)
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def label_hostnames(nodes: list[Obj]) -> None:
+    """Every node its `kubernetes.io/hostname` label, as kubelets register them."""
+    for node in nodes:
+        node["metadata"]["labels"][HOSTNAME_LABEL] = node["metadata"]["name"]
+
+
+def make_deployments(prefix: str, count: int, *, replicas: int, anti_affinity: bool) -> Batch:
+    """`count` plain pods (1 core, no GPU) in Deployments of `replicas`, each labelled `app: <deployment>`;
+    with `anti_affinity`, each replica requires a node without another of its Deployment (a required
+    podAntiAffinity term on the hostname, as HA Deployments write it)."""
+    pods: list[Obj] = []
+    for i in range(count):
+        app = f"{prefix}-{i // replicas:05d}"
+        obj = pod_object(f"{app}-{i % replicas}", PodShape(1))
+        obj["metadata"]["labels"] = {"app": app}
+        if anti_affinity:
+            term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": HOSTNAME_LABEL}
+            obj["spec"]["affinity"] = {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+            }
+        pods.append(obj)
+    return Batch(pods, [])

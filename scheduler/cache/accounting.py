@@ -51,7 +51,10 @@ def from_assignment(state: ClusterState, pod: PodInfo, row: int) -> Placement | 
         GPUShare(slot=g.index, milli=g.milli, mib=_mib(state, row, g.index, g.milli, g.memory_mib))
         for g in a.gpus
     )
-    return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+    return Placement(
+        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars,
+        ports=pod.constraints.host_ports,
+    )  # fmt: skip
 
 
 def from_allocation(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
@@ -109,4 +112,7 @@ def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | Non
     if len(free) < n:
         return None
     shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])
-    return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+    return Placement(
+        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars,
+        ports=pod.constraints.host_ports,
+    )  # fmt: skip

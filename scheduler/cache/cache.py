@@ -16,6 +16,7 @@ the actions themselves; this is only the cluster's picture.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.api.keys import SCHEDULER_NAME
 from scheduler.api.podgroup import PodGroup
@@ -28,9 +29,12 @@ from scheduler.cache.inflight import InFlight
 from scheduler.cache.job_index import JobIndex
 from scheduler.cache.ledger import Ledger
 from scheduler.cache.mirror import ClusterMirror
+from scheduler.cache.pod_topology import PodTopology
+from scheduler.cache.volumes import VolumeCatalog
 from scheduler.model.types import Placement, PodInfo
 from scheduler.state.backend import ArrayNamespace
 from scheduler.state.cluster_state import ClusterState
+from scheduler.state.demand import PodDemand
 
 
 @dataclass
@@ -78,6 +82,26 @@ class Cache:
     @property
     def xp(self) -> ArrayNamespace:
         return self.ledger.state.xp
+
+    @property
+    def pod_topology(self) -> PodTopology:
+        return self.mirror.pod_topology
+
+    @property
+    def volumes(self) -> VolumeCatalog:
+        return self.mirror.volumes
+
+    def pod_rules(self, d: PodDemand) -> list[tuple[str, Any]]:
+        """What the pod's volumes and inter-pod rules say of every node, in kube-scheduler's filter order
+        (VolumeBinding, VolumeZone, PodTopologySpread, InterPodAffinity): (reason, bool[C] rows that pass)."""
+        return self.volumes.checks(d) + self.pod_topology.checks(d)
+
+    def pod_mask(self, d: PodDemand) -> Any | None:
+        """bool[C]: the rows the pod's volumes and inter-pod rules allow; None when none applies."""
+        vol, topo = self.volumes.mask(d), self.pod_topology.mask(d)
+        if vol is None or topo is None:
+            return topo if vol is None else vol
+        return vol & topo
 
     @property
     def pods(self) -> dict[str, PodInfo]:

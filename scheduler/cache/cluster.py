@@ -18,7 +18,12 @@ from scheduler.api.queue import QueueStatus
 from scheduler.model.reasons import Reason
 from scheduler.model.types import PodInfo, PodOverlay
 
-Kind = Literal["Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "PriorityClass", "Topology"]
+Kind = Literal[
+    "Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "PriorityClass", "Topology", "Namespace",
+    "PersistentVolume", "PersistentVolumeClaim", "StorageClass",
+]  # fmt: skip
+
+
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 

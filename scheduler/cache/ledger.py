@@ -78,6 +78,12 @@ class UsageListener(Protocol):
         ...
 
 
+class PodListener(Protocol):
+    def moved(self, key: str, old: Holding | None, new: Holding | None) -> None:
+        """What `key` (a pod's uid, or a reserved place's namespace/name) holds was replaced."""
+        ...
+
+
 # A journal entry: which table, which key, what it held before (None: nothing).
 _Entry = tuple[dict[str, Holding], str, Holding | None]
 
@@ -99,6 +105,7 @@ class Ledger:
         self.reserved: dict[str, Holding] = {}  # by the moved or pipelined pod's namespace/name
         self.releasing: dict[str, Holding] = {}  # evicted pods still terminating, by uid
         self._listeners: list[UsageListener] = []
+        self._pod_listeners: list[PodListener] = []  # told which pod moved (scheduler/cache/pod_topology.py)
         self._journal: list[_Entry] | None = None  # open while a transaction is
         # Pods the open transaction told the cluster to bind: an abort keeps their places (see `abort`).
         self._bound: dict[str, None] = {}  # in bind order
@@ -130,6 +137,8 @@ class Ledger:
             self._journal.append((table, key, old))
         for listener in self._listeners:
             listener.changed(old, new)
+        for pod_listener in self._pod_listeners:
+            pod_listener.moved(key, old, new)
         return old
 
     def _write(self, placement: Placement, sign: int, key: str) -> None:
@@ -321,6 +330,9 @@ class Ledger:
 
     def remove_listener(self, listener: UsageListener) -> None:
         self._listeners.remove(listener)
+
+    def add_pod_listener(self, listener: PodListener) -> None:
+        self._pod_listeners.append(listener)
 
     def __contains__(self, uid: object) -> bool:
         return uid in self.pods

@@ -42,8 +42,10 @@ from scheduler.cache.error_log import ErrorLog, Problems
 from scheduler.cache.gpu_identity import GPUIdentities
 from scheduler.cache.handoff import Handoff, HandoffRule
 from scheduler.cache.job_index import JobIndex, admitted_with
-from scheduler.cache.ledger import HoldKind, Ledger, Owner
+from scheduler.cache.ledger import Holding, HoldKind, Ledger, Owner
+from scheduler.cache.pod_topology import PodTopology
 from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
+from scheduler.cache.volumes import VOLUME_KINDS, VolumeCatalog
 from scheduler.model.jobs import job_key
 from scheduler.model.parse import InvalidObject, invalid_pod, parse_node, parse_pod
 from scheduler.model.types import Placement, PodInfo, PodPhase
@@ -94,6 +96,12 @@ class ClusterMirror:
         # again after every batch of events (`_recharge`).
         self.uncharged: dict[str, tuple[PodInfo, frozenset[int] | None]] = {}
         self._told_uncharged: dict[str, frozenset[int] | None] = {}  # each told once, not at every retry
+        self.uid_by_key: dict[str, str] = {}  # namespace/name -> uid of the pods above
+        self.namespaces: dict[str, dict[str, str]] = {}  # namespace -> its labels (namespace selectors)
+        # Where pods are, as inter-pod affinity and spread count them: told of every holding change.
+        self.pod_topology = PodTopology(self.state, self.pod_for, self.namespaces)
+        ledger.add_pod_listener(self.pod_topology)
+        self.volumes = VolumeCatalog(self.state)  # PersistentVolumes, claims, StorageClasses
         self._max_mem: int | None = None
         self._max_mem_key = -1
 
@@ -108,6 +116,10 @@ class ClusterMirror:
                     self._on_node(ev)
                 elif ev.kind == "GPUNodeReport":
                     self._on_gpunodereport(ev)
+                elif ev.kind == "Namespace":
+                    self._on_namespace(ev)
+                elif ev.kind in VOLUME_KINDS:
+                    self.volumes.apply(ev)
                 elif ev.kind in SPEC_KINDS:
                     self.specs.apply(ev, self.index)
             except (
@@ -144,6 +156,9 @@ class ClusterMirror:
                 self._unusable_node(name, reason)
             elif ev.kind in SPEC_KINDS:
                 self.specs.unusable(ev, name, reason, self.index)
+            elif ev.kind in VOLUME_KINDS:
+                ns = (ev.obj.get("metadata") or {}).get("namespace") or "default"
+                self.volumes.forget(ev.kind, f"{ns}/{name}" if ev.kind == "PersistentVolumeClaim" else name)
         except Exception:
             log.exception("marking %s %s as unusable failed", ev.kind, name)
 
@@ -248,8 +263,8 @@ class ClusterMirror:
         """Node `name` takes no new pod; what runs there stays accounted."""
         row = self.state.row_of(name)
         node = self.state.nodes[row] if row is not None else None
-        if node is not None and not node.unschedulable:
-            self.state.update_node(replace(node, unschedulable=True))
+        if node is not None and node.usable:
+            self.state.update_node(replace(node, usable=False))
 
     def _on_gpunodereport(self, ev: WatchEvent) -> None:
         node = (ev.obj.get("spec") or {}).get("node")
@@ -264,7 +279,34 @@ class ClusterMirror:
         node = self.state.nodes[row] if row is not None else None
         return node.gpu_memory_mib if node is not None else None
 
+    def _on_namespace(self, ev: WatchEvent) -> None:
+        """A namespace's labels are what affinity terms' namespace selectors match."""
+        name = object_name(ev.obj)
+        meta = ev.obj.get("metadata") or {}
+        labels = (
+            None if ev.type == "DELETED" else {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        )
+        if self.namespaces.get(name) == labels:
+            return
+        if labels is None:
+            self.namespaces.pop(name, None)
+        else:
+            self.namespaces[name] = labels
+        self.pod_topology.namespaces_changed()
+
     # ------------------------------------------------------------------------------------------ pods
+    def pod_for(self, key: str, holding: Holding) -> PodInfo | None:
+        """The pod a ledger holding is of: by uid, or, for a reserved place, the pipelined pod or the pod
+        being moved (by namespace/name)."""
+        pod = self.pods.get(key)
+        if pod is not None:
+            return pod
+        res = holding.reservation
+        if res is not None:
+            uid = res.uid or self.uid_by_key.get(res.pod_key)
+            return self.pods.get(uid) if uid is not None else None
+        return None
+
     def _on_pod(self, ev: WatchEvent) -> None:
         if (echoed := bind_echo(ev, self.pods, self.ledger)) is not None:
             self._replace(echoed)  # its job's pods changed phase (see bind_echo.py)
@@ -338,6 +380,11 @@ class ClusterMirror:
             pod = self._in_admitted_job(pod)
         self.index.index(pod, old)
         self.pods[pod.uid] = pod
+        self.uid_by_key[pod.key] = pod.uid
+        if old is not None and old.labels != pod.labels:  # inter-pod rules count it by its labels
+            for table in (self.ledger.pods, self.ledger.releasing):
+                if pod.uid in table:
+                    self.pod_topology.refresh(pod.uid, table[pod.uid])
         if pod.holds_resources:
             if pod.uid in self.ledger.releasing:
                 pass  # evicted, still terminating: it stays releasing until it is gone
@@ -359,8 +406,8 @@ class ClusterMirror:
         moved or evicted, and a pod-group annotation edited after the bind moves it to no other job (what it
         holds would be charged to that job's queue). The webhook refuses such edits; this is for pods it did
         not see."""
-        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.error, pod.group) == (
-            old.request, old.cpu_milli, old.memory_mib, old.error, old.group,
+        if (pod.request, pod.cpu_milli, pod.memory_mib, pod.scalars, pod.error, pod.group) == (
+            old.request, old.cpu_milli, old.memory_mib, old.scalars, old.error, old.group,
         ):  # fmt: skip
             return pod
         if pod.error is not None and old.error is None:
@@ -373,8 +420,8 @@ class ClusterMirror:
                 f"stays in {old.group or 'a job of its own'} until it ends)"
             )
         return replace(
-            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, error=old.error,
-            group=old.group,
+            pod, request=old.request, cpu_milli=old.cpu_milli, memory_mib=old.memory_mib, scalars=old.scalars,
+            error=old.error, group=old.group,
         )  # fmt: skip
 
     def _in_admitted_job(self, pod: PodInfo) -> PodInfo:
@@ -398,6 +445,8 @@ class ClusterMirror:
         old = self.pods.pop(uid, None)
         if old is not None:
             self.index.unindex(old)
+            if self.uid_by_key.get(old.key) == uid:
+                del self.uid_by_key[old.key]
         self.ledger.release(uid)
         self.handoff.refresh(None, uid)
 

@@ -88,6 +88,13 @@ def print_bench(console: Console, r: dict[str, Any]) -> None:
             f"[bold]{t['cost_ratio_cpu']:.2f}x[/] the CPU time per pod of the same gangs unconstrained "
             f"({t['peer']['pods_per_cpu_s']:.0f} pods per CPU second; wall {t['cost_ratio_wall']:.2f}x)"
         )
+    if "anti_affinity" in r:
+        a = r["anti_affinity"]
+        console.print(
+            f"anti-affinity (Deployments of {a['replicas']}, one replica per node): [bold]{a['cost_ratio_cpu']:.2f}x[/] "
+            f"the CPU time per pod of the same pods without it ({a['peer']['pods_per_cpu_s']:.0f} pods per CPU "
+            f"second; wall {a['cost_ratio_wall']:.2f}x)"
+        )
     if "repeat" in r and r["repeat"]["runs"] > 1 and "pods_per_s_all" in r["repeat"]:
         rates = ", ".join(f"{x:.0f}" for x in r["repeat"]["pods_per_s_all"])
         console.print(f"best of {r['repeat']['runs']} runs shown; all averages (pods/s): {rates}")
@@ -108,6 +115,22 @@ def topology_report(
         "gang_size": gang_size,
         "peer": {k: peer[k] for k in ("scheduled", "unschedulable", "pods_per_s", "pods_per_cpu_s", "cpu_s")},
         # How many times the CPU (or wall) time per scheduled pod topology awareness costs.
+        "cost_ratio_cpu": ratio("pods_per_cpu_s"),
+        "cost_ratio_wall": ratio("pods_per_s"),
+    }
+
+
+def anti_affinity_report(replicas: int, run: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+    """Plain pods with required anti-affinity against the same pods without (one run, interleaved)."""
+
+    def ratio(key: str) -> float:
+        return round(peer[key] / run[key], 3) if run[key] else float("inf")
+
+    return {
+        "replicas": replicas,
+        "topology_key": "kubernetes.io/hostname",
+        "peer": {k: peer[k] for k in ("scheduled", "unschedulable", "pods_per_s", "pods_per_cpu_s", "cpu_s")},
+        # How many times the CPU (or wall) time per scheduled pod anti-affinity costs (the goal: at most 2).
         "cost_ratio_cpu": ratio("pods_per_cpu_s"),
         "cost_ratio_wall": ratio("pods_per_s"),
     }
@@ -163,6 +186,15 @@ def register(app: typer.Typer) -> None:
         topology_preferred: Annotated[
             str | None, typer.Option(metavar="LEVEL", help="Preferred level (default: the lowest).")
         ] = None,
+        anti_affinity: Annotated[
+            int,
+            typer.Option(
+                metavar="REPLICAS",
+                min=0,
+                help="Measure plain pods in Deployments of REPLICAS, each with required anti-affinity on the "
+                "hostname, and the same pods without it (the ratio is reported). 0: the openb mix.",
+            ),
+        ] = 0,
     ) -> None:
         """Schedule --pods pods on a synthetic cluster with the real cycle and report the throughput.
 
@@ -180,12 +212,17 @@ def register(app: typer.Typer) -> None:
                 spec = TopologySpec.parse(topology, topology_required, topology_preferred)
             except ValueError as exc:
                 raise typer.BadParameter(str(exc), param_hint="--topology") from None
+        if spec is not None and anti_affinity:
+            raise typer.BadParameter(
+                "measure either --topology or --anti-affinity", param_hint="--anti-affinity"
+            )
         cfg = BenchConfig(
             nodes=nodes, gpus_per_node=gpus_per_node, init_pods=init, pods=measured, policy=policy,
             gangs=gangs, batch=batch, backend=backend, seed=seed, gang_size=gang_size, topology=spec,
+            anti_affinity=anti_affinity,
         )  # fmt: skip
         try:
-            if spec is not None:  # and the same gangs unconstrained, in the same run (bench/topology.py)
+            if spec is not None or anti_affinity:  # and the same pods unconstrained, in the same run
                 result, peer = run_with_peer(cfg, repeat)
             else:
                 result, peer = run_repeated(cfg, repeat), None
@@ -193,6 +230,8 @@ def register(app: typer.Typer) -> None:
             raise fail(str(exc)) from None
         if spec is not None and peer is not None:
             result["topology"] = topology_report(spec, gang_size, result, peer)
+        elif anti_affinity and peer is not None:
+            result["anti_affinity"] = anti_affinity_report(anti_affinity, result, peer)
         if output == "json":
             typer.echo(json.dumps(result, indent=2))
         else:

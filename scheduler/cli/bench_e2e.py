@@ -1,8 +1,9 @@
 """`tessera bench e2e`: throughput through a real kube-apiserver, Tessera or kube-scheduler (see
 `scheduler/bench/e2e/`).
 
-tessera bench e2e --nodes 1000 --gpus-per-node 8 --pods 8000 --scheduler tessera|kube-scheduler
-                  [--fraction-share F] [--gang-size K] [--rate R] [--kubeconfig FILE] [--output json]
+tessera bench e2e --nodes 1000 --gpus-per-node 8 --pods 8000 --scheduler tessera|kube-scheduler|both
+                  [--fraction-share F] [--gang-size K] [--affinity] [--rate R] [--kubeconfig FILE] [--output json]
+
 """
 
 from __future__ import annotations
@@ -84,6 +85,13 @@ def register(bench_app: typer.Typer) -> None:
         creators: Annotated[int, typer.Option(min=1, max=64, help="Client threads creating pods.")] = 8,
         bind_workers: Annotated[int, typer.Option(min=1, max=256, help="Tessera's binder threads.")] = 8,
         policy: Annotated[str, typer.Option(metavar="NAME", help="Tessera's placement policy.")] = "",
+        affinity: Annotated[
+            bool,
+            typer.Option(
+                help="Anti-affinity Deployments, zone spread and node affinity by GPU model (whole GPUs, on "
+                "nodes in 3 zones of 2 models); every pod bound is checked with kube-scheduler's own filters."
+            ),
+        ] = False,
         profile: Annotated[
             str | None, typer.Option(metavar="SVG", help="py-spy flame graph of Tessera (py-spy installed).")
         ] = None,
@@ -105,7 +113,7 @@ def register(bench_app: typer.Typer) -> None:
             scheduler="kube-scheduler" if both else scheduler,  # type: ignore[arg-type]
             fraction_share=fraction_share, fraction=fraction, gang_size=gang_size, rate=rate,
             preload=preload, kubeconfig=kubeconfig, timeout_s=timeout, creators=creators,
-            bind_workers=bind_workers, policy=policy, profile=profile,
+            bind_workers=bind_workers, policy=policy, profile=profile, affinity=affinity,
         )  # fmt: skip
         problem = check(cfg)
         if problem:
@@ -124,6 +132,15 @@ def register(bench_app: typer.Typer) -> None:
         console = output_console()
         for run in result.get("runs", [result]):
             print_e2e(console, run)
+            if "oracle" in run:
+                o = run["oracle"]
+                if "error" in o:
+                    console.print(f"[yellow]kube-scheduler's filters not checked: {o['error']}[/]")
+                else:
+                    console.print(f"kube-scheduler's filters allow {o['feasible']} of the {o['checked']} pods "
+                                  f"where they were bound" + (f": not {'; '.join(o['infeasible'][:3])}"
+                                                              if o["infeasible"] else ""))  # fmt: skip
+
         if "whole_gpu_run" in result:
             ref = result["whole_gpu_run"]
             console.print(

@@ -64,6 +64,12 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="Memory each node offers (real: the host's, or less; standin: 256Gi)."),
         ] = None,
+        max_pods: Annotated[
+            int | None,
+            typer.Option(
+                min=1, max=250, help="Pod slots of each node (the kubelet's maxPods; 110 by default)."
+            ),
+        ] = None,
         timeout: Annotated[float, typer.Option(help="Seconds to wait for each part to be ready.")] = 180.0,
         kai_compat: Annotated[
             bool,
@@ -96,6 +102,7 @@ def register(app: typer.Typer) -> None:
                 kubelet=kubelet,
                 cpu=cpu,
                 memory=memory,
+                max_pods=max_pods,
                 timeout_s=timeout,
                 kai_compat=kai_compat,
             )

@@ -33,7 +33,7 @@ from scheduler.model.resources import Resources, placement_usage
 from scheduler.model.types import Placement, PodInfo
 from scheduler.placement.explain import explain_unschedulable
 from scheduler.placement.filters import feasible
-from scheduler.placement.incremental import IncrementalPlacer
+from scheduler.placement.incremental import IncrementalPlacer, Prefer
 from scheduler.placement.placer import place_one, placement_at
 from scheduler.placement.policy import Array, PlacementPolicy
 from scheduler.queues import QueueTree, compute_fair_shares
@@ -228,7 +228,18 @@ class Session:
         return self.cache.handoff.rows()
 
     def excluded(self, d: PodDemand) -> Array | None:
-        """bool[C]: rows `d` may not use now (None when there are none)."""
+        """bool[C]: rows `d` may not use now (None when there are none): nodes whose GPUs are busy this
+        cycle, nodes where a pod bound by us waits for the device plugin when `d` would too
+        (`cache/handoff.py`), and nodes the pod's inter-pod rules refuse with the pods placed so far
+        (affinity, anti-affinity, existing pods' anti-affinity, topology spread: `cache/pod_topology.py`)."""
+        interpod = self.cache.pod_mask(d)
+        locked = self._locked(d)
+        if interpod is None:
+            return locked
+        return ~interpod if locked is None else locked | ~interpod
+
+    def _locked(self, d: PodDemand) -> Array | None:
+        """bool[C]: the rows whose GPUs `d` may not use now (None: none)."""
         if not d.uses_gpu:
             return None
         waiting = self.cache.handoff.mask() if self._waits_for_plugin(d) else None
@@ -239,7 +250,7 @@ class Session:
 
     def _masked(self) -> Array:
         """bool[C]: the rows `mask_node` took out for this cycle."""
-        if self._exclude is None:
+        if self._exclude is None or self._exclude.shape[0] != self.state.capacity:
             xp = self.xp
             mask = xp.zeros((self.state.capacity,), dtype=xp.bool)
             for row in sorted(self.unavailable):
@@ -267,6 +278,9 @@ class Session:
         rows = rows & waiting
         if self.unavailable:
             rows = rows & ~self._masked()
+        interpod = self.cache.pod_mask(d)
+        if interpod is not None:
+            rows = rows & interpod
         free = s.free_milli
         shared = fit & (free < MILLI_PER_GPU) & rows[:, None]
         room = int(xp.sum(xp.where(shared, free // d.gpu_milli, xp.zeros_like(free))))
@@ -296,12 +310,17 @@ class Session:
                     f"{d.describe()} fits only on nodes where the device plugin has yet to allocate the pod bound "
                     f"there before it: {where}; placed once it has (one such pod per node)"
                 )
-        return Reason.UNSCHEDULABLE, explain_unschedulable(self.state, d)
+        return Reason.UNSCHEDULABLE, explain_unschedulable(self.state, d, self.cache.pod_rules(d))
 
     def place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`).
         `within`: bool[C] the rows it may use (a topology domain), None: any."""
-        return self.placer.place(d, exclude=self._outside(d, within))
+        return self.placer.place(d, exclude=self._outside(d, within), prefer=self._preference(d))
+
+    def _preference(self, d: PodDemand) -> Prefer | None:
+        """The pod's preferences (kube-scheduler's default scores), for the placer to blend in."""
+        topology = self.cache.pod_topology
+        return lambda mask: topology.preference(d, mask)
 
     def probe_place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` could go now, by the cheap row-local placer victim searches try their plans with."""

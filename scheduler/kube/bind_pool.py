@@ -23,6 +23,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.cache.cluster import BindOutcome
 from scheduler.cache.cluster import BindResult as Accepted
 from scheduler.kube.binder import Binder, BindResult
+from scheduler.kube.volume_prebind import VolumePrebind
 from scheduler.model.types import PodInfo
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class BindTask:
     node: str
     assignment: GPUAssignment | None
     since: float = field(default_factory=time.monotonic)
+    claims: tuple[str, ...] = ()  # the pod's PersistentVolumeClaims (volume_prebind.py acts on them first)
 
     @property
     def key(self) -> str:
@@ -117,8 +119,16 @@ class BindPool:
 class AsyncBinds:
     """The bind path of the Kubernetes adapter: `bind` hands over, `outcomes` reports back."""
 
-    def __init__(self, binder: Binder, *, wake: Callable[[], None], workers: int = 8) -> None:
+    def __init__(
+        self,
+        binder: Binder,
+        *,
+        wake: Callable[[], None],
+        workers: int = 8,
+        prebind: VolumePrebind | None = None,
+    ) -> None:
         self.binder = binder
+        self.prebind = prebind  # claims waiting for their first consumer, before the Binding
         self._wake = wake  # a bind's outcome: the next cycle should see it soon
         self.pool = BindPool(self._bind_now, self._bind_done, workers=workers)
         self._outcomes: list[BindOutcome] = []
@@ -126,7 +136,10 @@ class AsyncBinds:
 
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> Accepted:
         gpus = assignment if assignment.gpus else None
-        self.pool.submit(BindTask(pod.namespace, pod.name, pod.uid, assignment.node, gpus))
+        task = BindTask(
+            pod.namespace, pod.name, pod.uid, assignment.node, gpus, claims=pod.constraints.claims
+        )
+        self.pool.submit(task)
         return Accepted(in_flight=True)
 
     def outcomes(self) -> list[BindOutcome]:
@@ -141,7 +154,11 @@ class AsyncBinds:
         self.pool.stop()
 
     def _bind_now(self, task: BindTask) -> BindResult:
-        """A binder thread's work: the API request of one bind."""
+        """A binder thread's work: the API requests of one bind (the claims it waits for first)."""
+        if task.claims and self.prebind is not None:
+            why = self.prebind.prepare(task.namespace, task.claims, task.node)
+            if why is not None:
+                return BindResult(False, why)
         return self.binder.bind(task.namespace, task.name, task.uid, task.node, task.assignment)
 
     def _bind_done(self, task: BindTask, result: BindResult) -> None:

@@ -1,8 +1,10 @@
 """The Kubernetes adapter: the `Cluster` interface of the scheduling loop over a real API server.
 
 `KubeCluster` composes the parts, each in the module named after it, and wires them together:
-- informers (`informer.py`) keep watch caches of Pods, Nodes, Queues, PodGroups, GPUNodeReports, Topologies
-  and PriorityClasses (and KAI Scheduler's kinds, `kai_compat.py`) and feed a queue (`event_queue.py`);
+- informers (`informer.py`) keep watch caches of Pods, Nodes, Queues, PodGroups, GPUNodeReports, Topologies,
+  PriorityClasses, Namespaces, PersistentVolumes, PersistentVolumeClaims and StorageClasses (and KAI
+  Scheduler's kinds, `kai_compat.py`) and feed a queue (`event_queue.py`);
+
 - `drain_events` hands the cycle what the queue holds, as the watch translation (`translate.py`) says the
   cycle should see it, with the PodGroups the podgrouper (`podgrouper/`) wrote ahead of everything else;
 - binds are asynchronous (`bind_pool.py`): `bind` returns at once, `bind_outcomes` tells the next cycle;
@@ -39,6 +41,7 @@ from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder
 from scheduler.kube.status import PendingPodReporter, StatusPublisher
 from scheduler.kube.translate import WatchTranslator, wakes_cycle
+from scheduler.kube.volume_prebind import VolumePrebind
 from scheduler.model.reasons import Reason
 from scheduler.model.types import PodInfo
 
@@ -92,6 +95,16 @@ class KubeCluster:
                 transform=slim,
             ),
             WatchTarget("PriorityClass", sched.list_priority_class, transform=slim),
+            # Namespace labels (affinity terms' namespace selectors) and the volumes pods mount
+            # (kube-scheduler's VolumeBinding and VolumeZone: scheduler/cache/volumes.py).
+            WatchTarget("Namespace", self.core.list_namespace, transform=slim),
+            WatchTarget("PersistentVolume", self.core.list_persistent_volume, transform=slim),
+            WatchTarget(
+                "PersistentVolumeClaim",
+                self.core.list_persistent_volume_claim_for_all_namespaces,
+                transform=slim,
+            ),
+            WatchTarget("StorageClass", client.StorageV1Api(api_client).list_storage_class, transform=slim),
         ]
         # KAI Scheduler's Queue and PodGroup kinds, translated to Tessera's (docs/kai-compat.md).
         self.kai = KaiCompat(self.custom, self.recorder) if kai_compat else None
@@ -124,7 +137,18 @@ class KubeCluster:
         # Set when something arrived that a cycle should act on soon (see `wait_for_work`).
         self._work = threading.Event()
         self.binder = Binder(self.core)
-        self.binds = AsyncBinds(self.binder, wake=self._work.set, workers=bind_workers)
+        self.binds = AsyncBinds(
+            self.binder,
+            wake=self._work.set,
+            workers=bind_workers,
+            prebind=VolumePrebind(
+                self.core,
+                claims=self.informers["PersistentVolumeClaim"].get,
+                classes=self.informers["StorageClass"].get,
+                volumes=self.informers["PersistentVolume"].snapshot,
+                node=self.informers["Node"].get,
+            ),
+        )
         self.evictor = Evictor(self.core, self.recorder)
         # Status writers compare with the objects' current status in the watch caches.
         self.pending = PendingPodReporter(self.core, self.recorder, self.informers["Pod"].get)
@@ -170,6 +194,10 @@ class KubeCluster:
             *kai_kinds,
             "GPUNodeReport",
             "Topology",
+            "Namespace",
+            "StorageClass",
+            "PersistentVolume",
+            "PersistentVolumeClaim",
             "Pod",
         ):
             for obj in self.informers[kind].snapshot():

@@ -12,7 +12,8 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 @dataclass(frozen=True)
 class ResourceEvent:
-    kind: str  # "Pod", "Node", "Queue", "PodGroup", "GPUNodeReport", "Topology", "PriorityClass"
+    kind: str  # "Pod", "Node", "Queue", "PodGroup", ... (scheduler/cache/cluster.Kind), "PriorityClass"
+
     type: EventType
     obj: dict[str, Any]  # the object after the change (its last state for DELETED)
     old: dict[str, Any] | None = None  # the cached object before the change, when there was one

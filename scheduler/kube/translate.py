@@ -34,7 +34,10 @@ from scheduler.model.types import PodOverlay
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-FORWARDED: tuple[Kind, ...] = ("Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "Topology")
+FORWARDED: tuple[Kind, ...] = (
+    "Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "Topology", "Namespace", "PersistentVolume",
+    "PersistentVolumeClaim", "StorageClass",
+)  # fmt: skip
 
 
 def wakes_cycle(ev: ResourceEvent, scheduler_name: str) -> bool:
@@ -50,7 +53,8 @@ def wakes_cycle(ev: ResourceEvent, scheduler_name: str) -> bool:
         )
     if ev.kind == "Node":
         return ev.type != "MODIFIED"
-    return ev.kind in ("Queue", "PodGroup")
+    # a claim bound or a volume made: a pod waiting for its volumes may fit now
+    return ev.kind in ("Queue", "PodGroup", "PersistentVolumeClaim", "PersistentVolume")
 
 
 def _newly_allocated(ev: ResourceEvent) -> bool:

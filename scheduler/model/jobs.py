@@ -53,7 +53,8 @@ class JobFacts:
     running: tuple[PodInfo, ...]  # holding a place in the ledger (bound, bound by us in flight, running)
     reserved: tuple[PodInfo, ...]  # pipelined: placed, bound once the pods they wait for are gone
     pending: tuple[PodInfo, ...]  # to place: valid, neither on a node nor pipelined
-    invalid: tuple[PodInfo, ...]  # not placed and never placed as they are: told why (a gang waits for them)
+    # not placed and never placed as they are (invalid, or scheduling-gated): told why (a gang waits for them)
+    invalid: tuple[PodInfo, ...]
     unplaced: tuple[PodInfo, ...]  # pending and invalid together, in member order
     # On a node as the watch shows, with no place in the ledger (its node not seen yet, or its GPUs not
     # accountable): it runs, so it counts toward minMember, but no action can move or evict it.
@@ -108,7 +109,8 @@ def job_facts(job: Job, places: Places, pipelined: Container[str] = ()) -> JobFa
         elif p.holds_resources:
             unaccounted += 1
         else:
-            (pending if p.error is None else invalid).append(p)
+            # an invalid request, or scheduling gates still on: not placed as it is (a gang waits for it)
+            (pending if p.error is None and not p.gates else invalid).append(p)
             unplaced.append(p)
     return JobFacts(
         job, tuple(running), tuple(reserved), tuple(pending), tuple(invalid), tuple(unplaced), unaccounted

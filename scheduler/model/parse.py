@@ -40,12 +40,17 @@ from scheduler.api.limits import (
     MAX_GPU_MEMORY_MIB,
     MAX_GPUS_PER_NODE,
     MAX_MEMORY_MIB,
+    MAX_PODS_PER_NODE,
     MAX_PRIORITY,
+    MAX_SCALAR,
     MIN_PRIORITY,
 )
 from scheduler.api.priority import resolve_priority
 from scheduler.api.quantity import InvalidQuantity, parse_quantity
+from scheduler.model.constraints import NO_CONSTRAINTS, PodConstraints, parse_constraints
 from scheduler.model.gpu_memory import memory_from_product
+from scheduler.model.requests import aggregate, container_requests, pod_requests
+from scheduler.model.selectors import InvalidSelector
 from scheduler.model.types import NodeInfo, PodInfo, PodOverlay, PodPhase, Taint, Toleration
 
 Obj = Mapping[str, Any]
@@ -60,6 +65,7 @@ class InvalidObject(ValueError):
 _MAX_CORES = Decimal(MAX_CPU_MILLI) / 1000
 _MAX_BYTES = Decimal(MAX_MEMORY_MIB) * MIB
 _MAXIMUM = {"cpu": _MAX_CORES, "memory": _MAX_BYTES, WHOLE_GPU_RESOURCE: Decimal(MAX_GPUS_PER_NODE)}
+_MAX_SCALAR = Decimal(MAX_SCALAR)
 _MIB_LABEL = re.compile(r"[0-9]{1,12}", re.ASCII)
 
 
@@ -185,10 +191,19 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
         Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""), effect=str(t.get("effect", "")))
         for t in _items(spec.get("taints"), "spec.taints")
     )
+    allocatable = _resource_list(capacity, "allocatable")
+    pods_raw = allocatable.get("pods")
+    if pods_raw is not None and (pods_raw != pods_raw.to_integral_value() or pods_raw > MAX_PODS_PER_NODE):
+        raise InvalidObject(
+            f"allocatable pods={capacity.get('pods')!r} is not a whole number up to {MAX_PODS_PER_NODE}"
+        )
     return NodeInfo(
         name=name,
         cpu_milli=cpu_milli(capacity.get("cpu", 0), "cpu"),
-        memory_mib=memory_mib(capacity.get("memory", 0), "memory"),
+        # Rounded down: a node is never taken to have memory it lacks (pods' requests are rounded up).
+        memory_mib=int(quantity(capacity.get("memory", 0), what="memory", maximum=_MAX_BYTES) // MIB),
+        pods=None if pods_raw is None else int(pods_raw),
+        scalars=tuple(sorted((k, int(v)) for k, v in allocatable.items() if k not in _OWN_FIELDS)),
         gpu_count=gpus,
         gpu_model=labels.get(GPU_PRODUCT_LABEL, "unknown") if gpus else "",
         gpu_memory_mib=gpu_mem,
@@ -200,62 +215,71 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
     )
 
 
-def _add_container(container: Obj, field: str, values: object, total: dict[str, Decimal]) -> None:
-    """Add one container's requests or limits (`field`) into `total`."""
+# The GPU resources are Tessera's own arrays (whole GPUs, and the slice the webhook adds for fractions):
+# never a generic column.
+GPU_RESOURCES = frozenset({WHOLE_GPU_RESOURCE, GPU_SLICE_RESOURCE})
+# Resources with a field of their own; every other one a pod asks for is a column of `scalars`.
+_OWN_FIELDS = frozenset({"cpu", "memory", "pods"}) | GPU_RESOURCES
+
+
+def _maximum(name: str) -> Decimal:
+    return _MAXIMUM.get(name, _MAX_SCALAR)
+
+
+def _resource_list(values: object, what: str) -> dict[str, Decimal]:
+    """A resource list (requests, limits, overhead), each quantity checked against its bound."""
+    out: dict[str, Decimal] = {}
     if not values:
-        return
-    for k, raw in _mapping(values, f"resources.{field}").items():
-        maximum = _MAXIMUM.get(k)
-        if maximum is None:
-            continue  # a resource the scheduler does not read (the API server checked its syntax)
+        return out
+    for k, raw in _mapping(values, what).items():
+        name = str(k)
+        maximum = _maximum(name)
         amount = _parsed_quantity(raw, maximum) if type(raw) is str else _quantity_or_reason(raw, maximum)
         if type(amount) is str:
-            raise InvalidObject(f"container {container.get('name')} {field}.{k}: {amount}")
+            raise InvalidObject(f"{what}.{name}: {amount}")
         assert isinstance(amount, Decimal)
-        old = total.get(k)
-        total[k] = amount if old is None else old + amount
+        out[name] = amount
+    return out
 
 
 def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
-    """The pod's effective (requests, limits) of the resources the scheduler reads (cpu, memory, whole
-    GPUs), as the kubelet computes them: the app containers and the sidecars (init containers with
-    `restartPolicy: Always`, which run beside them) summed, or any other init container with the sidecars
-    started before it, whichever is more; a limit standing in for a missing request (Kubernetes
-    defaulting). Each value and each total is bounded (scheduler/api/limits.py); InvalidObject with a
-    one-line reason otherwise. (The webhook uses it too.)"""
-    requests: dict[str, Decimal] = {}
-    limits: dict[str, Decimal] = {}
-    for field, total in (("requests", requests), ("limits", limits)):
-        app: dict[str, Decimal] = {}  # the app containers, summed
-        sidecars: dict[str, Decimal] = {}  # the sidecars started so far, summed
-        peak: dict[str, Decimal] = {}  # an init container's with the sidecars started before it, at the most
-        for kind in ("containers", "initContainers"):
-            for c in _items(spec.get(kind), f"spec.{kind}"):
-                resources = c.get("resources")
-                if not resources:
-                    continue
-                values = _mapping(resources, "resources").get(field)
-                if kind == "containers":
-                    _add_container(c, field, values, app)
-                elif c.get("restartPolicy") == "Always":
-                    _add_container(c, field, values, sidecars)
-                else:
-                    alone: dict[str, Decimal] = {}
-                    _add_container(c, field, values, alone)
-                    for k, v in alone.items():
-                        with_sidecars = v + sidecars.get(k, Decimal(0))
-                        peak[k] = max(peak.get(k, with_sidecars), with_sidecars)
-        for k in {*app, *sidecars, *peak}:
-            total[k] = max(app.get(k, Decimal(0)) + sidecars.get(k, Decimal(0)), peak.get(k, Decimal(0)))
+    """The pod's effective (requests, limits) of every resource, as the kubelet computes them
+    (scheduler/model/requests.py: sidecars add up, init containers take the max, pod-level requests,
+    overhead; a container's limit stands in for its missing request). Each value and each total is
+    bounded (scheduler/api/limits.py); InvalidObject with a one-line reason otherwise. (The webhook
+    reads the whole-GPU limit from it.)"""
+    containers = [
+        (c, kind == "initContainers")
+        for kind in ("containers", "initContainers")
+        for c in _items(spec.get(kind), f"spec.{kind}")
+    ]
+
+    def resources_of(c: Obj) -> Obj:
+        return _mapping(c.get("resources"), "resources") if c.get("resources") else _EMPTY
+
+    def requests_of(c: Obj) -> dict[str, Decimal]:
+        r = resources_of(c)
+        return container_requests(r, _resource_list, f"container {c.get('name')}") if r else {}
+
+    def limits_of(c: Obj) -> dict[str, Decimal]:
+        r = resources_of(c)
+        return _resource_list(r.get("limits"), f"container {c.get('name')} limits") if r else {}
+
+    requests = pod_requests(spec, containers, requests_of, _resource_list, _mapping)
+    limits = aggregate(containers, limits_of)
     for field, total in (("requests", requests), ("limits", limits)):
         for k, v in total.items():
-            if v > _MAXIMUM[k]:
+            if v > _maximum(k):
                 raise InvalidObject(
-                    f"the pod's total {field}.{k} ({v}) is more than accepted ({_MAXIMUM[k]})"
+                    f"the pod's total {field}.{k} ({v}) is more than accepted ({_maximum(k)})"
                 )
-    for k, v in limits.items():
-        requests.setdefault(k, v)
     return requests, limits
+
+
+def scalar_requests(requests: Mapping[str, Decimal]) -> tuple[tuple[str, int], ...]:
+    """The requests without a field of their own (ephemeral-storage, hugepages, extended resources), as
+    integers (a quantity's Value(), rounded up, as kube-scheduler counts them), by name; zeros left out."""
+    return tuple(sorted((k, math.ceil(v)) for k, v in requests.items() if k not in _OWN_FIELDS and v > 0))
 
 
 def _created_s(meta: Obj) -> float:
@@ -373,10 +397,12 @@ def _parse_pod(
     error: str | None = None
     request = _NO_GPU
     cpu = mem = 0
+    scalars: tuple[tuple[str, int], ...] = ()
     try:
         requests, limits = pod_resources(spec)
         cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
         mem = math.ceil(requests.get("memory", Decimal(0)) / MIB)
+        scalars = scalar_requests(requests)
         request = _gpu_request(
             annotations.get(GPU_FRACTION),
             annotations.get(GPU_MEMORY),
@@ -400,7 +426,13 @@ def _parse_pod(
         priority_value if isinstance(priority_value, int) and not isinstance(priority_value, bool) else None,
     )
     selector = _strings(spec.get("nodeSelector"), "spec.nodeSelector")
-    models = frozenset({selector[GPU_PRODUCT_LABEL]}) if GPU_PRODUCT_LABEL in selector else None
+    constraints = NO_CONSTRAINTS
+    if _has_constraints(spec):
+        try:
+            constraints = parse_constraints(spec, namespace, name, labels)
+        except InvalidSelector as exc:
+            error = error or str(exc)
+    models = gpu_models(selector, constraints)
     tolerations = tuple(
         Toleration(
             key=str(t.get("key") or ""),
@@ -420,8 +452,14 @@ def _parse_pod(
         request=request,
         cpu_milli=cpu,
         memory_mib=mem,
+        scalars=scalars,
         node_selector=selector,
         tolerations=tolerations,
+        constraints=constraints,
+        gates=tuple(
+            str(g.get("name") or "") for g in _items(spec.get("schedulingGates"), "spec.schedulingGates")
+        ),
+        labels=labels,
         gpu_models=models,
         group=f"{namespace}/{overlay.group}"
         if overlay is not None and overlay.group
@@ -437,6 +475,40 @@ def _parse_pod(
         grace_s=_grace_s(spec),
         controlled=has_controller(meta),
     )
+
+
+_CONSTRAINT_FIELDS = ("affinity", "topologySpreadConstraints", "volumes", "hostNetwork")
+
+
+def _has_constraints(spec: Obj) -> bool:
+    """Whether the spec has any field `parse_constraints` reads (most pods have none: skip the walk)."""
+    if any(spec.get(f) for f in _CONSTRAINT_FIELDS):
+        return True
+    return any(
+        isinstance(c, Mapping) and c.get("ports")
+        for kind in ("containers", "initContainers")
+        for c in (spec.get(kind) or ())
+    )
+
+
+def gpu_models(selector: Mapping[str, str], constraints: PodConstraints) -> frozenset[str] | None:
+    """The GPU models the pod may run on, from its node selector and its required node affinity (when
+    every term names the models with `In`); None: any. The filter checks the full affinity anyway; this
+    only names the models (for the reason, and for placements that keep scarce models free)."""
+    models = frozenset({selector[GPU_PRODUCT_LABEL]}) if GPU_PRODUCT_LABEL in selector else None
+    terms = constraints.required_nodes
+    if not terms:
+        return models
+    named: set[str] = set()
+    for term in terms:
+        ins = [r for r in term.expressions if r.key == GPU_PRODUCT_LABEL and r.operator == "In"]
+        if not term.valid or not ins:
+            return models
+        allowed = set(ins[0].values)
+        for r in ins[1:]:
+            allowed &= set(r.values)
+        named |= allowed
+    return frozenset(named) if models is None else models & frozenset(named)
 
 
 def invalid_pod(

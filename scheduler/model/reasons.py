@@ -24,6 +24,7 @@ class Wait(StrEnum):
     DEVICE_PLUGIN = (
         "device-plugin"  # fits where the device plugin has yet to allocate the pod bound before it
     )
+    GATED = "gated"  # its scheduling gates are still on: the controller that set them removes them
 
 
 class Reason(StrEnum):
@@ -48,6 +49,7 @@ class Reason(StrEnum):
     RESERVATION_DROPPED = "ReservationDropped"
     WAITING = "Waiting"
     WAITING_FOR_DEVICE_PLUGIN = "WaitingForDevicePlugin"
+    SCHEDULING_GATED = "SchedulingGated"
 
     @property
     def wait(self) -> Wait:
@@ -81,6 +83,7 @@ _WAIT = {
     Reason.RESERVATION_DROPPED: Wait.ROOM,
     Reason.WAITING: Wait.NEXT_CYCLE,
     Reason.WAITING_FOR_DEVICE_PLUGIN: Wait.DEVICE_PLUGIN,
+    Reason.SCHEDULING_GATED: Wait.GATED,
 }
 
 _MEANING = {
@@ -111,7 +114,9 @@ _MEANING = {
         "the nodes it fits each have a pod bound that the device plugin has yet to allocate (one at a time "
         "per node); placed once one has"
     ),
+    Reason.SCHEDULING_GATED: "its spec.schedulingGates are not all removed yet (as kube-scheduler, it is not scheduled)",
 }
+
 
 # Waits the actions that make room act on: consolidate only on room; preempt also on its queue's rules
 # (evicting in the queue frees its limit), reclaim also on a limit (taken from a queue under the same

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from scheduler.api.gpu_request import GPURequest
 from scheduler.api.keys import GPU_ALLOCATED
+from scheduler.model.constraints import NO_CONSTRAINTS, PodConstraints
 
 
 @dataclass(frozen=True)
@@ -28,13 +29,16 @@ class Toleration:
     effect: str = ""  # empty = all effects
 
     def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' ToleratesTaint: an empty effect matches every effect, an empty key (with Exists)
+        every key; Equal (or no operator) compares values, Exists does not; any other operator never
+        tolerates."""
         if self.effect and self.effect != taint.effect:
             return False
-        if not self.key:  # empty key with Exists tolerates everything
-            return self.operator == "Exists"
-        if self.key != taint.key:
+        if self.key and self.key != taint.key:
             return False
-        return self.operator == "Exists" or self.value == taint.value
+        if self.operator == "Exists":
+            return True
+        return self.operator in ("", "Equal") and self.value == taint.value
 
 
 @dataclass(frozen=True)
@@ -47,11 +51,19 @@ class NodeInfo:
     gpu_memory_mib: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
-    unschedulable: bool = False
+    unschedulable: bool = False  # spec.unschedulable (cordoned): only pods tolerating it go there
+    # False: Tessera takes no new pod there at all (the Node is gone while pods still run there, or it
+    # cannot be read); what runs there stays accounted.
+    usable: bool = True
     gpu_uuids: tuple[str, ...] = ()  # by index, from the node's GPUNodeReport (gpu_identity.py)
     warning: str | None = None  # usable, but something is assumed (e.g. GPU memory from the model name)
     # Tessera's device plugin serves it: it advertises tessera.dev/gpu-slice (cache/handoff.py).
     gpu_plugin: bool = False
+    # Allocatable `pods` (the kubelet's maxPods); None: the node does not say (a simulated node), no limit.
+    pods: int | None = None
+    # Allocatable of every other resource (ephemeral-storage, hugepages in bytes; extended resources in
+    # units), by name: columns of the state's `free_scalar`.
+    scalars: tuple[tuple[str, int], ...] = ()
 
     def uuid(self, index: int) -> str:
         """The GPU's UUID as its node agent reported it; "" while unknown (never an invented one: the
@@ -85,8 +97,16 @@ class PodInfo:
     request: GPURequest
     cpu_milli: int = 0
     memory_mib: int = 0
+    # Every other resource the pod requests (ephemeral-storage, hugepages, extended resources), as
+    # integers by name (scheduler/model/requests.py says how the containers add up).
+    scalars: tuple[tuple[str, int], ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    # Node affinity, inter-pod affinity, topology spread, host ports, volumes (model/constraints.py).
+    constraints: PodConstraints = NO_CONSTRAINTS
+    gates: tuple[str, ...] = ()  # spec.schedulingGates still on: not scheduled until removed
+
+    labels: dict[str, str] = field(default_factory=dict)
     gpu_models: frozenset[str] | None = None
     group: str | None = None  # namespace/name of its PodGroup
     created_s: float = 0.0
@@ -146,7 +166,11 @@ class GPUShare:
 
 @dataclass(frozen=True)
 class Placement:
+    """One pod's place: it takes its GPU shares, CPU, memory, its other resources and one pod slot."""
+
     node: int  # row in the state arrays
     gpus: tuple[GPUShare, ...]
     cpu_milli: int
     memory_mib: int
+    scalars: tuple[tuple[str, int], ...] = ()  # other resources by name (PodInfo.scalars)
+    ports: tuple[str, ...] = ()  # host ports it binds ("protocol/port/hostIP")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
-from scheduler.model.types import Taint
+from scheduler.placement.node_rules import FILTERED_EFFECTS, ports_free, schedulable, terms_mask, untolerated
 from scheduler.state.backend import ArrayNamespace
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
@@ -55,12 +55,30 @@ def gpu_fit(state: NodeArrays, d: PodDemand) -> Array:
 
 @dataclass(frozen=True)
 class NodeChecks:
-    """Per-node predicate masks, kept apart so an unschedulable pod can be told which one failed."""
+    """Per-node predicate masks, kept apart so an unschedulable pod can be told which one failed, in
+    kube-scheduler's filter order (NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts,
+    NodeResourcesFit)."""
 
-    usable: Array  # live, schedulable, selector matches, taints tolerated
+    usable: Array  # live, and not cordoned unless the pod tolerates it
+    taints: Array  # no untolerated NoSchedule / NoExecute taint
+    affinity: Array  # node selector and required node affinity match
+    ports: Array  # no host port of the pod bound there
     model: Array
     cpu: Array
     memory: Array
+    pods: Array  # a pod slot left (allocatable `pods`)
+    scalars: tuple[tuple[str, Array], ...]  # per other resource requested: enough of it left
+
+    def placeable(self) -> Array:
+        """bool[N]: every check but the resources (where the pod could go if the nodes were empty)."""
+        return self.usable & self.taints & self.affinity & self.ports & self.model
+
+    def resources(self) -> Array:
+        """bool[N]: CPU, memory, a pod slot and every other resource requested fit."""
+        ok = self.cpu & self.memory & self.pods
+        for _, mask in self.scalars:
+            ok = ok & mask
+        return ok
 
 
 def _model_ok(state: NodeArrays, d: PodDemand) -> Array:
@@ -88,33 +106,33 @@ def _selector_ok(state: NodeArrays, d: PodDemand) -> Array:
     return ok
 
 
-def _taints_ok(state: NodeArrays, d: PodDemand) -> Array:
-    xp = state.xp
-    ok = xp.ones(state.valid.shape, dtype=xp.bool)
-    for col in range(len(state.taints)):
-        code = state.taints.name(col)
-        key_value, effect = code.rsplit(":", 1)
-        key, value = key_value.split("=", 1)
-        taint = Taint(key=key, value=value, effect=effect)
-        if not any(t.tolerates(taint) for t in d.tolerations):
-            ok = ok & ~state.taint_matrix[:, col]
-    return ok
-
-
 def node_checks(state: NodeArrays, d: PodDemand) -> NodeChecks:
-    # Skip the selector and taint passes when there is nothing to check (the common case; each costs
-    # array ops on every call of the incremental placer, which calls this once per placed pod).
-    usable = state.valid
-    if d.selector:
-        usable = usable & _selector_ok(state, d)
-    if len(state.taints):
-        usable = usable & _taints_ok(state, d)
+    # Skip the passes that have nothing to check (the common case; each costs array ops on every call
+    # of the incremental placer, which calls this once per placed pod).
+    xp = state.xp
+    everywhere = xp.ones(state.valid.shape, dtype=xp.bool)
+    affinity = _selector_ok(state, d) if d.selector else everywhere
+    if d.node_terms is not None:
+        affinity = affinity & terms_mask(state, d.node_terms)
     return NodeChecks(
-        usable=usable,
+        usable=schedulable(state, d.tolerations),
+        taints=~untolerated(state, d.tolerations, FILTERED_EFFECTS) if len(state.taints) else everywhere,
+        affinity=affinity,
+        ports=ports_free(state, d.host_ports) if d.host_ports else everywhere,
         model=_model_ok(state, d),
         cpu=state.free_cpu >= d.cpu_milli,
         memory=state.free_mem >= d.memory_mib,
+        pods=state.free_pods >= 1,
+        scalars=tuple((name, _scalar_ok(state, name, amount)) for name, amount in d.scalars),
     )
+
+
+def _scalar_ok(state: NodeArrays, name: str, amount: int) -> Array:
+    """bool[N]: at least `amount` of resource `name` left (none where no node advertises it)."""
+    col = state.scalars.get(name)
+    if col is None:
+        return state.xp.zeros(state.valid.shape, dtype=state.xp.bool)
+    return state.free_scalar[:, col] >= amount
 
 
 def fit_counts(xp: ArrayNamespace, fit: Array) -> Array:
@@ -125,7 +143,7 @@ def feasible(state: NodeArrays, d: PodDemand) -> tuple[Array, Array]:
     """(bool[N] feasible nodes, bool[N, G] fitting GPUs)."""
     xp = state.xp
     c = node_checks(state, d)
-    mask = c.usable & c.model & c.cpu & c.memory
+    mask = c.placeable() & c.resources()
     if not d.uses_gpu:
         return mask, xp.zeros(state.present.shape, dtype=xp.bool)
     fit = gpu_fit(state, d)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import bisect
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.model.types import Placement
 from scheduler.placement.filters import feasible
 from scheduler.placement.placer import TieBreak, best_row, placement_at
 from scheduler.placement.policy import Array, PlacementPolicy, scatter_rows
+from scheduler.placement.preferences import blend
 from scheduler.state.cluster_state import ClusterState
 from scheduler.state.demand import PodDemand
 from scheduler.state.node_arrays import NodeArrays
@@ -38,6 +40,7 @@ FULL_REFRESH_SHARE = 0.25
 # Best rows kept per demand between passes (a sort of all rows is made again when they run out).
 TOP_K = 64
 Key = tuple[float, int]  # (-score, row): smaller is better, ties to the lowest row
+Prefer = Callable[[Array], Array | None]  # rows that pass -> the pod's preferences (None: none)
 
 
 @dataclass
@@ -140,15 +143,23 @@ class IncrementalPlacer:
         exclude: Array | None = None,
         tie_break: TieBreak = "first",
         rng: random.Random | None = None,
+        prefer: Prefer | None = None,
     ) -> Placement | None:
         """Where `d` goes now (not applied), exactly as `place_one` would choose; None when nowhere.
-        `exclude`: bool[C] rows not to use now, as in `place_one`."""
+        `exclude`: bool[C] rows not to use now, as in `place_one`. `prefer`: the pod's preferences over the
+        rows that pass (float64[C] in [0, 1], or None: none), blended with the policy's scores
+        (`preferences.blend`)."""
         s = self.state
         xp = s.xp
         entry = self._refresh(d)
         row: int | None
         mask = entry.mask if exclude is None else entry.mask & ~exclude
-        if entry.score is not None and tie_break == "first":
+        preference = prefer(mask) if prefer is not None else None
+        if preference is not None:
+            base = entry.score if entry.score is not None else self.policy.score_nodes(s, d, mask, entry.fit)
+            scores = blend(xp, xp.where(mask, base, xp.zeros_like(base)), preference, mask, gpu=d.uses_gpu)
+            row = best_row(xp, scores, mask, tie_break=tie_break, rng=rng)
+        elif entry.score is not None and tie_break == "first":
             # Scores are -inf where infeasible: the first maximum (best_row's answer) is the head of `top`.
             row = self._best(entry, exclude)
             if row is None:

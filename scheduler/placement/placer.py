@@ -42,7 +42,10 @@ def best_row(
 def placement_at(state: ClusterState, row: int, slots: list[int], d: PodDemand) -> Placement:
     """The placement of `d` on node `row`, GPU `slots` (each share converted with that GPU's memory)."""
     shares = tuple(state.share_for(row, s, d.gpu_milli, d.gpu_mib) for s in slots)
-    return Placement(node=row, gpus=shares, cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
+    return Placement(
+        node=row, gpus=shares, cpu_milli=d.cpu_milli, memory_mib=d.memory_mib, scalars=d.scalars,
+        ports=d.host_ports,
+    )  # fmt: skip
 
 
 def place_one(

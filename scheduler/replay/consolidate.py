@@ -102,7 +102,7 @@ class Consolidator:
         s, xp = self.state, self.state.xp
         c = node_checks(s, d)
         gpus = xp.sum(xp.astype(s.present & s.healthy, xp.int32), axis=1)
-        return c.usable & c.model & (gpus >= d.num_gpus)
+        return c.placeable() & (gpus >= d.num_gpus)
 
     def _fragmented(self, d: PodDemand, static: Array) -> bool:
         s, xp = self.state, self.state.xp

@@ -349,12 +349,13 @@ def main(
     state_dir: Annotated[Path, typer.Option(help="Where the container records go.")],
     cpu: Annotated[str, typer.Option(help="CPU capacity of the fake node.")] = "32",
     memory: Annotated[str, typer.Option(help="Memory capacity of the fake node.")] = "256Gi",
+    pods: Annotated[str, typer.Option(help="Pod slots of the fake node (a kubelet's maxPods).")] = "110",
     kubelet_version: Annotated[str, typer.Option(help="Version the Node reports.")] = "v1.34.4",
 ) -> None:
     """A kubelet stand-in for one fake node (see the module docstring)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     api = config.new_client_from_config(config_file=str(kubeconfig))
-    spec = NodeSpec(node_name, cpu=cpu, memory=memory, kubelet_version=kubelet_version)
+    spec = NodeSpec(node_name, cpu=cpu, memory=memory, pods=pods, kubelet_version=kubelet_version)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -73,6 +73,7 @@ class KubeletConfiguration(_Camel):
     image_gc_high_threshold_percent: int = Field(100, alias="imageGCHighThresholdPercent")
     image_gc_low_threshold_percent: int = Field(99, alias="imageGCLowThresholdPercent")
     system_reserved: dict[str, str] = {}
+    max_pods: int = 110  # the kubelet's default; `sandbox up --max-pods` sets fewer slots to try the rule
     rotate_certificates: bool = False
     server_tls_bootstrap: bool = Field(False, alias="serverTLSBootstrap")
     node_status_update_frequency: str = "2s"

@@ -139,7 +139,14 @@ def system_reserved(cpu: str | None, memory: str | None) -> dict[str, str]:
 
 
 def write_config(
-    node: NodeDir, *, ca_file: Path, ip: str, port: int, healthz_port: int, reserved: dict[str, str]
+    node: NodeDir,
+    *,
+    ca_file: Path,
+    ip: str,
+    port: int,
+    healthz_port: int,
+    reserved: dict[str, str],
+    max_pods: int,
 ) -> Path:
     endpoint = f"unix://{node.cri_socket}"
     config = KubeletConfiguration(
@@ -152,6 +159,7 @@ def write_config(
         pod_logs_dir=str(node.path / "pod-logs"),
         volume_plugin_dir=str(node.path / "volume-plugins"),
         system_reserved=reserved,
+        max_pods=max_pods,
     )
     node.config.write_text(config.yaml())
     return node.config

@@ -45,6 +45,7 @@ SOCKET_PATH_MAX = 100  # a Unix socket path must fit in 108 bytes; leave room fo
 KUBELETS = ("real", "standin")
 # What a stand-in node offers when --cpu/--memory are not given (a real kubelet offers the host's).
 STANDIN_CPU, STANDIN_MEMORY = "32", "256Gi"
+DEFAULT_MAX_PODS, MAX_PODS = 110, 250  # the kubelet's default maxPods; the most a sandbox node is given
 
 
 class SandboxError(RuntimeError):
@@ -116,16 +117,20 @@ class Sandbox:
         kubelet: str = "real",
         cpu: str | None = None,
         memory: str | None = None,
+        max_pods: int | None = None,
         timeout_s: float = 180.0,
         kai_compat: bool = False,
     ) -> SandboxState:
         """`cpu`/`memory`: each node's allocatable; a stand-in's default is 32 CPUs and 256Gi, a real
-        kubelet's the host's (it can offer less, not more)."""
+        kubelet's the host's (it can offer less, not more). `max_pods`: each node's pod slots (the
+        kubelet's `maxPods`; 110 by default)."""
         if nodes < 1:
             raise SandboxError("--nodes must be at least 1")
+        if max_pods is not None and not 1 <= max_pods <= MAX_PODS:
+            raise SandboxError(f"--max-pods {max_pods}: expected 1 to {MAX_PODS}")
         if kubelet not in KUBELETS:
             raise SandboxError(f"--kubelet {kubelet}: expected one of {', '.join(KUBELETS)}")
-        node = NodeResources(kubelet, cpu, memory)
+        node = NodeResources(kubelet, cpu, memory, max_pods or DEFAULT_MAX_PODS)
         if kubelet == "real":
             try:
                 mountns.require()
@@ -281,6 +286,7 @@ class Sandbox:
                 f"--state-dir={node_dir}",
                 f"--cpu={node.cpu or STANDIN_CPU}",
                 f"--memory={node.memory or STANDIN_MEMORY}",
+                f"--pods={node.max_pods}",
                 f"--kubelet-version={assets.KUBERNETES_VERSION}",
             ]
             return [self.table.spawn(f"kubelet/{name}", argv, logs / f"kubelet-{name}.log", cwd=node_dir)]
@@ -295,7 +301,7 @@ class Sandbox:
         )
         real_kubelet.write_config(
             paths, ca_file=cp.ca_file, ip=node.ip, port=free_port(), healthz_port=free_port(),
-            reserved=node.reserved,
+            reserved=node.reserved, max_pods=node.max_pods,
         )  # fmt: skip
         deadline = time.monotonic() + 30
         while not paths.cri_socket.exists():
@@ -394,6 +400,7 @@ class NodeResources:
     kubelet: str
     cpu: str | None
     memory: str | None
+    max_pods: int
     ip: str = ""
     reserved: dict[str, str] = field(default_factory=dict)
 

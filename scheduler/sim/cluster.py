@@ -101,6 +101,13 @@ class SimCluster:
                 sim._emit(kind, "ADDED", obj)
         for obj in manifests.objects.get("PodDisruptionBudget", []):
             sim.add_budget(obj)
+        for obj in namespaces(manifests):
+            sim._emit("Namespace", "ADDED", obj)
+        volume_kinds: tuple[Kind, ...] = ("StorageClass", "PersistentVolume", "PersistentVolumeClaim")
+        for kind in volume_kinds:
+            for obj in manifests.objects.get(kind, []):
+                sim._emit(kind, "ADDED", obj)
+
         for obj in manifests.objects["Pod"]:
             sim.submit_pod(obj)
         return sim
@@ -372,3 +379,23 @@ def pod_grace_s(obj: Mapping[str, Any]) -> float:
         if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0
         else DEFAULT_GRACE_S
     )
+
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def namespaces(manifests: Manifests) -> list[dict[str, Any]]:
+    """The Namespaces of the simulated cluster: those written, and those the pods are in, each with the
+    label the API server puts on every namespace (`kubernetes.io/metadata.name`), which namespace
+    selectors of affinity terms may name."""
+    out: dict[str, dict[str, Any]] = {}
+    for obj in manifests.objects.get("Namespace", []):
+        meta = obj.get("metadata") or {}
+        labels = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: str(meta["name"])}
+        out[str(meta["name"])] = {**obj, "metadata": {**meta, "labels": labels}}
+    for obj in manifests.objects.get("Pod", []):
+        ns = str((obj.get("metadata") or {}).get("namespace") or "default")
+        if ns not in out:
+            out[ns] = {"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": ns, "labels": {NAMESPACE_NAME_LABEL: ns}}}  # fmt: skip
+    return list(out.values())

@@ -20,10 +20,13 @@ from scheduler.api.kai import is_kai, translate
 from scheduler.api.keys import KAI_SCHEDULER_NAME, SCHEDULER_NAME, TRANSLATED_FROM
 from scheduler.cache.containment import one_line
 
-SUPPORTED = ("Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology", "PodDisruptionBudget")
-# Kinds a cluster needs and the simulation does not: read without a warning (a namespace exists as soon as
-# a pod names it).
-NOTHING_TO_SIMULATE = ("Namespace",)
+SUPPORTED = (
+    "Node", "Pod", "Queue", "PodGroup", "PriorityClass", "Topology", "PodDisruptionBudget", "Namespace",
+    "PersistentVolume", "PersistentVolumeClaim", "StorageClass",
+)  # fmt: skip
+# Kinds a cluster needs and the simulation does not: read without a warning. (Namespaces are simulated:
+# their labels are what affinity terms' namespace selectors match; a pod's namespace exists even unwritten.)
+NOTHING_TO_SIMULATE: tuple[str, ...] = ()
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.model.types import Placement
 from scheduler.state.backend import ArrayNamespace
+from scheduler.state.codebook import Codebook
+
+
+class Books(Protocol):
+    """The state's codebooks and port matrix, as the totals need them."""
+
+    @property
+    def scalars(self) -> Codebook: ...
+    @property
+    def ports(self) -> Codebook: ...
+    @property
+    def port_use(self) -> Any: ...
 
 
 def segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]], size: int) -> list[Any]:
@@ -33,11 +46,28 @@ def segment_totals(xp: ArrayNamespace, keys: list[int], values: list[list[int]],
     return out
 
 
+@dataclass(frozen=True)
+class Totals:
+    """What a list of placements takes in all, as dense arrays over the state's rows (and GPU slots)."""
+
+    milli: Any  # int64[R, G]
+    mib: Any  # int64[R, G]
+    cpu: Any  # int64[R]
+    mem: Any  # int64[R] MiB
+    pods: Any  # int64[R]: one slot per placement
+    scalar: Any  # int64[R, K]: other resources, by the columns of the state's `scalars` codebook
+    port: Any  # int64[R, P]: host ports bound, by the columns of the state's `ports` codebook
+    rows: list[int]  # the rows touched, ascending
+
+
 def placement_totals(
-    xp: ArrayNamespace, placements: list[Placement], shape: tuple[int, int]
-) -> tuple[Any, Any, Any, Any, list[int]]:
-    """What `placements` take in all, as dense arrays over the state's `shape` (rows, GPU slots):
-    (milli int64[R, G], MiB int64[R, G], CPU milli int64[R], memory MiB int64[R], the rows touched)."""
+    xp: ArrayNamespace, placements: list[Placement], shape: tuple[int, int], books: Books, width: int
+) -> Totals:
+    """What `placements` take in all over the state's `shape` (rows, GPU slots) and `width` columns of
+    other resources. Every resource and port the placements name must have a column in `books`."""
+    scalars, ports = books.scalars, books.ports
+    port_width = int(books.port_use.shape[1])
+    p_keys: list[int] = []
     rows_n, g = shape
     keys: list[int] = []
     milli: list[int] = []
@@ -45,17 +75,37 @@ def placement_totals(
     rows: list[int] = []
     cpu: list[int] = []
     mem: list[int] = []
+    ones: list[int] = []
+    s_keys: list[int] = []
+    s_amount: list[int] = []
     for pl in placements:
         rows.append(pl.node)
         cpu.append(pl.cpu_milli)
         mem.append(pl.memory_mib)
+        ones.append(1)
         for share in pl.gpus:
             keys.append(pl.node * g + share.slot)
             milli.append(share.milli)
             mib.append(share.mib)
+        for name, amount in pl.scalars:
+            col = scalars.get(name)
+            assert col is not None, name
+            s_keys.append(pl.node * width + col)
+            s_amount.append(amount)
+        for code in pl.ports:
+            col = ports.get(code)
+            assert col is not None, code
+            p_keys.append(pl.node * port_width + col)
     d_milli, d_mib = segment_totals(xp, keys, [milli, mib], rows_n * g)
-    d_cpu, d_mem = segment_totals(xp, rows, [cpu, mem], rows_n)
-    return xp.reshape(d_milli, shape), xp.reshape(d_mib, shape), d_cpu, d_mem, sorted(set(rows))
+    d_cpu, d_mem, d_pods = segment_totals(xp, rows, [cpu, mem, ones], rows_n)
+    (d_scalar,) = segment_totals(xp, s_keys, [s_amount], rows_n * width)
+    d_scalar = xp.reshape(d_scalar, (rows_n, width))
+    (d_port,) = segment_totals(xp, p_keys, [[1] * len(p_keys)], rows_n * port_width)
+    d_port = xp.reshape(d_port, (rows_n, port_width))
+    return Totals(
+        xp.reshape(d_milli, shape), xp.reshape(d_mib, shape), d_cpu, d_mem, d_pods, d_scalar, d_port,
+        sorted(set(rows)),
+    )  # fmt: skip
 
 
 def arrays_agree(state: Any, placements: list[Placement]) -> bool:
@@ -63,15 +113,20 @@ def arrays_agree(state: Any, placements: list[Placement]) -> bool:
     node row: the check that a failure left nothing behind in the arrays that the holdings do not explain."""
     xp = state.xp
     shape = (state.capacity, state.max_gpus)
-    milli, mib, cpu, mem, _ = placement_totals(xp, placements, shape)
+    t = placement_totals(xp, placements, shape, state, int(state.free_scalar.shape[1]))
     present = state.present
     zero = xp.zeros(shape, dtype=xp.int64)
-    free_milli = xp.where(present, MILLI_PER_GPU - milli, zero)
-    free_mib = xp.where(present, state.total_mib - mib, zero)
+    free_milli = xp.where(present, MILLI_PER_GPU - t.milli, zero)
+    free_mib = xp.where(present, state.total_mib - t.mib, zero)
     live = xp.asarray([n is not None for n in state.nodes] + [False] * (state.capacity - len(state.nodes)))
+    zero_row = xp.zeros_like(t.cpu)
+    free_scalar = state.free_scalar - (state.total_scalar - t.scalar)
     return bool(
         xp.all(xp.astype(state.free_milli, xp.int64) == free_milli)
         and xp.all(state.free_mib == free_mib)
-        and xp.all(xp.where(live, state.free_cpu - (state.total_cpu - cpu), xp.zeros_like(cpu)) == 0)
-        and xp.all(xp.where(live, state.free_mem - (state.total_mem - mem), xp.zeros_like(mem)) == 0)
+        and xp.all(xp.where(live, state.free_cpu - (state.total_cpu - t.cpu), zero_row) == 0)
+        and xp.all(xp.where(live, state.free_mem - (state.total_mem - t.mem), zero_row) == 0)
+        and xp.all(xp.where(live, state.free_pods - (state.total_pods - t.pods), zero_row) == 0)
+        and xp.all(xp.where(live[:, None], free_scalar, xp.zeros_like(free_scalar)) == 0)
+        and xp.all(xp.astype(state.port_use, xp.int64) == t.port)
     )

@@ -14,18 +14,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api.keys import MILLI_PER_GPU
+from scheduler.api.limits import MAX_PODS_PER_NODE
 from scheduler.model.types import GPUShare, NodeInfo, Placement
 from scheduler.state.backend import ArrayNamespace
 from scheduler.state.bulk import placement_totals
-from scheduler.state.codebook import Codebook
+from scheduler.state.codebook import Codebook, LabelBook, TaintBook
 from scheduler.state.domains import DomainColumns
+from scheduler.state.key_domains import KeyDomains
 from scheduler.state.node_arrays import ROW_ARRAYS
 from scheduler.state.row_view import RowView
 
-# Only these taint effects keep pods away at scheduling time.
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 # Rows changed are logged (one entry per version) up to this many; older questions get None.
 _CHANGE_LOG_MAX = 1 << 16
+# The pod slots of a node that does not say how many pods it takes (a simulated node): never the limit.
+UNLIMITED_PODS = MAX_PODS_PER_NODE << 20
 
 
 class OvercommitError(RuntimeError):
@@ -49,9 +51,13 @@ class ClusterState:
         self.nodes: list[NodeInfo | None] = []
         self._free_rows: list[int] = []
         self.models = Codebook()
-        self.labels = Codebook()
-        self.taints = Codebook()
+        self.labels = LabelBook()
+        self.taints = TaintBook()
+        self.ports = Codebook()  # host ports in use ("protocol/port/hostIP"): the columns of port_use
+        self.scalars = Codebook()  # resource names: the columns of free_scalar / total_scalar
         self.domains = DomainColumns()  # topology levels: the columns of `domain`
+        # Per node label key some pod's affinity or spread names: each row's domain code (key_domains.py).
+        self.key_domains = KeyDomains(xp, 0)
         self._journal: list[_JournalEntry] = []
         self.version = 0  # bumped on every change of a row; lets callers cache derived values
         self._changes: list[int] = []  # the row changed at version _changes_base + 1 + i
@@ -63,10 +69,12 @@ class ClusterState:
         # Per row: GPU slots where a running pod could not be charged (its hold failed: an assignment that
         # cannot be read, or that over-commits the GPU): unhealthy, so no new pod goes there until it is.
         self.blocked: dict[int, set[int]] = {}
-        self._allocate(max(capacity, 1), label_cols=8, taint_cols=4)
+        self._allocate(max(capacity, 1), label_cols=8, taint_cols=4, scalar_cols=2, port_cols=2)
 
     # ----------------------------------------------------------------------------------------- storage
-    def _allocate(self, rows: int, *, label_cols: int, taint_cols: int) -> None:
+    def _allocate(
+        self, rows: int, *, label_cols: int, taint_cols: int, scalar_cols: int, port_cols: int
+    ) -> None:
         xp, g = self.xp, self.max_gpus
         i32 = xp.int32
         self.free_milli = xp.zeros((rows, g), dtype=i32)
@@ -79,8 +87,17 @@ class ClusterState:
         self.free_mem = xp.zeros((rows,), dtype=xp.int64)
         self.total_cpu = xp.zeros((rows,), dtype=xp.int64)
         self.total_mem = xp.zeros((rows,), dtype=xp.int64)
+        # One slot per pod (allocatable `pods`), and every other resource a node advertises (a column per
+        # name in `scalars`: ephemeral-storage, hugepages, extended resources; 0 where a node has none).
+        self.free_pods = xp.zeros((rows,), dtype=xp.int64)
+        self.total_pods = xp.zeros((rows,), dtype=xp.int64)
+        self.free_scalar = xp.zeros((rows, scalar_cols), dtype=xp.int64)
+        self.total_scalar = xp.zeros((rows, scalar_cols), dtype=xp.int64)
         self.model = xp.full((rows,), -1, dtype=i32)
-        self.valid = xp.zeros((rows,), dtype=xp.bool)
+        self.valid = xp.zeros((rows,), dtype=xp.bool)  # live, usable and not cordoned
+        self.cordoned = xp.zeros((rows,), dtype=xp.bool)  # live and usable, but spec.unschedulable
+        # pods per row binding each host port (a column per "protocol/port/hostIP" in `ports`)
+        self.port_use = xp.zeros((rows, port_cols), dtype=xp.int32)
         self.label_matrix = xp.zeros((rows, label_cols), dtype=xp.bool)
         self.taint_matrix = xp.zeros((rows, taint_cols), dtype=xp.bool)
         # per topology level, the node's domain code (-1: outside that topology); see state/domains.py
@@ -88,7 +105,9 @@ class ClusterState:
         # version at which each row last changed: a cache compares it with the version it saw last and
         # re-scores only the rows that moved since (an array op, no per-consumer bookkeeping here)
         self.row_version = xp.zeros((rows,), dtype=xp.int64)
+        self.row_id = xp.arange(rows, dtype=xp.int64)  # each row's own index (a RowView gathers it)
         self.capacity = rows
+        self.key_domains.grow(rows)
 
     def _grow_rows(self, rows: int) -> None:
         xp = self.xp
@@ -97,8 +116,11 @@ class ClusterState:
             pad_shape = (rows - old.shape[0], *old.shape[1:])
             fill = -1 if name in ("model", "domain") else 0
             pad = xp.full(pad_shape, fill, dtype=old.dtype)
+            if name == "row_id":
+                pad = xp.arange(old.shape[0], rows, dtype=old.dtype)
             setattr(self, name, xp.concat([old, pad], axis=0))
         self.capacity = rows
+        self.key_domains.grow(rows)
 
     def _grow_cols(self, name: str, cols: int) -> None:
         old = getattr(self, name)
@@ -109,6 +131,13 @@ class ClusterState:
         for name in ("free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy"):
             self._grow_cols(name, gpus)
         self.max_gpus = gpus
+
+    def _scalar_column(self, name: str) -> int:
+        """The column of resource `name` in free_scalar and total_scalar (both grown together)."""
+        col = self._column(self.scalars, "free_scalar", name)
+        if self.total_scalar.shape[1] < self.free_scalar.shape[1]:
+            self._grow_cols("total_scalar", self.free_scalar.shape[1])
+        return col
 
     def _column(self, book: Codebook, matrix: str, name: str) -> int:
         col = book.code(name)
@@ -173,13 +202,19 @@ class ClusterState:
         ]
         alloc_cpu = int(self.total_cpu[row]) - int(self.free_cpu[row])
         alloc_mem = int(self.total_mem[row]) - int(self.free_mem[row])
+        alloc_pods = int(self.total_pods[row]) - int(self.free_pods[row])
+        alloc_scalar = self.total_scalar[row, :] - self.free_scalar[row, :]
         self.nodes[row] = node
         self._write_node(row, node, alloc_milli=(alloc_milli, alloc_mib, alloc_cpu, alloc_mem))
+        self.free_pods[row] = int(self.free_pods[row]) - alloc_pods
+        self.free_scalar[row, : alloc_scalar.shape[0]] -= alloc_scalar
         return row
 
     def _write_node(
         self, row: int, node: NodeInfo, *, alloc_milli: tuple[list[int], list[int], int, int] | None
     ) -> None:
+        """Write the node's capacity; what pods hold is `alloc_milli` (GPUs, CPU, memory) and, for pod
+        slots and other resources, subtracted by the caller (`update_node`)."""
         g = self.max_gpus
         milli_used, mib_used, cpu_used, mem_used = alloc_milli or ([0] * g, [0] * g, 0, 0)
         draining = self.draining.setdefault(row, set())
@@ -212,19 +247,29 @@ class ClusterState:
         self.total_mem[row] = node.memory_mib
         self.free_cpu[row] = node.cpu_milli - cpu_used
         self.free_mem[row] = node.memory_mib - mem_used
+        pods = UNLIMITED_PODS if node.pods is None else node.pods
+        self.total_pods[row] = pods
+        self.free_pods[row] = pods
+        self.total_scalar[row, :] = 0
+        for name, amount in node.scalars:
+            col = self._scalar_column(name)  # may grow (replace) the matrices: before indexing them
+            self.total_scalar[row, col] = amount
+
+        self.free_scalar[row, :] = self.total_scalar[row, :]
         self.model[row] = self.models.code(node.gpu_model) if node.gpu_count else -1
-        self.valid[row] = not node.unschedulable
+        self.valid[row] = node.usable and not node.unschedulable
+        self.cordoned[row] = node.usable and node.unschedulable
         self.label_matrix[row, :] = False
         for k, v in node.labels.items():
             col = self._column(self.labels, "label_matrix", f"{k}={v}")  # may grow (replace) the matrix
             self.label_matrix[row, col] = True
         self.taint_matrix[row, :] = False
-        for taint in node.taints:
-            if taint.effect in _BLOCKING_EFFECTS:
-                col = self._column(self.taints, "taint_matrix", taint.code)
-                self.taint_matrix[row, col] = True
+        for taint in node.taints:  # every effect: PreferNoSchedule ones are scored, not filtered
+            col = self._column(self.taints, "taint_matrix", taint.code)
+            self.taint_matrix[row, col] = True
         for col, code in enumerate(self.domains.codes(node.labels)):
             self.domain[row, col] = code
+        self.key_domains.write_row(row, node.labels)
         self.node_epoch += 1
         self._touch(row)
 
@@ -238,16 +283,43 @@ class ClusterState:
             arr[row, :] = 0
         self.present[row, :] = False
         self.healthy[row, :] = False
-        for arr in (self.free_cpu, self.free_mem, self.total_cpu, self.total_mem):
+        for arr in (
+            self.free_cpu,
+            self.free_mem,
+            self.total_cpu,
+            self.total_mem,
+            self.free_pods,
+            self.total_pods,
+        ):
             arr[row] = 0
+        self.free_scalar[row, :] = 0
+        self.total_scalar[row, :] = 0
+        self.port_use[row, :] = 0
         self.valid[row] = False
+        self.cordoned[row] = False
         self.model[row] = -1
         self.draining.pop(row, None)
         self.blocked.pop(row, None)
         self.domain[row, :] = -1
+        self.key_domains.write_row(row, None)
         self._free_rows.append(row)
         self.node_epoch += 1
         self._touch(row)
+
+    def key_codes(self, key: str) -> Any:
+        """int32[C]: each row's domain code for node label `key` (-1: no such label); see key_domains.py."""
+        found = self.key_domains.codes_by_key.get(key)
+        if found is not None:
+            return found
+        return self.key_domains.codes(key, [n.labels if n is not None else None for n in self.nodes])
+
+    def key_codes_host(self, key: str) -> list[int]:
+        """`key_codes` as a host list (for lookups by row)."""
+        found = self.key_domains.host_codes.get(key)
+        if found is not None:
+            return found
+        self.key_codes(key)
+        return self.key_domains.host_codes[key]
 
     def set_topologies(self, topologies: dict[str, tuple[str, ...]]) -> None:
         """Use these topologies (name -> node label keys, outermost first): every node's domain codes
@@ -338,8 +410,18 @@ class ClusterState:
         row = placement.node
         cpu = int(self.free_cpu[row]) - sign * placement.cpu_milli
         mem = int(self.free_mem[row]) - sign * placement.memory_mib
+        pods = int(self.free_pods[row]) - sign
         if sign > 0 and (cpu < 0 or mem < 0):
             raise OvercommitError(f"node {self.node_names[row]}: CPU or memory would be over-committed")
+        if sign > 0 and pods < 0:
+            raise OvercommitError(f"node {self.node_names[row]}: more pods than its allocatable pods")
+        scalars = []
+        for name, amount in placement.scalars:
+            col = self._scalar_column(name)
+            left = int(self.free_scalar[row, col]) - sign * amount
+            if sign > 0 and left < 0:
+                raise OvercommitError(f"node {self.node_names[row]}: {name} would be over-committed")
+            scalars.append((col, left))
         updates = []
         for share in placement.gpus:
             s = share.slot
@@ -357,6 +439,12 @@ class ClusterState:
             self.free_mib[row, s] = mib
         self.free_cpu[row] = cpu
         self.free_mem[row] = mem
+        self.free_pods[row] = pods
+        for col, left in scalars:
+            self.free_scalar[row, col] = left
+        for code in placement.ports:
+            col = self._column(self.ports, "port_use", code)
+            self.port_use[row, col] = int(self.port_use[row, col]) + sign
         self._touch(row)
 
     def apply(self, placement: Placement, sign: int = 1) -> None:
@@ -421,11 +509,19 @@ class ClusterState:
         if not placements:
             return
         xp, shape = self.xp, (self.capacity, self.max_gpus)
-        d_milli, d_mib, d_cpu, d_mem, rows = placement_totals(xp, placements, shape)
+        for pl in placements:  # every resource and port named has its column before the totals are made
+            for name, _ in pl.scalars:
+                self._scalar_column(name)
+            for code in pl.ports:
+                self._column(self.ports, "port_use", code)
+        t = placement_totals(xp, placements, shape, self, int(self.free_scalar.shape[1]))
+        d_milli, d_mib, d_cpu, d_mem, rows = t.milli, t.mib, t.cpu, t.mem, t.rows
         free_milli = xp.astype(self.free_milli, xp.int64) - sign * d_milli
         free_mib = self.free_mib - sign * d_mib
         free_cpu = self.free_cpu - sign * d_cpu
         free_mem = self.free_mem - sign * d_mem
+        free_pods = self.free_pods - sign * t.pods
+        free_scalar = self.free_scalar - sign * t.scalar
         used_cell = d_milli > 0
         bad = (
             xp.any(used_cell & ~self.present)
@@ -435,11 +531,15 @@ class ClusterState:
             | xp.any(free_mib > self.total_mib)
             | (xp.any(free_cpu < 0) if sign > 0 else False)
             | (xp.any(free_mem < 0) if sign > 0 else False)
+            | (xp.any((free_pods < 0) & (t.pods > 0)) if sign > 0 else False)
+            | (xp.any((free_scalar < 0) & (t.scalar > 0)) if sign > 0 else False)
         )
         if bool(bad):
             raise OvercommitError(f"{len(placements)} placements at once would over-commit a node")
         self.free_milli = xp.astype(free_milli, self.free_milli.dtype)
         self.free_mib, self.free_cpu, self.free_mem = free_mib, free_cpu, free_mem
+        self.free_pods, self.free_scalar = free_pods, free_scalar
+        self.port_use = xp.astype(self.port_use + sign * t.port, self.port_use.dtype)
         for row in rows:
             self._touch(row)
 

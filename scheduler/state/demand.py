@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.api.keys import GPU_PRODUCT_LABEL, MILLI_PER_GPU
+from scheduler.model.constraints import PodScope
+from scheduler.model.selectors import NodeSelectorTerm
 from scheduler.model.types import PodInfo, Toleration
 
 
@@ -22,6 +24,15 @@ class PodDemand:
     models: frozenset[str] | None = None
     selector: tuple[str, ...] = ()  # "key=value" node labels required
     tolerations: tuple[Toleration, ...] = ()
+    # Every other resource it requests (ephemeral-storage, hugepages, extended resources), by name.
+    scalars: tuple[tuple[str, int], ...] = ()
+    # Required node affinity (the OR of its terms); None: none.
+    node_terms: tuple[NodeSelectorTerm, ...] | None = None
+    host_ports: tuple[str, ...] = ()  # "protocol/port/hostIP" it binds
+    # Who the pod is to the inter-pod rules (its namespace, labels and constraints): not part of the
+    # demand's identity (the placer's caches are per row-local demand; the inter-pod rules are applied on
+    # top, per pod: scheduler/cache/pod_topology.py). None: a demand built without a pod (trace replays).
+    scope: PodScope | None = field(default=None, compare=False)
 
     @property
     def whole(self) -> bool:
@@ -57,4 +68,17 @@ def demand_for(pod: PodInfo) -> PodDemand:
         # The GPU-model label is matched through `models` (a clearer reason when it fails).
         selector=tuple(sorted(f"{k}={v}" for k, v in pod.node_selector.items() if k != GPU_PRODUCT_LABEL)),
         tolerations=pod.tolerations,
+        scalars=pod.scalars,
+        node_terms=pod.constraints.required_nodes,
+        host_ports=pod.constraints.host_ports,
+        scope=pod_scope(pod),
+    )
+
+
+def pod_scope(pod: PodInfo) -> PodScope:
+    return PodScope(
+        pod.namespace,
+        tuple(sorted(pod.labels.items())),
+        tuple(sorted(pod.node_selector.items())),
+        pod.constraints,
     )

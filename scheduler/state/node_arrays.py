@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from scheduler.state.backend import ArrayNamespace
-from scheduler.state.codebook import Codebook
+from scheduler.state.codebook import Codebook, LabelBook, TaintBook
 
 Array = Any
 
 # Per-row arrays (first axis: node rows), in the order `ClusterState` allocates them.
 ROW_ARRAYS = (
     "free_milli", "free_mib", "report_free_mib", "total_mib", "present", "healthy", "free_cpu",
-    "free_mem", "total_cpu", "total_mem", "model", "valid", "label_matrix", "taint_matrix", "row_version",
-    "domain",
+    "free_mem", "total_cpu", "total_mem", "free_pods", "total_pods", "free_scalar", "total_scalar",
+    "model", "valid", "cordoned", "label_matrix", "taint_matrix", "port_use", "row_version", "domain", "row_id",
 )  # fmt: skip
 
 
@@ -39,9 +39,18 @@ class NodeArrays(Protocol):
     @property
     def models(self) -> Codebook: ...
     @property
-    def labels(self) -> Codebook: ...
+    def labels(self) -> LabelBook: ...
     @property
-    def taints(self) -> Codebook: ...
+    def taints(self) -> TaintBook: ...
+    @property
+    def ports(self) -> Codebook:
+        """Host ports in use ("protocol/port/hostIP"): the columns of port_use."""
+        ...
+
+    @property
+    def scalars(self) -> Codebook:
+        """Resource names other than cpu, memory and GPUs: the columns of free_scalar / total_scalar."""
+        ...
 
     # per GPU: int[R, G] / bool[R, G]
     @property
@@ -67,9 +76,33 @@ class NodeArrays(Protocol):
     @property
     def total_mem(self) -> Array: ...
     @property
+    def free_pods(self) -> Array:
+        """int64[R]: pod slots left (allocatable `pods` less the pods there)."""
+        ...
+
+    @property
+    def total_pods(self) -> Array: ...
+    @property
+    def free_scalar(self) -> Array:
+        """int64[R, K]: what is left of each other resource (a column per name in `scalars`)."""
+        ...
+
+    @property
+    def total_scalar(self) -> Array: ...
+    @property
     def model(self) -> Array: ...
     @property
     def valid(self) -> Array: ...
+    @property
+    def cordoned(self) -> Array:
+        """bool[R]: live and usable but spec.unschedulable (only pods tolerating that go there)."""
+        ...
+
+    @property
+    def port_use(self) -> Array:
+        """int32[R, P]: pods on each node binding each host port."""
+        ...
+
     @property
     def label_matrix(self) -> Array: ...
     @property
@@ -80,8 +113,17 @@ class NodeArrays(Protocol):
         ...
 
     @property
+    def row_id(self) -> Array:
+        """int64[R]: the row's index in the whole state (a view's rows say which they are)."""
+        ...
+
+    @property
     def row_version(self) -> Array:
         """int64[R]: the `version` at which each row last changed."""
+        ...
+
+    def row_of(self, name: str) -> int | None:
+        """The row of node `name` in the whole state (compare with `row_id`); None: no such node."""
         ...
 
     def changed_rows(self, since: int) -> list[int] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scheduler.state.backend import ArrayNamespace
-from scheduler.state.codebook import Codebook
+from scheduler.state.codebook import Codebook, LabelBook, TaintBook
 from scheduler.state.node_arrays import Array
 
 if TYPE_CHECKING:
@@ -43,12 +43,19 @@ class RowView:
     free_mem = _Rows()
     total_cpu = _Rows()
     total_mem = _Rows()
+    free_pods = _Rows()
+    total_pods = _Rows()
+    free_scalar = _Rows()
+    total_scalar = _Rows()
     model = _Rows()
     valid = _Rows()
+    cordoned = _Rows()
+    port_use = _Rows()
     label_matrix = _Rows()
     taint_matrix = _Rows()
     row_version = _Rows()
     domain = _Rows()
+    row_id = _Rows()
 
     def __init__(self, state: ClusterState, rows: list[int]) -> None:
         self._state = state
@@ -58,12 +65,17 @@ class RowView:
         self.capacity: int = len(rows)
         self.version: int = state.version
         self.models: Codebook = state.models
-        self.labels: Codebook = state.labels
-        self.taints: Codebook = state.taints
+        self.labels: LabelBook = state.labels
+        self.taints: TaintBook = state.taints
+        self.scalars: Codebook = state.scalars
+        self.ports: Codebook = state.ports
         first = rows[0] if rows else 0
         contiguous = rows == list(range(first, first + len(rows)))
         self._slice = slice(first, first + len(rows)) if contiguous else None
         self._idx: Any = None
+
+    def row_of(self, name: str) -> int | None:
+        return self._state.row_of(name)
 
     def changed_rows(self, since: int) -> list[int] | None:
         return None  # a view keeps no change log of its own rows: `row_version` tells

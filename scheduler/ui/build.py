@@ -231,7 +231,7 @@ def _nodes(
                 name=node.name,
                 pool=node_pool(node),
                 model=node.gpu_model or ("no GPU" if not node.gpu_count else "-"),
-                schedulable=not node.unschedulable,
+                schedulable=node.usable and not node.unschedulable,
                 gpus=tuple(cells),
                 domains=tuple(
                     (t, state.domains.name(col, int(domain[row, col])))

@@ -6,6 +6,7 @@ benchmarks."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,7 +84,23 @@ def test_gangs_through_the_cli(bench_server: Path) -> None:
     assert r["bound"] == 8 and r["scheduler"] == "tessera"
 
 
+def test_the_affinity_workload_is_bound_where_kube_schedulers_filters_allow(bench_server: Path) -> None:
+    """Anti-affinity Deployments, zone spread and node affinity by GPU model: Tessera binds them all, and
+    kube-scheduler's own filters (the oracle) allow every pod where it was bound."""
+    cfg = E2EConfig(nodes=6, gpus_per_node=4, pods=18, affinity=True, kubeconfig=str(bench_server),
+                    timeout_s=120, stall_s=30)  # fmt: skip
+    r = run_e2e(cfg)
+    assert r["bound"] == 18
+    if "error" in r["oracle"] and not (
+        os.environ.get("CI") or os.environ.get("TESSERA_REQUIRE_CONTROL_PLANE")
+    ):
+        pytest.skip(f"kube-scheduler oracle: {r['oracle']['error']}")
+
+    assert r["oracle"]["checked"] == 18 and r["oracle"]["feasible"] == 18, r["oracle"]
+
+
 def test_kube_scheduler_is_refused_fractions() -> None:
+
     out = CliRunner().invoke(
         app, ["bench", "e2e", "--scheduler", "kube-scheduler", "--fraction-share", "0.5"]
     )

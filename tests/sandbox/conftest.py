@@ -80,12 +80,14 @@ def sandbox_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
     yield data_dir, env
 
 
-def start_real(data_dir: Path, env: dict[str, str], *, nodes: int, gpus: str) -> SandboxEnv:
+def start_real(
+    data_dir: Path, env: dict[str, str], *, nodes: int, gpus: str, max_pods: int | None = None
+) -> SandboxEnv:
     """A sandbox with real kubelets, in this process (its processes die with pytest)."""
     box = Sandbox(data_dir, attached=True)
     began = time.monotonic()
     try:
-        state = box.up(nodes=nodes, gpus=gpus, kubelet="real")
+        state = box.up(nodes=nodes, gpus=gpus, kubelet="real", max_pods=max_pods)
     except SandboxError as exc:
         box.table.stop_all()
         pytest.fail(f"sandbox up with {nodes} real kubelet(s) failed: {exc}", pytrace=False)
@@ -132,16 +134,17 @@ def sandbox(sandbox_env: tuple[Path, dict[str, str]], host_tunables: dict[str, s
 @pytest.fixture(scope="module")
 def new_sandbox(
     tmp_path_factory: pytest.TempPathFactory, host_tunables: dict[str, str]
-) -> Iterator[Callable[[int, str], SandboxEnv]]:
-    """`new_sandbox(nodes, gpus)`: this module's own sandbox with real kubelets (one per module)."""
+) -> Iterator[Callable[..., SandboxEnv]]:
+    """`new_sandbox(nodes, gpus, max_pods=None)`: this module's own sandbox with real kubelets (one per
+    module)."""
     folder = real_kubelet_assets()
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(folder)}
     data_dir = tmp_path_factory.mktemp("sandbox")
     started: list[SandboxEnv] = []
 
-    def make(nodes: int, gpus: str) -> SandboxEnv:
+    def make(nodes: int, gpus: str, max_pods: int | None = None) -> SandboxEnv:
         assert not started, "one sandbox per module"
-        started.append(start_real(data_dir, env, nodes=nodes, gpus=gpus))
+        started.append(start_real(data_dir, env, nodes=nodes, gpus=gpus, max_pods=max_pods))
         return started[0]
 
     try:

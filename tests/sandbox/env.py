@@ -79,9 +79,9 @@ class SandboxEnv:
             yield name
         finally:
             self.check_alive()
-            self.kubectl(
-                "delete", "jobs,pods", "--all", "-n", name, "--grace-period=0", "--force", check=False
-            )
+            # Controllers first (a ReplicaSet would replace the pods deleted), then their pods, at once.
+            self.kubectl("delete", "deployments,replicasets,statefulsets,jobs,pods", "--all", "-n", name,
+                         "--grace-period=0", "--force", check=False)  # fmt: skip
             wait_for(f"pods of {name} gone", lambda: not self.core.list_namespaced_pod(name).items, 60)
             self.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

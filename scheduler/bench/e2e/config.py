@@ -34,10 +34,15 @@ class E2EConfig:
     # Tessera's device plugin serves whole GPUs on the nodes (the chart's default): whole-GPU pods wait for
     # it after their bind as fractions do; False: NVIDIA's plugin serves them (`--whole-gpu-resource ""`).
     whole_gpu_plugin: bool = True
+    # The affinity workload (load.py): anti-affinity Deployments, zone spread, node affinity by GPU model,
+    # on nodes in three zones of two GPU models; every pod bound is checked with kube-scheduler's own filters
+    affinity: bool = False
     profile: str | None = None  # py-spy flame graph of the scheduler process (an .svg path)
 
     @property
     def kind_of_pods(self) -> str:
+        if self.affinity:
+            return "1 GPU: anti-affinity Deployments, zone spread, node affinity by GPU model"
         if self.gang_size > 1:
             return f"gangs of {self.gang_size} x 1 GPU"
         if self.fraction_share >= 1:
@@ -49,6 +54,8 @@ class E2EConfig:
     def capacity(self) -> int:
         """How many of the pods fit the cluster (GPUs are the binding constraint)."""
         gpus = self.nodes * self.gpus_per_node
+        if self.affinity:  # a third of the pods ask for the model half the nodes have
+            return min(self.pods, gpus, (gpus // 2) * 3)
         frac = round(self.pods * self.fraction_share) if self.gang_size <= 1 else 0
         per_gpu = int(1 / self.fraction) if self.fraction > 0 else 1
         whole = self.pods - frac
@@ -75,4 +82,9 @@ def check(cfg: E2EConfig) -> str | None:
         return f"--pods ({cfg.pods}) must be a multiple of --gang-size ({cfg.gang_size})"
     if cfg.gang_size > 1 and cfg.fraction_share > 0:
         return "gangs are of whole-GPU pods: use --gang-size or --fraction-share, not both"
+    if cfg.affinity and (cfg.gang_size > 1 or cfg.fraction_share > 0):
+        return "--affinity is its own workload of whole-GPU pods: not with --gang-size or --fraction-share"
+    if cfg.affinity and cfg.nodes < 4:
+        return "--affinity needs at least 4 nodes (its Deployments put 4 replicas on 4 nodes)"
+
     return None

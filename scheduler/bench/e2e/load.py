@@ -62,9 +62,45 @@ def pod_body(cfg: E2EConfig, name: str, *, fraction: bool, group: str | None) ->
     }
 
 
+ZONE_LABEL = "topology.kubernetes.io/zone"
+ANTI_REPLICAS = 4  # replicas of each anti-affinity Deployment (one per node)
+SPREAD_REPLICAS = 6  # replicas of each zone-spread Deployment (two per zone)
+MODEL = "NVIDIA-H100-80GB-HBM3"  # the GPU model the model-affine pods require (half the nodes: world.py)
+
+
+def affinity_pod(cfg: E2EConfig, i: int) -> Obj:
+    """Pod `i` of the affinity workload, whole GPUs: in turn a replica of an anti-affinity Deployment
+    (required, on the hostname), of a zone-spread Deployment (DoNotSchedule, maxSkew 1), or a pod that
+    requires a GPU model by node affinity."""
+    kind, n = i % 3, i // 3
+    body = pod_body(cfg, f"pod-{i:06d}", fraction=False, group=None)
+    spec = body["spec"]
+    if kind == 0:
+        app = f"anti-{n // ANTI_REPLICAS:05d}"
+        term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}
+        spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    elif kind == 1:
+        app = f"spread-{n // SPREAD_REPLICAS:05d}"
+        spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": ZONE_LABEL,
+                                              "whenUnsatisfiable": "DoNotSchedule",
+                                              "labelSelector": {"matchLabels": {"app": app}}}]  # fmt: skip
+    else:
+        app = "model"
+        expr = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [MODEL]}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [expr]}]}}}  # fmt: skip
+    body["metadata"]["labels"] = {"app": app}
+    return body
+
+
 def items(cfg: E2EConfig) -> Iterator[Item]:
     """The pods in creation order; a gang's PodGroup just before its members. Fractional pods are spread
     evenly through the whole-GPU ones."""
+    if cfg.affinity:
+        for i in range(cfg.pods):
+            yield Item("Pod", affinity_pod(cfg, i))
+        return
+
     if cfg.gang_size > 1:
         for g in range(cfg.pods // cfg.gang_size):
             group = f"gang-{g:05d}"

@@ -34,6 +34,7 @@ from scheduler.bench.e2e.config import E2EConfig, SchedulerKind
 from scheduler.bench.e2e.devices import DevicePluginStandIn
 from scheduler.bench.e2e.load import BindWatch, Creator
 from scheduler.bench.e2e.measure import api_requests, cpu_seconds, difference, memory_mib
+from scheduler.bench.e2e.oracle_check import check_bound
 from scheduler.bench.e2e.schedulers import SchedulerProcess
 from scheduler.bench.e2e.world import BenchWorld
 from scheduler.bench.runner import percentile
@@ -135,6 +136,7 @@ def run_compare(cfg: E2EConfig, repeat: int = 1, progress: Say | None = None) ->
             else None
         ),
         "best_of": repeat,
+        **({"tessera_oracle": tessera["oracle"]} if "oracle" in tessera else {}),
     }
 
 
@@ -185,10 +187,16 @@ def measure(world: BenchWorld, cfg: E2EConfig, say: Say, *, setup_s: float = 0.0
         memory = memory_mib(sched.pid)
         if profiler is not None:
             _stop(profiler)
-        return _report(
+        report = _report(
             cfg, creator, watch, devices, requests, cpu_before, cpu_after, bench_cpu, memory, setup_s, done_s,
             (load_before, os.getloadavg()[0]), started,
         )  # fmt: skip
+        if cfg.affinity:  # after the measurement: is every pod where kube-scheduler's filters allow it?
+            say(f"checking the {report['bound']} pods bound by {cfg.scheduler} with kube-scheduler's filters")
+            report["oracle"] = check_bound(
+                watch.informer.snapshot(), watch.bound, world.node_objects(), world.namespace_objects()
+            )
+        return report
     finally:
         if profiler is not None:
             _stop(profiler)

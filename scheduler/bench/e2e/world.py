@@ -36,6 +36,7 @@ _RBAC = {"Namespace", "PriorityClass", "ServiceAccount", "ClusterRole", "Cluster
          "RoleBinding"}  # fmt: skip
 APISERVER_ARGS = ("--disable-admission-plugins=ServiceAccount,TaintNodesByCondition,Priority",)
 GPU_MODEL = ("NVIDIA-A100-SXM4-80GB", 81920)
+AFFINITY_MODELS = (GPU_MODEL, ("NVIDIA-H100-80GB-HBM3", 81920))
 
 
 class WorldError(RuntimeError):
@@ -174,17 +175,34 @@ class BenchWorld:
         if slices:
             capacity[GPU_SLICE_RESOURCE] = str(gpus * MILLI_PER_GPU)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        labels = {
-            "kubernetes.io/hostname": name,
-            GPU_PRODUCT_LABEL: GPU_MODEL[0],
-            GPU_MEMORY_LABEL: str(GPU_MODEL[1]),
-        }
+        model = GPU_MODEL
+        labels = {"kubernetes.io/hostname": name}
+        if self.cfg.affinity:  # three zones, two GPU models (the affinity workload, load.py)
+            index = int(name.rsplit("-", 1)[1])  # bench-<run>-<index>
+
+            labels["topology.kubernetes.io/zone"] = f"zone-{index % 3}"
+            model = AFFINITY_MODELS[index % 2]
+        labels.update({GPU_PRODUCT_LABEL: model[0], GPU_MEMORY_LABEL: str(model[1])})
         status = {"capacity": capacity, "allocatable": dict(capacity),
                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                   "lastHeartbeatTime": now, "lastTransitionTime": now}]}  # fmt: skip
         body: Any = {"metadata": {"name": name, "labels": labels}}
         _json(core.create_node(body, _preload_content=False))
         _json(core.patch_node_status(name, {"status": status}, _preload_content=False))
+
+    def node_objects(self) -> list[dict[str, Any]]:
+        """The benchmark's Node objects as the API server has them."""
+        names = set(self.node_names)
+        items = _json(self.core.list_node(_preload_content=False)).get("items") or []
+        return [n for n in items if n["metadata"]["name"] in names]
+
+    def namespace_objects(self) -> list[dict[str, Any]]:
+        """The current run's Namespace object."""
+        return (
+            [_json(self.core.read_namespace(self.namespace, _preload_content=False))]
+            if self.namespace
+            else []
+        )
 
     def delete_pods(self, timeout_s: float = 120.0) -> None:
         """Remove the current run's pods at once (no kubelet would confirm a graceful deletion), so the next
