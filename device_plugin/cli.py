@@ -1,8 +1,7 @@
-"""Tessera's kubelet device plugin (fractional and whole GPUs), and a benchmark of its Allocate path."""
+"""Tessera's kubelet device plugin (fractional and whole GPUs)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import socket
@@ -13,8 +12,8 @@ from typing import Annotated
 
 import typer
 
-from device_plugin.cluster import ClusterError, KubePodCluster, PodCluster
-from device_plugin.config import DEFAULT_PLUGIN_DIR, PluginConfig
+from device_plugin.cluster import ClusterError, KubePodCluster
+from device_plugin.config import DEFAULT_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET, PluginConfig
 from device_plugin.manager import DevicePluginManager
 from scheduler.api.cli import FAILURE, USAGE, VersionOption, check_choice, fail, first_line, new_app
 from scheduler.api.keys import GPU_SLICE_RESOURCE, MILLI_PER_GPU, WHOLE_GPU_RESOURCE
@@ -32,7 +31,7 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _open_cluster(fake: bool, kube_url: str | None, kubeconfig: str | None) -> PodCluster | None:
+def _open_cluster(fake: bool, kube_url: str | None, kubeconfig: str | None) -> KubePodCluster | None:
     # Standalone (--fake-gpus) only talks to an API server when one is named explicitly.
     if fake and not kube_url and not kubeconfig:
         return None
@@ -61,7 +60,15 @@ def serve(
     ] = None,
     kube_url: Annotated[str | None, typer.Option(help="API server URL (plain HTTP, for tests).")] = None,
     kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig file (default: in-cluster).")] = None,
-    lock_wait: Annotated[float, typer.Option(help="Seconds Allocate waits for the bind lock.")] = 3.0,
+    pod_resources_socket: Annotated[
+        str,
+        typer.Option(
+            help='The kubelet\'s PodResources socket ("" to not use it: pods are then never confirmed).'
+        ),
+    ] = str(DEFAULT_POD_RESOURCES_SOCKET),
+    pod_wait: Annotated[
+        float, typer.Option(help="Seconds Allocate waits for the watch to show the pod the kubelet admits.")
+    ] = 3.0,
     watch_interval: Annotated[float, typer.Option(help="Seconds between socket checks.")] = 1.0,
     health_interval: Annotated[float, typer.Option(help="Seconds between GPU health samples.")] = 5.0,
     log_level: Annotated[str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
@@ -83,7 +90,8 @@ def serve(
             slices_per_gpu=slices_per_gpu,
             whole_gpu_resource=whole_gpu_resource or None,
             mps_pipe_dir=mps_pipe_dir,
-            lock_wait_s=lock_wait,
+            pod_resources_socket=Path(pod_resources_socket) if pod_resources_socket else None,
+            pod_wait_s=pod_wait,
             watch_interval_s=watch_interval,
             health_interval_s=health_interval,
         )
@@ -101,27 +109,6 @@ def serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     manager.run()
-
-
-@app.command()
-def bench(
-    pods: Annotated[int, typer.Option(help="Pods allocated on the node, one after another.")] = 100,
-    gpus: Annotated[str, typer.Option(help="Fake GPUs of the node.")] = "2xA100-80GB",
-    kubeconfig: Annotated[
-        str | None,
-        typer.Option(help="Kubeconfig of the API server; default: a throw-away local control plane."),
-    ] = None,
-    node_name: Annotated[str, typer.Option(help="Node to create and allocate on.")] = "bench-node",
-) -> None:
-    """Measure Allocate latency (gRPC round trip including the API server hand-off); prints JSON."""
-    from device_plugin.bench import run_bench
-
-    logging.basicConfig(level=logging.ERROR)
-    try:
-        result = run_bench(pods=pods, gpu_spec=gpus, kubeconfig=kubeconfig, node_name=node_name)
-    except (RuntimeError, ValueError) as exc:
-        raise fail(f"bench failed: {first_line(exc)}", FAILURE) from None
-    typer.echo(json.dumps(result, indent=2))
 
 
 def main() -> None:

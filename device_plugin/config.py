@@ -8,6 +8,8 @@ from pathlib import Path
 from scheduler.api.keys import GPU_SLICE_RESOURCE, MILLI_PER_GPU, WHOLE_GPU_RESOURCE
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+# The kubelet's PodResources API (its `--root-dir`/pod-resources/kubelet.sock).
+DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 KUBELET_SOCKET = "kubelet.sock"
 API_VERSION = "v1beta1"
 
@@ -24,8 +26,11 @@ class PluginConfig:
     whole_gpu_resource: str | None = WHOLE_GPU_RESOURCE
     # Host directory of the MPS control daemon's pipes; mounted into fractional containers when set.
     mps_pipe_dir: str | None = None
-    # How long Allocate waits for the scheduler's bind lock to appear (it is set around the bind).
-    lock_wait_s: float = 3.0
+    # The kubelet's PodResources API: which pod the kubelet admits, and which pod holds a container's
+    # devices (PreStartContainer). None: not asked (pods cannot be confirmed, nor marked allocated).
+    pod_resources_socket: Path | None = DEFAULT_POD_RESOURCES_SOCKET
+    # How long Allocate waits for its watch to show the pod the kubelet admits (the kubelet may see it first).
+    pod_wait_s: float = 3.0
     # How often the sockets are checked for a kubelet restart or a deleted plugin socket.
     watch_interval_s: float = 1.0
     # How often every GPU is sampled for health, on top of the NVML event stream.

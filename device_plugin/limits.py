@@ -23,6 +23,11 @@ class GrantedGPU:
     assigned: AssignedGPU
     gpu: GPUState
 
+    @classmethod
+    def whole(cls, gpu: GPUState) -> GrantedGPU:
+        """The whole of `gpu` (a pod the scheduler did not place: no assignment names it)."""
+        return cls(AssignedGPU(index=gpu.index, uuid=gpu.uuid, milli=MILLI_PER_GPU), gpu)
+
     @property
     def uuid(self) -> str:
         return self.gpu.uuid

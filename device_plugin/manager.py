@@ -10,13 +10,16 @@ import time
 import grpc
 
 from device_plugin.allocator import Allocator
-from device_plugin.cluster import PodCluster
+from device_plugin.cluster import KubePodCluster
 from device_plugin.config import PluginConfig
+from device_plugin.confirm import Confirmations
 from device_plugin.endpoint import PluginEndpoint, socket_identity
 from device_plugin.health import HealthMonitor
 from device_plugin.inventory import Inventory
+from device_plugin.kubelet_pods import KubeletPods
 from device_plugin.resources import Resource
 from device_plugin.service import DevicePluginService
+from device_plugin.watch import PodWatch
 from node_agent.nvml.facade import NVMLBackend
 
 log = logging.getLogger(__name__)
@@ -31,15 +34,27 @@ def resources_for(config: PluginConfig) -> list[Resource]:
 
 
 class DevicePluginManager:
-    def __init__(self, config: PluginConfig, backend: NVMLBackend, cluster: PodCluster | None) -> None:
+    def __init__(self, config: PluginConfig, backend: NVMLBackend, cluster: KubePodCluster | None) -> None:
         self.config = config
         self._backend = backend
         self.inventory = Inventory(backend.devices())
+        # This node's pods (Allocate finds the pod there), the kubelet's PodResources API (which pod it admits,
+        # which pod holds a container's devices) and the marks written once a pod is confirmed.
+        self.pods: PodWatch | None = cluster.watch_node(config.node_name) if cluster is not None else None
+        socket = config.pod_resources_socket
+        self.kubelet_pods = KubeletPods(socket) if socket is not None else None
+        self.confirmations = (
+            Confirmations(cluster, self.kubelet_pods, self.pods)
+            if cluster is not None and self.pods is not None
+            else None
+        )
         self.allocator = Allocator(
             config.node_name,
             self.inventory,
-            cluster,
-            lock_wait_s=config.lock_wait_s,
+            self.pods,
+            kubelet=self.kubelet_pods,
+            confirmations=self.confirmations,
+            pod_wait_s=config.pod_wait_s,
             mps_pipe_dir=config.mps_pipe_dir,
         )
         self.health = HealthMonitor(backend, self.inventory, sample_interval_s=config.health_interval_s)
@@ -69,6 +84,10 @@ class DevicePluginManager:
         )
         self.health.sample_all()
         self.health.start()
+        if self.pods is not None:
+            self.pods.start()
+        if self.confirmations is not None:
+            self.confirmations.start()
         try:
             for ep in self.endpoints:
                 ep.serve()
@@ -124,6 +143,12 @@ class DevicePluginManager:
         for ep in self.endpoints:
             ep.stop()
         self.health.stop()
+        if self.confirmations is not None:
+            self.confirmations.stop()
+        if self.pods is not None:
+            self.pods.stop()
+        if self.kubelet_pods is not None:
+            self.kubelet_pods.close()
         try:
             self._backend.close()
         except Exception as exc:

@@ -28,7 +28,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self._stopping = stopping
 
     def options(self) -> api_pb2.DevicePluginOptions:
-        return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+        # PreStartContainer: the plugin confirms there, through the kubelet's PodResources API, that the
+        # container's devices are held by the pod they were answered for (allocator.py).
+        return api_pb2.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
 
     def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.ServicerContext
@@ -76,6 +78,13 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def PreStartContainer(
         self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreStartContainerResponse:
+        ids = list(request.devices_ids)
+        try:
+            self._check_known([ids])
+            self._allocator.pre_start(self._resource, ids)
+        except AllocationError as exc:
+            log.warning("resource=%s prestart refused: %s", self._resource.name, exc)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"tessera: {exc}")
         return api_pb2.PreStartContainerResponse()
 
     def _check_known(self, requests: list[list[str]]) -> None:

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.actions import DEFAULT_ACTIONS, Action, make_actions
+from scheduler.api.keys import SCHEDULER_NAME
 from scheduler.api.meta import Condition
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.cache.cache import Cache
 from scheduler.cache.cluster import Cluster
 from scheduler.cache.containment import MAX_CULPRITS, RETRIED, culprit, failure
+from scheduler.cache.handoff import HandoffRule
 from scheduler.cache.inflight import Deferred
 from scheduler.framework.budget import Budget, BudgetLimits
 from scheduler.framework.eviction import EvictionPolicy
@@ -52,6 +54,10 @@ class SchedulerConfig:
     # passes `BudgetLimits.live()` (a wall-clock cap on top).
     budget: BudgetLimits = field(default_factory=BudgetLimits)
     usage: UsageParams | None = None  # time-based fair share (docs/fairshare.md); None: off
+    scheduler_name: str = SCHEDULER_NAME  # what this scheduler's pods name in spec.schedulerName
+    # Which pods wait for a device plugin's Allocate after their bind (scheduler/cache/handoff.py); None: no
+    # device plugin (a simulation).
+    handoff: HandoffRule | None = None
     # Victims' grace period cap and what a refusing disruption budget means (framework/eviction.py).
     eviction: EvictionPolicy = field(default_factory=EvictionPolicy)
 
@@ -80,7 +86,11 @@ class Scheduler:
         problem = self.config.expected_nodes * self.config.max_gpus_per_node
         self.xp = get_namespace(self.config.backend, problem_gpus=problem)
         self.cache = Cache.create(
-            self.xp, max_gpus=self.config.max_gpus_per_node, capacity=self.config.expected_nodes
+            self.xp,
+            max_gpus=self.config.max_gpus_per_node,
+            capacity=self.config.expected_nodes,
+            scheduler_name=self.config.scheduler_name,
+            handoff=self.config.handoff,
         )
         self.policy = make_policy(self.config.policy)
         # A policy that measures fragmentation learns its typical workload from the pods in the cache.

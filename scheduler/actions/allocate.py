@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Iterable
 
 from scheduler.actions.ordering import JobOrder
 from scheduler.actions.topology_placement import place_in_topology
@@ -13,6 +15,27 @@ from scheduler.model.jobs import Job, JobFacts
 from scheduler.model.reasons import Reason
 from scheduler.placement.explain import explain_unschedulable
 from scheduler.state.demand import PodDemand, demand_for
+
+
+class Coming:
+    """Per demand, the single pods (no gang) allocate has yet to consider this cycle: `Session.holds_off`
+    weighs them against the room on GPUs shared where a pod waits for the device plugin. A pod counts
+    once, however often its job takes a turn."""
+
+    def __init__(self, jobs: Iterable[JobFacts]) -> None:
+        self._left: Counter[PodDemand] = Counter()
+        self._seen: set[str] = set()
+        for f in jobs:
+            if not f.job.is_gang:
+                self._left.update(demand_for(p) for p in f.pending)
+
+    def take(self, uid: str, d: PodDemand) -> int:
+        """How many pods of `d` are still to consider, this one included; it is considered now."""
+        left = self._left[d]
+        if uid not in self._seen:
+            self._seen.add(uid)
+            self._left[d] = max(left - 1, 0)
+        return max(left, 1)
 
 
 def admissible(session: Session, job: Job) -> tuple[Reason, str] | None:
@@ -31,15 +54,20 @@ def try_place_job(
     session: Session,
     f: JobFacts,
     tx: Transaction,
-    unplaceable: dict[PodDemand, str],
+    unplaceable: dict[PodDemand, tuple[Reason, str]],
     limit: int | None = None,
+    coming: Coming | None = None,
 ) -> tuple[int, tuple[PodDemand, str] | None]:
     """Place pending members in order, at most `limit` (all that fit without one); return how many, and
     the demand of the last one that did not fit with why it did not there and then (None: all fitted).
 
-    `unplaceable` remembers demands that fit nowhere on the committed state: allocate only ever fills
-    the cluster, so an identical demand will not fit later in the same action either. Failures seen while
-    this transaction holds placements are not remembered: those placements may yet be rolled back.
+    `unplaceable` remembers demands that fit nowhere on the committed state (and why): allocate only ever
+    fills the cluster and the nodes waiting for the device plugin only grow, so an identical demand will
+    not fit later in the same action either. Failures seen while this transaction holds placements are not
+    remembered: those placements may yet be rolled back. `coming`: the single pods this action has yet to
+    consider (a fraction that would start a GPU while GPUs shared on nodes waiting for the device plugin
+    have room for all of its shape waits for those: `Session.holds_off`); None for a gang (its members
+    are placed together or not at all).
     """
     placed = 0
     failure: tuple[PodDemand, str] | None = None
@@ -50,19 +78,21 @@ def try_place_job(
         # Inter-pod rules depend on the pod, not only its demand, and a placement can satisfy them (affinity):
         # such a pod is never taken for an identical one that failed.
         interpod = session.cache.pod_topology.applies(d) or bool(d.scope and d.scope.constraints.claims)
-        msg = None if interpod else unplaceable.get(d)
+        why = None if interpod else unplaceable.get(d)
         t0 = time.perf_counter()
-        pl = None if msg is not None else session.place(d)
+        pl = None if why is not None else session.place(d)
         t1 = time.perf_counter()
         session.add_time("scoring", t1 - t0)
+        left = coming.take(pod.uid, d) if coming is not None else 0
+        if pl is not None and left and session.holds_off(d, pl, left):
+            pl, why = None, session.why_unplaced(d, held_off=True)
         if pl is None:
-            if msg is None:
-                msg = explain_unschedulable(session.state, d, session.cache.pod_rules(d))
+            if why is None:
+                why = session.why_unplaced(d)
                 if not tx.ops and not interpod:
-                    unplaceable[d] = msg
-
-            session.set_reason(pod, Reason.UNSCHEDULABLE, msg)
-            failure = (d, msg)
+                    unplaceable[d] = why
+            session.set_reason(pod, *why)
+            failure = (d, why[1])
             if placed + (len(f.pending) - i - 1) < f.need:
                 break  # the gang can no longer reach minMember
             continue
@@ -141,8 +171,12 @@ class Allocate:
     name = "allocate"
 
     def execute(self, session: Session, cluster: Cluster) -> None:
-        unplaceable: dict[PodDemand, str] = {}
-        order = JobOrder(session, _schedulable(session))
+        unplaceable: dict[PodDemand, tuple[Reason, str]] = {}
+        jobs = _schedulable(session)
+        coming = None
+        if session.cache.handoff.rule is not None:  # pods wait for a device plugin here (Session.holds_off)
+            coming = Coming(session.facts(job) for job in jobs)
+        order = JobOrder(session, jobs)
         for job in order.jobs():
             f = session.facts(job)
             if f.incomplete:
@@ -158,7 +192,8 @@ class Allocate:
                     tx.rollback()
                     continue
             else:
-                placed, failure = try_place_job(session, f, tx, unplaceable, f.place_now)
+                single = None if job.is_gang else coming
+                placed, failure = try_place_job(session, f, tx, unplaceable, f.place_now, single)
                 if placed == 0 or placed < f.need:
                     tx.rollback()
                     _tell_unplaced(session, f, placed, failure)

@@ -4,8 +4,8 @@ Everything here is plain pydantic / stdlib: no numpy, no Kubernetes client, so t
 device plugin can import it without pulling in the scheduler.
 """
 
+from scheduler.api.allocation import AllocatedGPU, GPUAllocation
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
-from scheduler.api.bind_lock import BindLock
 from scheduler.api.gpu_request import GPURequest, InvalidGPURequest, parse_gpu_request
 from scheduler.api.keys import GROUP, VERSION
 from scheduler.api.podgroup import PodGroup, PodGroupSpec, PodGroupStatus
@@ -18,8 +18,9 @@ __all__ = [
     "GROUP",
     "PRIORITY_CLASSES",
     "VERSION",
+    "AllocatedGPU",
     "AssignedGPU",
-    "BindLock",
+    "GPUAllocation",
     "GPUAssignment",
     "GPUNodeReport",
     "GPUNodeReportSpec",

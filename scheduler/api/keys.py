@@ -32,9 +32,8 @@ POD_RECORD_LABEL = "tessera.dev/pod-record"
 GPU_ASSIGNMENT = "tessera.dev/gpu-assignment"
 GPU_SLICE_RESOURCE = "tessera.dev/gpu-slice"
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
-# Per-node bind lock held from bind until the device plugin allocated (DESIGN.md, hand-off step 3).
-BIND_LOCK = "tessera.dev/bind-lock"
-# Set by the device plugin once it has served the pod's Allocate.
+# Set by the device plugin once the kubelet holds the devices it answered the pod's Allocate with: which
+# GPUs it gave (scheduler/api/allocation.py; DESIGN.md, hand-off step 3).
 GPU_ALLOCATED = "tessera.dev/gpu-allocated"
 
 # Node labels (as published by NVIDIA's GPU feature discovery).

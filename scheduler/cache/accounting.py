@@ -1,8 +1,10 @@
 """Where a pod found running holds resources, read from what the cluster says (for the mirror).
 
 From its `tessera.dev/gpu-assignment` when it has one: written by the scheduler at bind, it names the node,
-the GPUs and each share, so a restarted scheduler rebuilds exactly what it had. Otherwise (pods of other
-schedulers, NVIDIA's device plugin) as whole GPUs taken on its node's free slots.
+the GPUs and each share, so a restarted scheduler rebuilds exactly what it had. A pod of another scheduler
+asking for whole GPUs Tessera's device plugin serves: on the GPUs the plugin recorded it gave it
+(`tessera.dev/gpu-allocated`, written by the plugin alone). Otherwise (before the plugin has, or where
+NVIDIA's plugin serves whole GPUs) as whole GPUs taken on its node's free slots.
 
 Whatever arrived first: a pod found running on a node whose GPU memory is not known yet (no
 `nvidia.com/gpu.memory` label, its GPUNodeReport still to come) holds its GPU shares in milli at once, with
@@ -13,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from scheduler.api.allocation import GPUAllocation
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import GPU_ASSIGNMENT, MILLI_PER_GPU
+from scheduler.api.keys import GPU_ALLOCATED, GPU_ASSIGNMENT, MILLI_PER_GPU
 from scheduler.model.types import GPUShare, Placement, PodInfo
 from scheduler.state.cluster_state import ClusterState
 
@@ -52,6 +55,26 @@ def from_assignment(state: ClusterState, pod: PodInfo, row: int) -> Placement | 
         node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars,
         ports=pod.constraints.host_ports,
     )  # fmt: skip
+
+
+def from_allocation(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
+    """Whole GPUs the device plugin gave a pod the scheduler did not place, as its `tessera.dev/gpu-allocated`
+    names them; None when it names none (or cannot be read: the pod is then charged on free GPUs). GPUs the
+    node does not have are left out."""
+    raw = pod.annotations.get(GPU_ALLOCATED)
+    if not raw or GPU_ASSIGNMENT in pod.annotations or pod.request.kind != "whole":
+        return None
+    try:
+        allocation = GPUAllocation.from_annotation(raw)
+    except ValueError:
+        return None
+    slots = sorted(
+        {g.index for g in allocation.gpus if g.index < state.max_gpus and bool(state.present[row, g.index])}
+    )
+    if not slots:
+        return None
+    shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in slots)
+    return Placement(node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
 
 
 def _mib(state: ClusterState, row: int, slot: int, milli: int, assigned: int) -> int:

@@ -1,11 +1,13 @@
-"""What the scheduler keeps between cycles, in four parts (see docs/architecture.md):
+"""What the scheduler keeps between cycles, in five parts (see docs/architecture.md):
 
 - `ledger` (`scheduler/cache/ledger.py`): who holds what: the cluster arrays, the pods' and reserved places,
   charged to queues through usage listeners;
 - `mirror` (`scheduler/cache/mirror.py`): the cluster as the watches show it (nodes into the arrays, pods,
   queues, pod groups), accounting running pods into the ledger;
 - `index` (`scheduler/cache/job_index.py`): the jobs, kept across cycles, and what each queue's jobs hold;
-- `inflight` (`scheduler/cache/inflight.py`): binds planned together whose outcomes are still to come.
+- `inflight` (`scheduler/cache/inflight.py`): binds planned together whose outcomes are still to come;
+- `handoff` (`scheduler/cache/handoff.py`, kept by the mirror): the pods bound and waiting for the device
+  plugin's `Allocate`, one per node.
 
 Memory of the actions (what consolidation found futile, since when a gang is below minMember) is kept by
 the actions themselves; this is only the cluster's picture.
@@ -16,12 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.api.keys import SCHEDULER_NAME
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.api.topology import Topology
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.error_log import ErrorLog
 from scheduler.cache.gc_pause import paused_gc
+from scheduler.cache.handoff import Handoff, HandoffRule
 from scheduler.cache.inflight import InFlight
 from scheduler.cache.job_index import JobIndex
 from scheduler.cache.ledger import Ledger
@@ -45,14 +49,29 @@ class Cache:
     refused: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, xp: ArrayNamespace, *, max_gpus: int = 8, capacity: int = 64) -> Cache:
+    def create(
+        cls,
+        xp: ArrayNamespace,
+        *,
+        max_gpus: int = 8,
+        capacity: int = 64,
+        scheduler_name: str = SCHEDULER_NAME,
+        handoff: HandoffRule | None = None,
+    ) -> Cache:
+        """`scheduler_name`: what pods of this scheduler name (`PodInfo.ours`); `handoff`: which pods wait for a
+        device plugin's Allocate after their bind (None: none do, as in a simulation)."""
         ledger = Ledger(ClusterState(xp, max_gpus=max_gpus, capacity=capacity))
         errors = ErrorLog()
-        return cls(ledger=ledger, mirror=ClusterMirror(ledger, errors), error_log=errors)
+        mirror = ClusterMirror(ledger, errors, scheduler_name=scheduler_name, handoff=handoff)
+        return cls(ledger=ledger, mirror=mirror, error_log=errors)
 
     def apply(self, events: list[WatchEvent]) -> None:
         with paused_gc(len(events)):
             self.mirror.apply(events)
+
+    @property
+    def handoff(self) -> Handoff:
+        return self.mirror.handoff
 
     @property
     def index(self) -> JobIndex:

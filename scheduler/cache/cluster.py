@@ -1,7 +1,9 @@
 """The one interface the scheduling loop talks to: a simulated cluster or a real Kubernetes API.
 
 Objects cross it as plain Kubernetes dicts (exactly what the API server or a YAML file holds), so the
-simulated and the real cluster go through the same parsing and validation.
+simulated and the real cluster go through the same parsing and validation. What an adapter knows of a pod
+beyond the object (the PodGroup the podgrouper put it in...) travels beside it, typed (`PodOverlay`),
+never written into a copy of the object.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from scheduler.api.assignment import GPUAssignment
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.model.reasons import Reason
-from scheduler.model.types import PodInfo
+from scheduler.model.types import PodInfo, PodOverlay
 
 Kind = Literal[
     "Node", "Pod", "Queue", "PodGroup", "GPUNodeReport", "PriorityClass", "Topology", "Namespace",
@@ -30,17 +32,16 @@ class WatchEvent:
     kind: Kind
     type: EventType
     obj: Mapping[str, Any]
+    overlay: PodOverlay | None = None  # a pod's: what the adapter adds to the object (parse_pod applies it)
 
 
 @dataclass(frozen=True)
 class BindResult:
     """What a successful bind tells the cycle besides "bound"."""
 
-    # The node takes no other GPU pod for now (its bind lock waits for the device plugin to serve this
-    # one): the session masks it for the rest of the cycle; later cycles see it in the node's events.
-    node_busy: bool = False
-    # Accepted and carried out by a binder (asynchronous binding): the pod's holding is assumed until its
-    # outcome comes from `Cluster.bind_outcomes`; meanwhile the cluster shows the pod bound there.
+    # Accepted and carried out by a binder (asynchronous binding): the pod's holding is assumed (ASSUMED in
+    # the ledger) until its outcome comes from `Cluster.bind_outcomes`; a version of the pod that still
+    # shows it unbound meanwhile is older than the bind (the mirror keeps its place).
     in_flight: bool = False
 
 
@@ -50,16 +51,10 @@ class BindOutcome:
 
     uid: str
     error: str | None = None
-    node_busy: bool = False
 
 
 class BindError(RuntimeError):
-    """Binding failed (conflict, pod gone, node lock held); the pod stays pending and is retried.
-    `node_busy`: it failed because the node takes no GPU pod now (the session masks it, as above)."""
-
-    def __init__(self, message: str, *, node_busy: bool = False) -> None:
-        super().__init__(message)
-        self.node_busy = node_busy
+    """Binding failed (conflict, pod gone); the pod stays pending and is retried."""
 
 
 class EvictError(RuntimeError):

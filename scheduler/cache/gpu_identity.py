@@ -13,7 +13,7 @@ Until a node's report arrives:
   so, per node, for as long as it lasts (the cycle makes a warning of it, gone once the report came).
 
 Health and NVML-measured memory use go into the state arrays on every report, and again after every Node
-update, which rewrites the node's row (the scheduler's own bind-lock patches are Node updates).
+update, which rewrites the node's row (a kubelet's status, a label: Node updates).
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ def resolve(unit: BindUnit, cache: Cache, cluster: Cluster, books: Books) -> Res
             continue
         cache.ledger.release(m.pod.uid)
         pod = _back_to_pending(m.pod, cache)
-        books.set_reason(pod, Reason.BIND_FAILED, m.error)
-        out.failed.append((pod, m.error))
+        if pod is not None:
+            books.set_reason(pod, Reason.BIND_FAILED, m.error)
+            out.failed.append((pod, m.error))
     return out
 
 
@@ -126,10 +127,11 @@ def _undo(unit: BindUnit, m: Member, detail: str, cache: Cache, cluster: Cluster
     return True
 
 
-def _back_to_pending(pod: PodInfo, cache: Cache) -> PodInfo:
-    """The pod as the cycle knows it now (the mirror may hold a newer copy), waiting again."""
-    current = cache.mirror.bind_undone(pod.uid) or pod
-    cache.index.touch(job_key(current))
+def _back_to_pending(pod: PodInfo, cache: Cache) -> PodInfo | None:
+    """The pod as the cycle knows it now (the mirror may hold a newer copy), waiting again; None when it is
+    gone, or bound after all (the watch showed it: the bind's answer was lost, not the bind)."""
+    current = cache.mirror.bind_failed(pod.uid)
+    cache.index.touch(job_key(current or pod))
     return current
 
 

@@ -3,9 +3,12 @@
 Nodes live in the `ClusterState` arrays, pods in a dict; queues, pod groups, topologies and priority
 classes in `SchedulingSpecs` (`scheduling_specs.py`). A pod holding resources is accounted in the ledger
 exactly once: from its `tessera.dev/gpu-assignment` when it has one (ours, so a restarted scheduler
-rebuilds the same picture), else whole GPUs taken on its node's free slots (pods of other schedulers,
-NVIDIA's device plugin). Every pod change is told to the job index; the echo of our own bind is applied
-in place (`bind_echo.py`).
+rebuilds the same picture), else from the GPUs Tessera's device plugin recorded it got
+(`tessera.dev/gpu-allocated`, pods of other schedulers), else whole GPUs taken on its node's free slots
+(until the plugin says which; or for good where NVIDIA's plugin serves them). Every pod change is told to
+the job index and the hand-off (`handoff.py`: pods waiting for the device plugin); the echo of our own bind
+is applied in place (`bind_echo.py`). A version of a pod that shows it unbound while the ledger holds it on
+a node is older than our bind (a bound pod never loses its node): the pod keeps its place.
 
 Each watch event is handled on its own (containment boundary 1, see `scheduler/cache/containment.py`): an
 object that cannot be used is marked and reported, never allowed to stop the events after it. Nodes change
@@ -23,14 +26,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler.cache.accounting import Unaccountable, from_assignment, from_request, sized, unsized
+from scheduler.api.keys import GPU_ASSIGNMENT, SCHEDULER_NAME
+from scheduler.cache.accounting import (
+    Unaccountable,
+    from_allocation,
+    from_assignment,
+    from_request,
+    sized,
+    unsized,
+)
 from scheduler.cache.bind_echo import bind_echo
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.containment import failure, object_name, one_line
 from scheduler.cache.error_log import ErrorLog, Problems
 from scheduler.cache.gpu_identity import GPUIdentities
+from scheduler.cache.handoff import Handoff, HandoffRule
 from scheduler.cache.job_index import JobIndex, admitted_with
-from scheduler.cache.ledger import Holding, Ledger, Owner
+from scheduler.cache.ledger import Holding, HoldKind, Ledger, Owner
 from scheduler.cache.pod_topology import PodTopology
 from scheduler.cache.scheduling_specs import SPEC_KINDS, SchedulingSpecs
 from scheduler.cache.volumes import VOLUME_KINDS, VolumeCatalog
@@ -46,8 +58,18 @@ _EXPECTED = (InvalidObject, ValidationError, ValueError)  # bad input; anything 
 
 
 class ClusterMirror:
-    def __init__(self, ledger: Ledger, errors: ErrorLog) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        errors: ErrorLog,
+        *,
+        scheduler_name: str = SCHEDULER_NAME,
+        handoff: HandoffRule | None = None,
+    ) -> None:
         self.ledger = ledger
+        self.scheduler_name = scheduler_name
+        # Pods bound and waiting for the device plugin's Allocate (one per node; none in a simulation).
+        self.handoff = Handoff(ledger, handoff)
         self.state = ledger.state
         self.errors = errors
         self.pods: dict[str, PodInfo] = {}  # by uid
@@ -159,6 +181,9 @@ class ClusterMirror:
         else:
             for _, (pod, pl) in items:
                 self._held(pod, pl)
+        if self.handoff.rule is not None:
+            for uid, _ in items:
+                self.handoff.refresh(self.pods.get(uid), uid)
 
     # ----------------------------------------------------------------------------------------- nodes
     def _on_node(self, ev: WatchEvent) -> None:
@@ -211,6 +236,7 @@ class ClusterMirror:
         return {h.placement.node for h in held}
 
     def _remove_row(self, name: str, row: int) -> None:
+        self.handoff.forget_row(row)
         for uid in self.ledger.forget_row(row):  # nothing bound is left; reserved places and releasing pods
             if (gone := self.pods.get(uid)) is not None:
                 self.index.touch(job_key(gone))
@@ -285,7 +311,13 @@ class ClusterMirror:
         if (echoed := bind_echo(ev, self.pods, self.ledger)) is not None:
             self._replace(echoed)  # its job's pods changed phase (see bind_echo.py)
             return
-        self._take_pod(ev, parse_pod(ev.obj, max_gpu_memory_mib=self.max_gpu_memory_mib()))
+        pod = parse_pod(
+            ev.obj,
+            scheduler_name=self.scheduler_name,
+            overlay=ev.overlay,
+            max_gpu_memory_mib=self.max_gpu_memory_mib(),
+        )
+        self._take_pod(ev, pod)
 
     def _replace(self, pod: PodInfo) -> None:
         """`pod` is what the mirror now knows of a pod it holds: it takes the old version's place, in its
@@ -293,14 +325,18 @@ class ClusterMirror:
         old = self.pods.get(pod.uid)
         self.pods[pod.uid] = pod
         self.index.index(pod, old)
+        self.handoff.refresh(pod)
 
-    def bind_undone(self, uid: str) -> PodInfo | None:
-        """Our bind of pod `uid` failed: a bind the watch was shown (an adapter shows binds in flight as
-        bound) is forgotten, the pod is pending again. The pod as the mirror has it now; None: gone."""
+    def bind_failed(self, uid: str) -> PodInfo | None:
+        """Our bind of pod `uid` failed (its place is released): the pod as the mirror has it now, pending
+        again; None when it is gone, or when the watch showed it bound after all (a bind whose answer was
+        lost): then it is accounted where it is."""
         pod = self.pods.get(uid)
-        if pod is not None and pod.phase is PodPhase.BOUND:
-            pod = replace(pod, node=None, phase=PodPhase.PENDING)
-            self._replace(pod)
+        if pod is not None and pod.holds_resources:
+            if uid not in self.ledger:
+                self._account_running(pod)
+            return None
+        self.handoff.refresh(pod, uid)
         return pod
 
     def deleting(self, uid: str) -> None:
@@ -310,11 +346,12 @@ class ClusterMirror:
         if pod is not None:
             self.pods[uid] = pod = replace(pod, terminating=True)
             self.index.unindex(pod)
+            self.handoff.refresh(pod)
 
     def _invalid_pod(self, ev: WatchEvent, reason: str) -> None:
         """A pod the parser refused: pending with `InvalidRequest` and the reason; one that holds resources
         keeps being accounted where it runs."""
-        pod = invalid_pod(ev.obj, reason)
+        pod = invalid_pod(ev.obj, reason, scheduler_name=self.scheduler_name, overlay=ev.overlay)
         if pod is None:
             return  # no name: nothing to report it on
         old = self.pods.get(pod.uid)
@@ -355,8 +392,13 @@ class ClusterMirror:
                 self._account_found(pod)
             elif pod.uid not in self.ledger:
                 self._account_running(pod, defer=True)
+            else:
+                self._follow_allocation(pod)
+        elif pod.phase is PodPhase.PENDING and (pod.uid in self.ledger or pod.uid in self.ledger.releasing):
+            pass  # a version older than our bind (the watch is behind it): it keeps its place
         elif pod.uid in self.ledger or pod.uid in self.ledger.releasing:
             self.ledger.release(pod.uid)
+        self.handoff.refresh(pod)
 
     def _as_admitted(self, pod: PodInfo, old: PodInfo) -> PodInfo:
         """A running pod runs with the request it was bound with and stays in the job it was bound in: GPU
@@ -410,6 +452,7 @@ class ClusterMirror:
             if self.uid_by_key.get(old.key) == uid:
                 del self.uid_by_key[old.key]
         self.ledger.release(uid)
+        self.handoff.refresh(None, uid)
 
     # ------------------------------------------------------------------------------------ accounting
     def max_gpu_memory_mib(self) -> int | None:
@@ -433,7 +476,7 @@ class ClusterMirror:
         self.uncharged.pop(pod.uid, None)  # tried again now
         unreadable: str | None = None
         try:
-            placement = from_assignment(self.state, pod, row)
+            placement = from_assignment(self.state, pod, row) or from_allocation(self.state, pod, row)
         except Unaccountable as exc:
             unreadable = str(exc)
             placement = None
@@ -460,6 +503,28 @@ class ClusterMirror:
             return
         self._held(pod, placement)
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
+        self.handoff.refresh(pod)
+
+    def _follow_allocation(self, pod: PodInfo) -> None:
+        """A pod the scheduler did not place is charged on free GPUs until Tessera's device plugin says which
+        it got (`tessera.dev/gpu-allocated`); from then on on those."""
+        held = self.ledger.pods.get(pod.uid)
+        if (
+            GPU_ASSIGNMENT in pod.annotations
+            or not pod.allocated
+            or held is None
+            or held.kind is not HoldKind.BOUND
+        ):
+            return
+        placement = from_allocation(self.state, pod, held.placement.node)
+        if placement is None or placement == held.placement:
+            return
+        try:
+            self.ledger.hold(pod.uid, placement, held.owner)
+        except OvercommitError as exc:
+            self.errors.add(f"pod {pod.key} runs on the GPUs its device plugin named, but {exc}")
+        else:
+            self._held(pod, placement)
 
     def _account_found(self, pod: PodInfo) -> None:
         """Hold what a pod found holding resources holds (`_account_running`); one being deleted leaves the

@@ -276,6 +276,27 @@ def register(app: typer.Typer) -> None:
         if r["errors"]:
             console.print(f"[yellow]{r['errors']} events could not be applied[/]")
 
+    @bench_app.command("allocate")
+    def allocate(
+        pods: Annotated[
+            int, typer.Option(min=1, help="Pods allocated on the node, one after another.")
+        ] = 100,
+        gpus: Annotated[str, typer.Option(help="Fake GPUs of the node.")] = "2xA100-80GB",
+        kubeconfig: Annotated[
+            str | None,
+            typer.Option(help="Kubeconfig of the API server; default: a throw-away local control plane."),
+        ] = None,
+        node_name: Annotated[str, typer.Option(help="Node to create and allocate on.")] = "bench-node",
+    ) -> None:
+        """The device plugin's Allocate latency (gRPC round trip, the pod found in its watch); prints JSON."""
+        from scheduler.bench.allocate import run_allocate_bench
+
+        try:
+            result = run_allocate_bench(pods=pods, gpu_spec=gpus, kubeconfig=kubeconfig, node_name=node_name)
+        except (RuntimeError, ValueError) as exc:
+            raise fail(f"bench failed: {str(exc).splitlines()[0] if str(exc) else exc!r}", code=1) from None
+        typer.echo(json.dumps(result, indent=2))
+
     bench_e2e.register(bench_app)
     bench_failover.register(bench_app)
     app.add_typer(bench_app, name="bench", short_help=short)

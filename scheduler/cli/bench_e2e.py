@@ -141,6 +141,13 @@ def register(bench_app: typer.Typer) -> None:
                                   f"where they were bound" + (f": not {'; '.join(o['infeasible'][:3])}"
                                                               if o["infeasible"] else ""))  # fmt: skip
 
+        if "whole_gpu_run" in result:
+            ref = result["whole_gpu_run"]
+            console.print(
+                f"[bold]fractions at {result['fraction_to_whole']:.0%} of the whole-GPU rate[/] measured in this "
+                f"run ({ref['pods_per_s']:.0f} pods/s, {ref['api_requests_per_pod']} API requests per pod); "
+                f"packing: {result['packing']}, whole: {ref['packing']}"
+            )
         if both:
             console.print(
                 f"[bold]Tessera / kube-scheduler: {result['ratio_pods_per_s']} x pods/s[/], "

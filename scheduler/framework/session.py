@@ -4,9 +4,11 @@ While it is open the session listens to the ledger: every holding that comes or 
 eviction, a reservation, or the undo of one) moves its queue's and its ancestors' `allocated` figures, so
 the queue rules the actions check always see the cycle's changes so far.
 
-A node a bind reported busy (its bind lock waits for the device plugin) is masked for GPU pods for the rest
-of the cycle: the actions place through the session (`place`, `place_one`, `feasible`), which leaves it
-out. The cluster state is not touched; later cycles see the lock in the node's own events.
+The actions place through the session (`place`, `place_one`, `feasible`), which leaves out the nodes a GPU
+pod may not use now without writing anything into the cluster state: a node where a pod bound by us waits
+for the device plugin's Allocate takes no other pod the plugin must recognise (`scheduler/cache/handoff.py`:
+the next goes to the best other node), and a node whose place could not be taken back after a failed
+action takes no GPU pod for the rest of the cycle.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from scheduler.model.jobs import Job, JobFacts, job_facts
 from scheduler.model.reasons import PendingReason, Reason
 from scheduler.model.resources import Resources, placement_usage
 from scheduler.model.types import Placement, PodInfo
+from scheduler.placement.explain import explain_unschedulable
 from scheduler.placement.filters import feasible
 from scheduler.placement.incremental import IncrementalPlacer, Prefer
 from scheduler.placement.placer import place_one, placement_at
@@ -95,7 +98,7 @@ class Session:
     # The earliest Unix time something waiting now may be decided otherwise without any event (a victim's
     # minimum runtime ends): a simulation advances its clock to it; None: nothing of the kind.
     retry_at: float | None = None
-    _exclude: Array | None = field(default=None, repr=False)
+    _exclude: Array | None = field(default=None, repr=False)  # bool[C] of `unavailable`
     _usage: TreeUsage | None = field(default=None, repr=False)
 
     @property
@@ -206,25 +209,47 @@ class Session:
 
     # ------------------------------------------------------------------------------------ placement
     def mask_node(self, row: int) -> None:
-        """The node's GPUs are busy for the rest of the cycle (a bind lock): no GPU pod goes there."""
+        """The node's GPUs take no pod for the rest of the cycle: no GPU pod goes there."""
         if row not in self.unavailable:
             self.unavailable.add(row)
             self._exclude = None
 
+    def _waits_for_plugin(self, d: PodDemand) -> bool:
+        """Whether `d`, once bound, would wait for the device plugin's Allocate (so it must not join a node
+        where a pod already does: `scheduler/cache/handoff.py`)."""
+        rule = self.cache.handoff.rule
+        return rule is not None and d.uses_gpu and (not d.whole or rule.whole_gpus)
+
+    def handoff_rows(self, d: PodDemand) -> dict[int, str]:
+        """Rows `d` must not join now because a pod bound by us waits there for the device plugin, with a
+        pod waiting there (uid each). Empty when `d` needs no device plugin."""
+        if not self._waits_for_plugin(d) or not self.cache.handoff.waiting:
+            return {}
+        return self.cache.handoff.rows()
+
     def excluded(self, d: PodDemand) -> Array | None:
         """bool[C]: rows `d` may not use now (None when there are none): nodes whose GPUs are busy this
-        cycle, and nodes the pod's inter-pod rules refuse with the pods placed so far (affinity,
-        anti-affinity, existing pods' anti-affinity, topology spread: `cache/pod_topology.py`)."""
+        cycle, nodes where a pod bound by us waits for the device plugin when `d` would too
+        (`cache/handoff.py`), and nodes the pod's inter-pod rules refuse with the pods placed so far
+        (affinity, anti-affinity, existing pods' anti-affinity, topology spread: `cache/pod_topology.py`)."""
         interpod = self.cache.pod_mask(d)
-
         locked = self._locked(d)
         if interpod is None:
             return locked
         return ~interpod if locked is None else locked | ~interpod
 
     def _locked(self, d: PodDemand) -> Array | None:
-        if not self.unavailable or not d.uses_gpu:
+        """bool[C]: the rows whose GPUs `d` may not use now (None: none)."""
+        if not d.uses_gpu:
             return None
+        waiting = self.cache.handoff.mask() if self._waits_for_plugin(d) else None
+        if not self.unavailable:
+            return waiting
+        masked = self._masked()
+        return masked if waiting is None else masked | waiting
+
+    def _masked(self) -> Array:
+        """bool[C]: the rows `mask_node` took out for this cycle."""
         if self._exclude is None or self._exclude.shape[0] != self.state.capacity:
             xp = self.xp
             mask = xp.zeros((self.state.capacity,), dtype=xp.bool)
@@ -232,6 +257,60 @@ class Session:
                 mask[row] = True
             self._exclude = mask
         return self._exclude
+
+    def holds_off(self, d: PodDemand, pl: Placement, coming: int) -> bool:
+        """Whether a fraction placed at `pl` should rather wait for a node where a pod waits for the device
+        plugin: `pl` starts on an unused GPU, while GPUs already shared on those nodes, where `d` fits but
+        for the pod waiting there, have room for every pod of its shape still to place this cycle
+        (`coming`, this one included). Going elsewhere each time would leave those shared GPUs part-used
+        once the pods run out (a burst spread one per node); once the plugin has allocated the pod there,
+        the next cycle fills them, as the policy would have. More pods than that room: starting a GPU
+        elsewhere costs nothing (a later pod shares it)."""
+        if d.whole or d.num_gpus != 1 or d.gpu_milli <= 0 or not self._waits_for_plugin(d):
+            return False
+        waiting = self.cache.handoff.mask()
+        if waiting is None:
+            return False
+        s, xp = self.state, self.xp
+        if any(int(s.free_milli[pl.node, g.slot]) < MILLI_PER_GPU for g in pl.gpus):
+            return False  # it shares a GPU already: nothing to gain by waiting
+        rows, fit = self.placer.feasible(d)  # ignores the hand-off mask: the nodes it would wait for
+        rows = rows & waiting
+        if self.unavailable:
+            rows = rows & ~self._masked()
+        interpod = self.cache.pod_mask(d)
+        if interpod is not None:
+            rows = rows & interpod
+        free = s.free_milli
+        shared = fit & (free < MILLI_PER_GPU) & rows[:, None]
+        room = int(xp.sum(xp.where(shared, free // d.gpu_milli, xp.zeros_like(free))))
+        return room > 0 and room >= coming
+
+    def why_unplaced(self, d: PodDemand, *, held_off: bool = False) -> tuple[Reason, str]:
+        """Why `d` fits nowhere it may go now: the nodes it fits all wait for the device plugin (it is placed
+        once one has allocated its pod), or what the cluster lacks. `held_off`: it fits elsewhere, but waits
+        to share a GPU on such a node (`holds_off`)."""
+        waiting = self.handoff_rows(d)
+        if waiting:
+            mask, _ = feasible(self.state, d)
+            rows = [r for r in sorted(waiting) if bool(mask[r])]
+            if rows:
+                names = []
+                for r in rows[:3]:
+                    pod = self.cache.pods.get(waiting[r])
+                    names.append(f"{self.state.node_names[r]} ({pod.key if pod else 'a pod'})")
+                where = ", ".join(names) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
+                if held_off:
+                    return Reason.WAITING_FOR_DEVICE_PLUGIN, (
+                        f"{d.describe()} waits to share a GPU on a node where the device plugin has yet to "
+                        f"allocate the pod bound there before it ({where}): starting another GPU now would "
+                        "leave GPUs part-used; placed once it has (one such pod per node)"
+                    )
+                return Reason.WAITING_FOR_DEVICE_PLUGIN, (
+                    f"{d.describe()} fits only on nodes where the device plugin has yet to allocate the pod bound "
+                    f"there before it: {where}; placed once it has (one such pod per node)"
+                )
+        return Reason.UNSCHEDULABLE, explain_unschedulable(self.state, d, self.cache.pod_rules(d))
 
     def place(self, d: PodDemand, within: Array | None = None) -> Placement | None:
         """Where `d` goes now, through the incremental placer (the cluster only fills up in `allocate`).

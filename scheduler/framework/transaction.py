@@ -284,18 +284,15 @@ class Transaction:
             try:
                 result = cluster.bind(op.pod, assignment)
             except BindError as exc:
-                if exc.node_busy:
-                    s.mask_node(op.placement.node)
                 member.answer, member.error = Answer.FAILED, str(exc)
                 first_failure = f"not bound: binding {op.pod.key} failed ({exc}); retrying next cycle"
                 continue
-            if result.node_busy:
-                s.mask_node(op.placement.node)
             self.ledger.bound(op.pod.uid)  # its place is the ledger's fact until the watch shows the bind
             if result.in_flight:
                 self.ledger.assume(op.pod.uid)
             else:
                 member.answer = Answer.BOUND
+            s.cache.handoff.refresh(op.pod)  # it may now wait for the device plugin on its node
         placed: list[PodInfo] = []
         for unit in units.values():
             if not unit.answered:

@@ -8,7 +8,7 @@
 - `drain_events` hands the cycle what the queue holds, as the watch translation (`translate.py`) says the
   cycle should see it, with the PodGroups the podgrouper (`podgrouper/`) wrote ahead of everything else;
 - binds are asynchronous (`bind_pool.py`): `bind` returns at once, `bind_outcomes` tells the next cycle;
-  the requests of one bind are `binder.py`'s, the node bind locks as the cycle sees them `lock_view.py`'s;
+  the request of one bind (a Binding carrying the assignment) is `binder.py`'s;
 - evictions go through the Eviction API, deleting where a budget refuses when told to (`evictor.py`);
   pending reasons, Queue and PodGroup status are written back only where they differ (`status.py`);
   warnings become Events on their objects (`recorder.py`).
@@ -35,7 +35,6 @@ from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
 from scheduler.kube.informer import Informer, WatchTarget, slim
 from scheduler.kube.kai_compat import KaiCompat
-from scheduler.kube.lock_view import NodeLockView
 from scheduler.kube.podgrouper.book import GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
@@ -43,6 +42,7 @@ from scheduler.kube.recorder import EventRecorder
 from scheduler.kube.status import PendingPodReporter, StatusPublisher
 from scheduler.kube.translate import WatchTranslator, wakes_cycle
 from scheduler.kube.volume_prebind import VolumePrebind
+from scheduler.model.reasons import Reason
 from scheduler.model.types import PodInfo
 
 
@@ -53,13 +53,11 @@ class KubeCluster:
         *,
         identity: str = "tessera-scheduler",
         scheduler_name: str = SCHEDULER_NAME,
-        lock_timeout_s: float = 60.0,
         event_interval_s: float = 30.0,
         watch_timeout_s: int = 300,
         backoff: Backoff | None = None,
         podgrouper: bool = True,
         bind_workers: int = 8,
-        whole_gpu_lock: bool = True,
         kai_compat: bool = False,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
@@ -136,19 +134,12 @@ class KubeCluster:
         # A standby replica keeps its cache warm but writes nothing: PodGroups it derives are written once it
         # leads (`writable`), and announced ahead of everything else.
         self.writable = True
-        self.locks = NodeLockView(self.informers["Node"], self.informers["Pod"], lock_timeout_s)
         # Set when something arrived that a cycle should act on soon (see `wait_for_work`).
         self._work = threading.Event()
-        self.binder = Binder(self.core, lock_timeout_s=lock_timeout_s)
+        self.binder = Binder(self.core)
         self.binds = AsyncBinds(
             self.binder,
-            self.locks,
-            node=self.informers["Node"].get,
-            pod=self.informers["Pod"].get,
-            events=self.events,
             wake=self._work.set,
-            lock_timeout_s=lock_timeout_s,
-            whole_gpu_lock=whole_gpu_lock,
             workers=bind_workers,
             prebind=VolumePrebind(
                 self.core,
@@ -166,8 +157,6 @@ class KubeCluster:
         )
         self.translator = WatchTranslator(
             scheduler_name=scheduler_name,
-            binds=self.binds,
-            locks=self.locks,
             pending=self.pending,
             recorder=self.recorder,
             podgroups=self.podgroups if podgrouper else None,
@@ -196,7 +185,6 @@ class KubeCluster:
         still queued are dropped: the caches already contain them."""
         self.events.drain()
         self.translator.reset()
-        self.locks.reset_shown()
         kai_kinds = self.kai.kinds if self.kai is not None else ()
         for kind in (
             "Node",
@@ -221,7 +209,6 @@ class KubeCluster:
         self.events.put(ev)
         if wakes_cycle(ev, self.scheduler_name):
             self._work.set()
-        self.binds.watched(ev)
 
     def wake(self) -> None:
         """End a `wait_for_work` now (the loop is stopping)."""
@@ -243,8 +230,6 @@ class KubeCluster:
 
     def drain_events(self) -> list[WatchEvent]:
         out = self.translator.translate(self.events.drain())
-        out.extend(WatchEvent("Node", "MODIFIED", node) for node in self.locks.refresh())
-        self.binds.release_parked()
         if self.podgrouper and self.writable:
             # Every group that changed in this drain is decided once and written, and handed to the cycle
             # ahead of everything else, so no gang is seen without its minMember.
@@ -268,9 +253,7 @@ class KubeCluster:
         if not result.ok:
             raise EvictError(result.reason)
 
-    def report_pending(self, pod: PodInfo, reason: str, message: str) -> None:
-        if self.binds.waits_in_line(pod.uid, reason):
-            return  # its turn in a node's bind lock queue, not a scheduling failure
+    def report_pending(self, pod: PodInfo, reason: Reason, message: str) -> None:
         self.pending.unschedulable(pod.namespace, pod.name, pod.uid, message, reason=reason)
 
     def publish_status(self, queues: Mapping[str, QueueStatus], groups: Mapping[str, PodGroupStatus]) -> None:

@@ -30,7 +30,7 @@ from scheduler.kube.http_server import SchedulerHTTPServer
 from scheduler.kube.kai_compat import access_problem
 from scheduler.kube.queue_index import informer_namespace_check, informer_queue_lookup
 from scheduler.kube.runner import RunnerConfig, SchedulerRunner
-from scheduler.placement.registry import policy_names
+from scheduler.placement.registry import DEFAULT_POLICY, policy_names
 from scheduler.queues.usage_history import UsageParams
 from scheduler.webhook.admission import AdmissionConfig
 from scheduler.webhook.server import WebhookServer
@@ -155,9 +155,6 @@ def run(
         help="Users allowed to write tessera.dev/gpu-allocated, comma-separated "
         "(default: the <release>-device-plugin account next to our own).",
     ),
-    bind_lock_timeout: str = typer.Option(
-        "60s", metavar="TIME", help="Age after which a node's bind lock is stale."
-    ),
     min_cycle_gap: str = typer.Option(
         "50ms",
         metavar="TIME",
@@ -170,7 +167,7 @@ def run(
         WHOLE_GPU_RESOURCE,
         metavar="NAME",
         help="Whole-GPU resource Tessera's device plugin serves, as in the chart ('' = NVIDIA's plugin does: "
-        "whole-GPU pods take no bind lock).",
+        "only fractional pods wait for Tessera's device plugin after their bind).",
     ),
     usage_window: str = typer.Option(
         "", metavar="TIME", help="Time-based fair share: window of queues' recent usage, e.g. 7d ('' = off)."
@@ -219,7 +216,6 @@ def run(
         check_choice(placement, policy_names(), "--placement")
     period_s = seconds(cycle_period, "--cycle-period")
     usage = usage_params(usage_window, usage_half_life, usage_k_value, usage_resolution)
-    lock_timeout_s = seconds(bind_lock_timeout, "--bind-lock-timeout")
     gap_s = seconds(min_cycle_gap, "--min-cycle-gap", positive=False) if min_cycle_gap else None
     listen_at = host_port(listen, "--listen") if listen else None
     webhook_at = host_port(webhook_listen, "--webhook-listen") if webhook_listen else None
@@ -248,15 +244,12 @@ def run(
             leader_elect=leader_elect,
             lease_namespace=leader_elect_namespace,
             lease_name=leader_elect_lease_name,
-            lock_timeout_s=lock_timeout_s,
             min_cycle_gap_s=gap_s,
             bind_workers=bind_workers,
-            whole_gpu_lock=bool(whole_gpu_resource),
+            whole_gpu_plugin=bool(whole_gpu_resource),
             kai_compat=kai_compat,
-            scheduler=(
-                SchedulerConfig(policy=placement, budget=BudgetLimits.live(), usage=usage, eviction=eviction)
-                if placement
-                else SchedulerConfig(budget=BudgetLimits.live(), usage=usage, eviction=eviction)
+            scheduler=SchedulerConfig(
+                policy=placement or DEFAULT_POLICY, budget=BudgetLimits.live(), usage=usage, eviction=eviction
             ),
             usage_configmap=usage_configmap,
             usage_namespace=usage_namespace or os.environ.get("POD_NAMESPACE") or leader_elect_namespace,

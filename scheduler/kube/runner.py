@@ -3,6 +3,7 @@ this replica holds the leader Lease, metrics after every cycle."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from scheduler.api.keys import MILLI_PER_GPU, SCHEDULER_NAME
 from scheduler.api.report import GPUNodeReport
+from scheduler.cache.handoff import HandoffRule
 from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
 from scheduler.framework.metrics import SchedulerMetrics
 from scheduler.kube.backoff import Backoff
@@ -38,7 +40,6 @@ class RunnerConfig:
     lease_duration_s: float = 15.0
     renew_deadline_s: float = 10.0
     retry_period_s: float = 2.0
-    lock_timeout_s: float = 60.0
     event_interval_s: float = 30.0
     watch_timeout_s: int = 300
     sync_timeout_s: float = 60.0
@@ -47,7 +48,9 @@ class RunnerConfig:
     # sooner than `min_cycle_gap_s` after the last one (None: on the period only).
     min_cycle_gap_s: float | None = 0.05
     bind_workers: int = 8  # threads carrying out binds (asynchronous binding)
-    whole_gpu_lock: bool = True  # Tessera's device plugin serves whole GPUs too (the chart's default)
+    # Tessera's device plugin serves whole GPUs too (the chart's devicePlugin.wholeGPUResource): whole-GPU
+    # pods on its nodes wait for it after their bind, as fractions always do (scheduler/cache/handoff.py).
+    whole_gpu_plugin: bool = True
     kai_compat: bool = False  # also read KAI Scheduler's Queue and PodGroup kinds (docs/kai-compat.md)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Where time-based fair share keeps the queues' usage history (when `scheduler.usage` is set).
@@ -68,12 +71,10 @@ class SchedulerRunner:
             api_client,
             identity=cfg.identity,
             scheduler_name=cfg.scheduler_name,
-            lock_timeout_s=cfg.lock_timeout_s,
             event_interval_s=cfg.event_interval_s,
             watch_timeout_s=cfg.watch_timeout_s,
             backoff=Backoff(initial_s=cfg.backoff_initial_s),
             bind_workers=cfg.bind_workers,
-            whole_gpu_lock=cfg.whole_gpu_lock,
             kai_compat=cfg.kai_compat,
         )
         self.usage_store = (
@@ -81,7 +82,13 @@ class SchedulerRunner:
             if cfg.scheduler.usage is not None
             else None
         )
-        self.scheduler = Scheduler(self.cluster, cfg.scheduler, self.usage_store)
+        # The cycle calls ours the pods that name this scheduler, and knows pods wait for a device plugin here.
+        self.scheduler_config = dataclasses.replace(
+            cfg.scheduler,
+            scheduler_name=cfg.scheduler_name,
+            handoff=HandoffRule(whole_gpus=cfg.whole_gpu_plugin),
+        )
+        self.scheduler = Scheduler(self.cluster, self.scheduler_config, self.usage_store)
         self._leading = False  # whether the last step led (a new term reads the usage history again)
         self.elector = (
             LeaseElector(
@@ -161,7 +168,7 @@ class SchedulerRunner:
         have left its state inconsistent; the caches are the truth)."""
         with self.cycle_lock:
             kept = self.scheduler.fairshare  # the usage history is not the cluster's picture: it stays
-            self.scheduler = Scheduler(self.cluster, self.config.scheduler, self.usage_store)
+            self.scheduler = Scheduler(self.cluster, self.scheduler_config, self.usage_store)
             if kept is not None:
                 self.scheduler.fairshare = kept
             self.cluster.replay()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -168,6 +169,12 @@ class QueueStatusWriter:
         return True
 
 
+# Reasons that are a short turn rather than a failure: written on the pod only once they have lasted this
+# long (a pod waiting for the device plugin to allocate the pod bound before it on the node it fits usually
+# waits less than a second; writing it would double the requests per pod).
+QUIET_S = {"WaitingForDevicePlugin": 30.0}
+
+
 class PendingPodReporter:
     """Sets `PodScheduled=False, reason=Unschedulable` with the reason on the pod (as kube-scheduler does)
     and records a rate-limited Warning Event."""
@@ -177,12 +184,21 @@ class PendingPodReporter:
         self.recorder = recorder
         self.current = current
         self._in_flight = _InFlight()
+        self._quiet_since: dict[str, float] = {}  # pod uid -> when its quiet reason began (monotonic)
 
     def unschedulable(
         self, namespace: str, name: str, uid: str, message: str, *, reason: str = "Unschedulable"
     ) -> None:
         """`reason` is the cycle's code (Unschedulable, InvalidRequest, GangUnschedulable...): the Event's
-        reason (FailedScheduling for plain Unschedulable, as kube-scheduler) and the condition message's prefix."""
+        reason (FailedScheduling for plain Unschedulable, as kube-scheduler) and the condition message's prefix.
+        A reason of QUIET_S is written only once it has lasted that long."""
+        hold = QUIET_S.get(reason)
+        if hold is not None:
+            began = self._quiet_since.setdefault(uid, time.monotonic())
+            if time.monotonic() - began < hold:
+                return
+        else:
+            self._quiet_since.pop(uid, None)
         event_reason = "FailedScheduling" if reason == "Unschedulable" else reason
         ref = ObjectRef("Pod", namespace, name, uid)
         self.recorder.record(ref, event_reason, message, type_="Warning", rate_limited=True)
@@ -230,6 +246,7 @@ class PendingPodReporter:
 
     def forget(self, uid: str) -> None:
         self._in_flight.forget(uid)
+        self._quiet_since.pop(uid, None)
         self.recorder.forget(uid)
 
 

@@ -6,36 +6,30 @@ Before an informer's event reaches the cycle (`KubeCluster.drain_events`) the tr
   PodGroup in step with its workload (`podgrouper/reconciler.py`); a PodGroup it writes is sent ahead of
   the pod so a gang is never seen without its minMember. Finished pods keep their group, so stale-gang
   eviction counts a member that succeeded (a pod whose group says nothing more than the pod itself gets no
-  PodGroup object: it is its own job);
-- fills `spec.priority` from the PriorityClass when the API server left it out;
-- shows pods being bound or bound (`AsyncBinds.shown_at`) as bound (on their node, with their assignment)
-  until the watch catches up, so the cycle never sees an assumed placement undone by a stale event (which
-  would double-allocate the GPU share). A pod evicted is shown as it is: terminating (graceful deletion)
-  until it is gone; the cycle keeps it releasing meanwhile, and binds the pod it made room for only then;
+  PodGroup object: it is its own job, whose queue or priority class the group may still give);
+- gives the priority of the pod's PriorityClass when the API server left `spec.priority` out;
 - holds a bound pod or a GPUNodeReport back until its node has reached the cycle (`NodeGate`);
-- shows a node whose bind lock someone else holds tainted (`lock_view.py`), and hides the events of our own
-  bind locks coming and going;
 - hands KAI Scheduler's kinds to `KaiCompat` (docs/kai-compat.md).
+What it adds to a pod travels beside the object, typed (`PodOverlay`, applied by the parser): the object
+itself is passed on as the watch has it.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any, cast
 
-from scheduler.api.keys import GPU_ASSIGNMENT, POD_GROUP, QUEUE_LABEL, SCHEDULER_NAME
+from scheduler.api.keys import GPU_ALLOCATED
 from scheduler.api.priority import PRIORITY_CLASSES
 from scheduler.cache.cluster import Kind, WatchEvent
-from scheduler.kube.bind_pool import AsyncBinds
 from scheduler.kube.event_queue import ResourceEvent
 from scheduler.kube.kai_compat import KaiCompat
-from scheduler.kube.lock_view import NodeLockView, only_lock_changed
 from scheduler.kube.podgrouper.book import Decision
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder, ObjectRef
 from scheduler.kube.status import PendingPodReporter
 from scheduler.model.parse import pod_group_name
+from scheduler.model.types import PodOverlay
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +41,26 @@ FORWARDED: tuple[Kind, ...] = (
 
 
 def wakes_cycle(ev: ResourceEvent, scheduler_name: str) -> bool:
-    """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a node
-    added or gone. Not the echo of our own binds, nor node heartbeats or bind locks."""
+    """Worth a cycle soon: a pod of ours waiting for a node, a pod gone (its resources are free), a pod the
+    device plugin has just marked allocated (its node may take the next pod), a node added or gone. Not the
+    echo of our own binds, nor node heartbeats."""
     if ev.kind == "Pod":
         spec = ev.obj.get("spec") or {}
-        return ev.type == "DELETED" or (
-            spec.get("schedulerName") == scheduler_name and not spec.get("nodeName")
+        return (
+            ev.type == "DELETED"
+            or (spec.get("schedulerName") == scheduler_name and not spec.get("nodeName"))
+            or (ev.type == "MODIFIED" and _newly_allocated(ev))
         )
-    if ev.kind == "Node":  # a new node (a lock of ours changing is the binder's business, not a cycle's)
+    if ev.kind == "Node":
         return ev.type != "MODIFIED"
     # a claim bound or a volume made: a pod waiting for its volumes may fit now
     return ev.kind in ("Queue", "PodGroup", "PersistentVolumeClaim", "PersistentVolume")
+
+
+def _newly_allocated(ev: ResourceEvent) -> bool:
+    new = (ev.obj.get("metadata") or {}).get("annotations") or {}
+    old = ((ev.old or {}).get("metadata") or {}).get("annotations") or {}
+    return GPU_ALLOCATED in new and GPU_ALLOCATED not in old
 
 
 class NodeGate:
@@ -113,15 +116,13 @@ class WatchTranslator:
         self,
         *,
         scheduler_name: str,
-        binds: AsyncBinds,
-        locks: NodeLockView,
         pending: PendingPodReporter,
         recorder: EventRecorder,
         podgroups: PodGroupReconciler | None,  # None: the podgrouper is off
         kai: KaiCompat | None,
     ) -> None:
         self.scheduler_name = scheduler_name
-        self.binds, self.locks, self.pending, self.recorder = binds, locks, pending, recorder
+        self.pending, self.recorder = pending, recorder
         self.podgroups, self.kai = podgroups, kai
         self.gate = NodeGate()
         self._priorities: dict[str, int] = {}  # PriorityClass name -> value
@@ -158,17 +159,10 @@ class WatchTranslator:
         elif ev.kind == "Node":
             name = str((ev.obj.get("metadata") or {}).get("name"))
             if ev.type == "DELETED":
-                self.locks.forget(name)
                 self.gate.node_gone(name)
                 out.append(WatchEvent("Node", "DELETED", ev.obj))
-            elif (
-                ev.type == "MODIFIED"
-                and only_lock_changed(ev.old, ev.obj)
-                and not self.locks.shown_tainted(name, ev.obj)
-            ):
-                pass  # our own bind lock came or went: the cycle's picture of the node is unchanged
             else:
-                out.append(WatchEvent("Node", ev.type, self.locks.decorate(ev.obj)))
+                out.append(WatchEvent("Node", ev.type, ev.obj))
                 self.gate.node_seen(name, out)
         elif ev.kind == "GPUNodeReport" and ev.type != "DELETED":
             # Like a bound pod, a node's report waits for its node: applied before it, it would be lost.
@@ -197,51 +191,34 @@ class WatchTranslator:
         meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
         uid = str(meta.get("uid", ""))
         if ev.type == "DELETED":
-            self.binds.forget(uid)
             if self.podgroups is not None:
                 self.podgroups.forget(obj)
-            self.locks.pod_gone(uid)
             self.pending.forget(uid)
             return [WatchEvent("Pod", "DELETED", obj)]
-        bound_to = self.binds.shown_at(uid, bound=bool(spec.get("nodeName")))
         ours = spec.get("schedulerName") == self.scheduler_name
         if not ours and not spec.get("nodeName"):
             return []
-        out: list[WatchEvent] = []
-        enriched: Obj | None = None
-        if bound_to is not None:  # being bound (or the watch is behind): show it where it goes
-            enriched = _copy_pod(obj)
-            enriched["spec"]["nodeName"] = bound_to[0]
-            if bound_to[1] is not None:
-                enriched["metadata"]["annotations"] = {**(enriched["metadata"].get("annotations") or {}),
-                                                       GPU_ASSIGNMENT: bound_to[1]}  # fmt: skip
-        if self.scheduler_name != SCHEDULER_NAME and (ours or spec.get("schedulerName") == SCHEDULER_NAME):
-            # The cycle knows "ours" as the built-in name: translate a configured --scheduler-name to it.
-            enriched = enriched or _copy_pod(obj)
-            enriched["spec"]["schedulerName"] = SCHEDULER_NAME if ours else f"not-{SCHEDULER_NAME}"
+        group = queue = priority_class = None
+        priority: int | None = None
         if "priority" not in spec and spec.get("priorityClassName") in self._priorities:
-            enriched = enriched or _copy_pod(obj)
-            enriched["spec"]["priority"] = self._priorities[spec["priorityClassName"]]
+            priority = self._priorities[spec["priorityClassName"]]
         decision = self._group_of(obj) if ours and self.podgroups is not None else None
         if decision is not None and decision.group is not None:
-            enriched = enriched or _copy_pod(obj)
-            enriched["metadata"].setdefault("annotations", {})[POD_GROUP] = decision.group
+            group = decision.group
         elif decision is not None and (decision.queue or decision.priority_class):
             # Its own job, whose group gives it another queue or priority class (a Deployment's replica
-            # is `inference`): the cycle sees them on the pod, no PodGroup object is needed.
-            enriched = enriched or _copy_pod(obj)
-            if decision.queue:
-                enriched["metadata"]["labels"] = {**(enriched["metadata"].get("labels") or {}),
-                                                  QUEUE_LABEL: decision.queue}  # fmt: skip
+            # is `inference`): the cycle sees them with the pod, no PodGroup object is needed.
+            queue = decision.queue or None
             if decision.priority_class:
-                enriched["spec"]["priorityClassName"] = cls = decision.priority_class
+                priority_class = cls = decision.priority_class
                 value = self._priorities.get(cls)
                 if value is None and cls in PRIORITY_CLASSES:
                     value = PRIORITY_CLASSES[cls].value
-                if value is not None:
-                    enriched["spec"]["priority"] = value
-        out.append(WatchEvent("Pod", ev.type, enriched or obj))
-        return out
+                priority = value if value is not None else spec.get("priority")
+        overlay = None
+        if group or queue or priority_class or priority is not None:
+            overlay = PodOverlay(group=group, queue=queue, priority_class=priority_class, priority=priority)
+        return [WatchEvent("Pod", ev.type, obj, overlay)]
 
     def _group_of(self, pod: Obj) -> Decision | None:
         """The podgrouper's decision for the pod (None: named by the user, the cycle reads it from the pod)."""
@@ -254,10 +231,3 @@ class WatchTranslator:
                 ObjectRef.of(pod), "PodGrouperWarning", warning, type_="Warning", rate_limited=True
             )
         return decision
-
-
-def _copy_pod(obj: Obj) -> Obj:
-    out = dict(obj)
-    out["metadata"] = copy.deepcopy(obj.get("metadata") or {})
-    out["spec"] = dict(obj.get("spec") or {})
-    return out

@@ -51,7 +51,7 @@ from scheduler.model.constraints import NO_CONSTRAINTS, PodConstraints, parse_co
 from scheduler.model.gpu_memory import memory_from_product
 from scheduler.model.requests import aggregate, container_requests, pod_requests
 from scheduler.model.selectors import InvalidSelector
-from scheduler.model.types import NodeInfo, PodInfo, PodPhase, Taint, Toleration
+from scheduler.model.types import NodeInfo, PodInfo, PodOverlay, PodPhase, Taint, Toleration
 
 Obj = Mapping[str, Any]
 MIB = 1024 * 1024
@@ -213,6 +213,7 @@ def _parse_node(name: str, meta: Obj, obj: Obj) -> NodeInfo:
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
         warning=warning,
+        gpu_plugin=GPU_SLICE_RESOURCE in capacity,
     )
 
 
@@ -419,8 +420,16 @@ def _tolerations(raw: object) -> tuple[Toleration, ...]:
     return tuple(out)
 
 
-def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
-    """Parse a pod; an invalid GPU request, resource or priority lands in `PodInfo.error`.
+def parse_pod(
+    obj: Obj,
+    *,
+    scheduler_name: str = SCHEDULER_NAME,
+    overlay: PodOverlay | None = None,
+    max_gpu_memory_mib: int | None = None,
+) -> PodInfo:
+    """Parse a pod; an invalid GPU request, resource or priority lands in `PodInfo.error`. `scheduler_name`:
+    the name pods of this scheduler give (`PodInfo.ours`); `overlay`: what the adapter knows of the pod
+    beyond the object (its group, the queue and priority class that group gives it, a filled-in priority).
 
     Raises InvalidObject (one line) only when the pod has no name, or when its shape is not a pod's
     (labels that are not a map, containers that are not a list...: the API server never sends those).
@@ -429,14 +438,22 @@ def parse_pod(obj: Obj, *, max_gpu_memory_mib: int | None = None) -> PodInfo:
     namespace = str(meta.get("namespace") or "default")
     name = str(meta["name"])
     try:
-        return _parse_pod(obj, meta, namespace, name, max_gpu_memory_mib)
+        return _parse_pod(obj, meta, namespace, name, max_gpu_memory_mib, scheduler_name, overlay)
     except InvalidObject as exc:
         raise InvalidObject(f"pod {namespace}/{name}: {exc}") from None
     except (TypeError, AttributeError, ValueError, ArithmeticError) as exc:
         raise InvalidObject(f"pod {namespace}/{name}: malformed object ({type(exc).__name__})") from None
 
 
-def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mib: int | None) -> PodInfo:
+def _parse_pod(
+    obj: Obj,
+    meta: Obj,
+    namespace: str,
+    name: str,
+    max_gpu_memory_mib: int | None,
+    scheduler_name: str,
+    overlay: PodOverlay | None,
+) -> PodInfo:
     spec = _mapping(obj.get("spec"), "spec")
     annotations = _strings(meta.get("annotations"), "metadata.annotations")
     labels = _strings(meta.get("labels"), "metadata.labels")
@@ -459,11 +476,16 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
     except (InvalidGPURequest, InvalidObject) as exc:
         error = str(exc)
     priority_value = spec.get("priority")
+    priority_class = _text(spec.get("priorityClassName"))
+    if overlay is not None and overlay.priority_class is not None:
+        priority_class, priority_value = overlay.priority_class, overlay.priority
+    elif overlay is not None and overlay.priority is not None and priority_value is None:
+        priority_value = overlay.priority  # the PriorityClass's value the API server left out
     if isinstance(priority_value, int) and not MIN_PRIORITY <= priority_value <= MAX_PRIORITY:
         error = error or f"spec.priority={priority_value} is not a 32-bit integer"
         priority_value = None
     priority, preemptible = resolve_priority(
-        _text(spec.get("priorityClassName")),
+        priority_class,
         priority_value if isinstance(priority_value, int) and not isinstance(priority_value, bool) else None,
     )
     selector = _strings(spec.get("nodeSelector"), "spec.nodeSelector")
@@ -480,7 +502,7 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         uid=str(meta.get("uid") or f"{namespace}/{name}"),
         namespace=namespace,
         name=name,
-        queue=pod_queue(labels),
+        queue=overlay.queue if overlay is not None and overlay.queue else pod_queue(labels),
         priority=priority,
         preemptible=preemptible,
         request=request,
@@ -495,12 +517,14 @@ def _parse_pod(obj: Obj, meta: Obj, namespace: str, name: str, max_gpu_memory_mi
         ),
         labels=labels,
         gpu_models=models,
-        group=pod_group(namespace, annotations),
+        group=f"{namespace}/{overlay.group}"
+        if overlay is not None and overlay.group
+        else pod_group(namespace, annotations),
         created_s=_created_s(meta),
         started_s=started_s(obj),
         phase=_phase(obj),
         node=_text(spec.get("nodeName")),
-        ours=spec.get("schedulerName") == SCHEDULER_NAME,
+        ours=spec.get("schedulerName") == scheduler_name,
         error=error,
         annotations=annotations,
         terminating=bool(meta.get("deletionTimestamp")),
@@ -543,7 +567,9 @@ def gpu_models(selector: Mapping[str, str], constraints: PodConstraints) -> froz
     return frozenset(named) if models is None else models & frozenset(named)
 
 
-def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
+def invalid_pod(
+    obj: Any, reason: str, *, scheduler_name: str = SCHEDULER_NAME, overlay: PodOverlay | None = None
+) -> PodInfo | None:
     """What can be read of a pod `parse_pod` refused, with `reason` as its error: enough to report it on
     the pod (pending, `InvalidRequest`), to account a bound one where it runs, and to keep it in its gang
     (a gang with an unreadable member is not started without it). None without a name."""
@@ -581,10 +607,12 @@ def invalid_pod(obj: Any, reason: str) -> PodInfo | None:
         memory_mib=memory,
         phase=phase,
         node=node,
-        ours=spec.get("schedulerName") == SCHEDULER_NAME,
+        ours=spec.get("schedulerName") == scheduler_name,
         error=reason,
         annotations=kept,
-        group=pod_group(namespace, kept),
+        group=f"{namespace}/{overlay.group}"
+        if overlay is not None and overlay.group
+        else pod_group(namespace, kept),
         terminating=bool(meta.get("deletionTimestamp")),
     )
 

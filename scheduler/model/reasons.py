@@ -21,6 +21,9 @@ class Wait(StrEnum):
     BIND = "bind"  # placed, but the bind failed; retried next cycle
     RELEASING = "releasing"  # placed where evicted pods still terminate: bound once they are gone
     NEXT_CYCLE = "next-cycle"  # arrived after the last cycle: not considered yet
+    DEVICE_PLUGIN = (
+        "device-plugin"  # fits where the device plugin has yet to allocate the pod bound before it
+    )
     GATED = "gated"  # its scheduling gates are still on: the controller that set them removes them
 
 
@@ -45,6 +48,7 @@ class Reason(StrEnum):
     PIPELINED = "Pipelined"
     RESERVATION_DROPPED = "ReservationDropped"
     WAITING = "Waiting"
+    WAITING_FOR_DEVICE_PLUGIN = "WaitingForDevicePlugin"
     SCHEDULING_GATED = "SchedulingGated"
 
     @property
@@ -78,6 +82,7 @@ _WAIT = {
     Reason.PIPELINED: Wait.RELEASING,
     Reason.RESERVATION_DROPPED: Wait.ROOM,
     Reason.WAITING: Wait.NEXT_CYCLE,
+    Reason.WAITING_FOR_DEVICE_PLUGIN: Wait.DEVICE_PLUGIN,
     Reason.SCHEDULING_GATED: Wait.GATED,
 }
 
@@ -105,6 +110,10 @@ _MEANING = {
     Reason.PIPELINED: "its place is reserved; it is bound once the pods still on it have terminated",
     Reason.RESERVATION_DROPPED: "the place reserved for it could not be kept (why is in the message)",
     Reason.WAITING: "arrived after the last cycle",
+    Reason.WAITING_FOR_DEVICE_PLUGIN: (
+        "the nodes it fits each have a pod bound that the device plugin has yet to allocate (one at a time "
+        "per node); placed once one has"
+    ),
     Reason.SCHEDULING_GATED: "its spec.schedulingGates are not all removed yet (as kube-scheduler, it is not scheduled)",
 }
 

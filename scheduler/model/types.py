@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from scheduler.api.gpu_request import GPURequest
+from scheduler.api.keys import GPU_ALLOCATED
 from scheduler.model.constraints import NO_CONSTRAINTS, PodConstraints
 
 
@@ -56,6 +57,8 @@ class NodeInfo:
     usable: bool = True
     gpu_uuids: tuple[str, ...] = ()  # by index, from the node's GPUNodeReport (gpu_identity.py)
     warning: str | None = None  # usable, but something is assumed (e.g. GPU memory from the model name)
+    # Tessera's device plugin serves it: it advertises tessera.dev/gpu-slice (cache/handoff.py).
+    gpu_plugin: bool = False
     # Allocatable `pods` (the kubelet's maxPods); None: the node does not say (a simulated node), no limit.
     pods: int | None = None
     # Allocatable of every other resource (ephemeral-storage, hugepages in bytes; extended resources in
@@ -124,6 +127,11 @@ class PodInfo:
         return hash(self.uid)
 
     @property
+    def allocated(self) -> bool:
+        """The device plugin marked it: the kubelet holds the devices it was answered with (DESIGN.md step 3)."""
+        return GPU_ALLOCATED in self.annotations
+
+    @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
@@ -132,6 +140,19 @@ class PodInfo:
         """The watch shows it on a node (bound or running). A pod this scheduler bound holds resources
         before the watch says so: ask the ledger (`Ledger.on_node`)."""
         return self.node is not None and self.phase in (PodPhase.BOUND, PodPhase.RUNNING)
+
+
+@dataclass(frozen=True)
+class PodOverlay:
+    """What the adapter knows of a pod beyond the object itself, handed to the parser with its watch event
+    (never written into a copy of the object): the PodGroup the podgrouper put it in and the queue and
+    priority class that group gives a pod of its own; the priority of its PriorityClass when the API server
+    left `spec.priority` out."""
+
+    group: str | None = None  # a PodGroup's name, in the pod's namespace
+    queue: str | None = None
+    priority_class: str | None = None
+    priority: int | None = None
 
 
 @dataclass(frozen=True)

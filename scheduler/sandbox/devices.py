@@ -67,6 +67,9 @@ class DeviceManager(api_pb2_grpc.RegistrationServicer):
         self._endpoints: dict[str, Endpoint] = {}
         # pod uid -> container -> resource -> device IDs
         self._allocated: dict[str, dict[str, dict[str, list[str]]]] = {}
+        # (pod uid, container, resource) reserved whose Allocate has not answered yet: not the container's
+        # in the PodResources API until it has (as the kubelet records a container's devices only then)
+        self._in_flight: set[tuple[str, str, str]] = set()
         self._server: grpc.Server | None = None
         self.registrations: list[str] = []  # resource names, in the order they registered
         self._load_checkpoint()
@@ -169,24 +172,29 @@ class DeviceManager(api_pb2_grpc.RegistrationServicer):
                     f"Allocate failed due to no registered device plugin for resource {resource}, which is unexpected",
                 )
             held = self._allocated.get(pod_uid, {}).get(container, {}).get(resource)
-            if held is not None and len(held) == count:
-                devices = held  # a restart of the container keeps its devices
-            else:
-                in_use = {
-                    d for pod in self._allocated.values() for c in pod.values() for d in c.get(resource, [])
-                }
-                free = sorted(d for d, healthy in ep.devices.items() if healthy and d not in in_use)
-                if len(free) < count:
-                    raise AdmissionError(
-                        "UnexpectedAdmissionError",
-                        (
-                            f"Allocate failed due to requested number of devices unavailable for {resource}. "
-                            f"Requested: {count}, Available: {len(free)}, which is unexpected"
-                        ),
-                    )
-                devices = self._preferred(ep, free, count)
+            free = self._free(ep, resource) if held is None or len(held) != count else []
+        if held is not None and len(held) == count:
+            devices = held  # a restart of the container keeps its devices
+        else:
+            if len(free) < count:
+                raise AdmissionError(
+                    "UnexpectedAdmissionError",
+                    (
+                        f"Allocate failed due to requested number of devices unavailable for {resource}. "
+                        f"Requested: {count}, Available: {len(free)}, which is unexpected"
+                    ),
+                )
+            # Asked without the lock, as the kubelet does: the plugin may ask back (PodResources).
+            devices = self._preferred(ep, free, count)
+        with self._lock:
+            if held is None and set(devices) - set(self._free(ep, resource)):
+                raise AdmissionError(
+                    "UnexpectedAdmissionError",
+                    f"Allocate failed due to devices {devices} taken meanwhile, which is unexpected",
+                )
             # Reserved before the call, as the kubelet does, so a concurrent admission cannot take them.
             self._allocated.setdefault(pod_uid, {}).setdefault(container, {})[resource] = devices
+            self._in_flight.add((pod_uid, container, resource))
         try:
             answer = ep.stub.Allocate(
                 api_pb2.AllocateRequest(
@@ -195,10 +203,12 @@ class DeviceManager(api_pb2_grpc.RegistrationServicer):
                 timeout=CALL_TIMEOUT_S,
             )
         except grpc.RpcError as exc:
+            self._answered(pod_uid, container, resource)
             self.release(pod_uid)
             raise AdmissionError(
                 "UnexpectedAdmissionError", f"Allocate failed due to {go_status(exc)}, which is unexpected"
             ) from None
+        self._answered(pod_uid, container, resource)
         if len(answer.container_responses) != 1:
             self.release(pod_uid)
             raise AdmissionError(
@@ -211,6 +221,22 @@ class DeviceManager(api_pb2_grpc.RegistrationServicer):
         self._save_checkpoint()
         response: api_pb2.ContainerAllocateResponse = answer.container_responses[0]
         return response
+
+    def _free(self, ep: Endpoint, resource: str) -> list[str]:
+        in_use = {d for pod in self._allocated.values() for c in pod.values() for d in c.get(resource, [])}
+        return sorted(d for d, healthy in ep.devices.items() if healthy and d not in in_use)
+
+    def _answered(self, pod_uid: str, container: str, resource: str) -> None:
+        with self._lock:
+            self._in_flight.discard((pod_uid, container, resource))
+
+    def held_by(self, pod_uid: str) -> dict[str, dict[str, list[str]]]:
+        """What the pod's containers hold once Allocate answered (the PodResources API's view)."""
+        with self._lock:
+            return {
+                c: {r: list(ids) for r, ids in res.items() if (pod_uid, c, r) not in self._in_flight}
+                for c, res in self._allocated.get(pod_uid, {}).items()
+            }
 
     def _preferred(self, ep: Endpoint, free: list[str], count: int) -> list[str]:
         if not ep.options.get_preferred_allocation_available:
@@ -233,6 +259,24 @@ class DeviceManager(api_pb2_grpc.RegistrationServicer):
             )
             return free[:count]
         return chosen
+
+    def pre_start(self, pod_uid: str, container: str) -> str | None:
+        """PreStartContainer for each resource of the container whose plugin asked for it; the error, worded
+        as the kubelet words it, or None."""
+        with self._lock:
+            held = dict(self._allocated.get(pod_uid, {}).get(container, {}))
+            endpoints = {r: self._endpoints.get(r) for r in held}
+        for resource, devices in sorted(held.items()):
+            ep = endpoints[resource]
+            if ep is None or not ep.options.pre_start_required:
+                continue
+            try:
+                ep.stub.PreStartContainer(
+                    api_pb2.PreStartContainerRequest(devices_ids=devices), timeout=CALL_TIMEOUT_S
+                )
+            except grpc.RpcError as exc:
+                return f"device plugin PreStartContainer rpc failed with err: {go_status(exc)}"
+        return None
 
     def devices_of(self, pod_uid: str) -> dict[str, dict[str, list[str]]]:
         with self._lock:

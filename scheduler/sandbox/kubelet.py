@@ -2,13 +2,15 @@
 
 No container runs. Everything the API server, the scheduler and the device plugin can see of a kubelet is
 done for real: the Node is registered with capacity from the device plugins' ListAndWatch (node.py), the
-device-plugin Registration socket is served and `GetPreferredAllocation`/`Allocate` are called over the
-plugin's gRPC socket for every container that asks for a device resource (devices.py), and pod status is
-written as the kubelet writes it (podstatus.py):
+device-plugin Registration socket is served, `GetPreferredAllocation`/`Allocate` are called over the
+plugin's gRPC socket for every container that asks for a device resource and `PreStartContainer` before the
+containers start (devices.py), the PodResources API is served on `<state dir>/pod-resources/kubelet.sock`
+(podresources.py), and pod status is written as the kubelet writes it (podstatus.py):
 
 - a pod bound here is admitted (resources fit, devices allocated) and reported Running; a refused one is
   Failed with the kubelet's reason (`UnexpectedAdmissionError` when Allocate failed, `OutOfcpu`...) and
-  an event;
+  an event; a container whose PreStartContainer fails does not start (a `Failed` event, tried again every
+  few seconds, the pod Pending meanwhile);
 - a pod with `tessera.dev/sim-duration` (and restartPolicy Never or OnFailure) exits 0 after that long;
 - a deleted pod stays Terminating, holding its devices, for its grace period; then its containers are
   reported killed and the pod is deleted with grace 0 (uid precondition), as the kubelet's status manager
@@ -46,8 +48,10 @@ from scheduler.sandbox import podstatus
 from scheduler.sandbox.admission import AdmissionError, check_fit
 from scheduler.sandbox.devices import DeviceManager
 from scheduler.sandbox.node import MERGE_PATCH, NodeSpec, NodeStatus
+from scheduler.sandbox.podresources import PodResourcesServer
 
 log = logging.getLogger("tessera.sandbox.kubelet")
+PRESTART_RETRY_S = 5.0  # the kubelet's back-off starts at 10 s; sooner here
 Obj = dict[str, Any]
 
 
@@ -60,6 +64,7 @@ class PodRun:
     name: str
     started: str = ""  # RFC 3339, once running
     finish_at: float | None = None  # monotonic: the containers exit 0 (sim-duration)
+    start_at: float | None = None  # monotonic: try PreStartContainer again (it failed)
     kill_at: float | None = None  # monotonic: the grace period of a deletion ends
     done: bool = False  # terminal: devices freed, nothing more to do but deletion
 
@@ -71,6 +76,9 @@ class Kubelet:
         self.state_dir = state_dir
         self.devices = DeviceManager(plugin_dir, self._devices_changed)
         self.node = NodeStatus(self.core, client.CoordinationV1Api(api), spec, self.devices.resources)
+        self.pod_resources = PodResourcesServer(
+            state_dir / "pod-resources" / "kubelet.sock", self._active_pods
+        )
         self._events = EventQueue()
         self.pods = Informer(
             WatchTarget(
@@ -90,6 +98,7 @@ class Kubelet:
         (self.state_dir / "containers").mkdir(parents=True, exist_ok=True)
         self.node.register()
         self.devices.start()
+        self.pod_resources.start()
         self.node.start()
         self.pods.start()
         self.pods.synced.wait(60)
@@ -106,6 +115,7 @@ class Kubelet:
         finally:
             self.pods.stop()
             self.node.stop()
+            self.pod_resources.stop()
             self.devices.stop()
 
     # ---- pods -----------------------------------------------------------------------------------------
@@ -161,6 +171,22 @@ class Kubelet:
             return
         for container, answer in answers.items():
             self._record(run, container, answer)
+        self._start(run, pod)
+
+    def _start(self, run: PodRun, pod: Obj) -> None:
+        """Start the containers: PreStartContainer first (init containers first); a failure keeps the pod
+        Pending, with the kubelet's event, and is tried again."""
+        spec = pod.get("spec") or {}
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            error = self.devices.pre_start(run.uid, c["name"])
+            if error is not None:
+                log.warning(
+                    "pod %s/%s container %s not started: %s", run.namespace, run.name, c["name"], error
+                )
+                self._event(pod, "Warning", "Failed", f"Error: {error}")
+                run.start_at = time.monotonic() + PRESTART_RETRY_S
+                return
+        run.start_at = None
         run.started = podstatus.now_rfc3339()
         pod_ip = f"10.244.{self._ip_octet}.{self._next_ip}"
         self._next_ip = self._next_ip % 250 + 2
@@ -192,11 +218,24 @@ class Kubelet:
         return answers
 
     def _admitted(self) -> set[str]:
-        return {uid for uid, run in self.runs.items() if run.started and not run.done}
+        return {uid for uid, run in self.runs.items() if (run.started or run.start_at) and not run.done}
+
+    def _active_pods(self) -> list[tuple[Obj, dict[str, dict[str, list[str]]]]]:
+        """The pods this node admitted or is admitting, with their devices (the PodResources API's list)."""
+        out = []
+        for run in list(self.runs.values()):
+            pod = self.pods.get(f"{run.namespace}/{run.name}")
+            if not run.done and pod is not None and pod["metadata"].get("uid") == run.uid:
+                out.append((pod, self.devices.held_by(run.uid)))
+        return out
 
     def _timers(self) -> None:
         now = time.monotonic()
         for run in list(self.runs.values()):
+            if run.start_at is not None and now >= run.start_at and not run.done:
+                pod = self.pods.get(f"{run.namespace}/{run.name}")
+                if pod is not None and pod["metadata"].get("uid") == run.uid:
+                    self._start(run, pod)
             if run.kill_at is not None and now >= run.kill_at:
                 self._kill(run)
             elif run.finish_at is not None and not run.done and now >= run.finish_at:

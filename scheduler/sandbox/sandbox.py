@@ -336,10 +336,16 @@ class Sandbox:
             return [f"--kubeconfig={config}", f"--fake-gpus={gpus}"]
 
         plugin_pod = components.pod_template(*components.DEVICE_PLUGIN)
+        # A real kubelet serves PodResources under its own root dir, the stand-in in the node's folder.
+        pod_resources = str(
+            real_kubelet.NodeDir(node_dir).pod_resources_socket
+            if node.kubelet == "real"
+            else node_dir / "pod-resources" / "kubelet.sock"
+        )
         plugin_argv = components.command_line(
             plugin_pod.containers["tessera-device-plugin"],
             env=env,
-            overrides={"--plugin-dir": str(plugin_dir)},
+            overrides={"--plugin-dir": str(plugin_dir), "--pod-resources-socket": pod_resources},
             extra=credentials(plugin_pod),
         )
         plugin = self.table.spawn(

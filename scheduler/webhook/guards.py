@@ -3,14 +3,18 @@
 * `tessera.dev/gpu-assignment` is the scheduler's decision and the device plugin trusts it: only the
   scheduler's identities may add, change or remove it (DESIGN.md, hand-off step 1).
 * `tessera.dev/gpu-allocated` tells the scheduler the device plugin served the pod and its node may take
-  the next one: only the device plugin's identities may write it (a user who preset it would free the
-  node's bind lock before the pod was served).
+  the next one: only the device plugin's identities may write it (a user who preset it would have the
+  scheduler send the node a second pod awaiting `Allocate` before the first was served, and the plugin
+  could not tell them apart).
 * The GPU request annotations are frozen after creation; the queue and the pod group of a bound pod are
   frozen too (it is charged to its queue through its job; relabelling it, or annotating it into another
   group, would move or drop that charge).
 * A pod that asks for `tessera.dev/gpu-slice`, or a Tessera pod that asks for any GPU, must be placed by
-  the scheduler: not a pod of another scheduler and not one whose author set `spec.nodeName` (such a pod
-  would reach the device plugin while another pod holds the node's bind lock and take its GPUs).
+  the scheduler: not a pod of another scheduler and not one whose author set `spec.nodeName`. Such a pod
+  has no assignment: a slice is a share of a GPU only the scheduler can give (the device plugin has
+  nothing to serve it with), and a Tessera pod on a node of its author's choosing would bypass its
+  queue. (Pods of other schedulers asking for whole GPUs are served GPUs nobody holds, as NVIDIA's
+  plugin would: DESIGN.md step 3.)
 """
 
 from __future__ import annotations

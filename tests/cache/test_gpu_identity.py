@@ -87,7 +87,7 @@ def test_report_before_its_node_and_node_updates_keep_what_it_said():
     assert sched.cache.state.nodes[row].gpu_uuids == uuids
     relabelled = unlabelled("n1", 2)
     relabelled["metadata"]["labels"]["team"] = "vision"
-    sim.add_object("Node", relabelled)  # e.g. the scheduler's own bind-lock patch: the row is rewritten
+    sim.add_object("Node", relabelled)  # e.g. a label or a kubelet's status: the row is rewritten
     run(sim, sched)
     assert sched.cache.state.nodes[row].gpu_uuids == uuids
     assert [bool(state.healthy[row, j]) for j in range(2)] == [False, True]

@@ -37,7 +37,7 @@ SUBCOMMANDS = [
     ("tessera", ["doctor"]),
     ("kubectl tessera", ["why"]),
     ("tessera-agent", ["bench"]),
-    ("tessera-device-plugin", ["bench"]),
+    ("tessera", ["bench", "allocate"]),
 ]
 runner = CliRunner()
 

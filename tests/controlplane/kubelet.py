@@ -1,12 +1,11 @@
 """A kubelet stand-in for the Kubernetes-level tests: no containers, only what the API sees of a kubelet.
 
-For each pod bound to one of its nodes it does what the node would: when the pod has a GPU assignment it
-waits for the node's bind lock to name the pod (the kubelet calls our device plugin's Allocate only then),
-and writes what the device plugin writes, with the device plugin's own ServiceAccount and code
-(`device_plugin.cluster.KubePodCluster`: mark the pod allocated, release the lock); then it reports the pod
-Running and Ready. A pod being deleted is removed after `grace_s` (its graceful termination), or, with
-`grace_s=None`, after the grace period of its deletion (`deletionGracePeriodSeconds`), as a real kubelet
-kills containers that do not stop. It follows the
+For each pod bound to one of its nodes it does what the node would: when the pod has a GPU assignment and
+the node runs Tessera's device plugin, it writes what the plugin writes once the kubelet holds the pod's
+devices, with the plugin's own ServiceAccount and code (`device_plugin.cluster.KubePodCluster`: mark the pod
+`tessera.dev/gpu-allocated` with its GPUs); then it reports the pod Running and Ready. A pod being deleted is
+removed after `grace_s` (its graceful termination), or, with `grace_s=None`, after the grace period of its
+deletion (`deletionGracePeriodSeconds`), as a real kubelet kills containers that do not stop. It follows the
 API with watches (the scheduler's own `Informer`), never by polling lists.
 
 The `tessera sandbox` kubelet stand-in goes further (the real gRPC socket, Allocate, node registration);
@@ -23,9 +22,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from device_plugin.cluster import ClusterError, KubePodCluster, PodView
-from scheduler.api.bind_lock import BindLock
-from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT, GPU_FRACTION, GPU_MEMORY, GPU_SLICE_RESOURCE
+from device_plugin.cluster import ClusterError, KubePodCluster
+from device_plugin.pods import pod_view
+from scheduler.api.allocation import AllocatedGPU, GPUAllocation
+from scheduler.api.assignment import GPUAssignment
+from scheduler.api.keys import GPU_ASSIGNMENT, GPU_FRACTION, GPU_MEMORY, GPU_SLICE_RESOURCE
 from scheduler.kube.event_queue import EventQueue
 from scheduler.kube.informer import Informer, WatchTarget
 
@@ -108,12 +109,9 @@ class KubeletStandIn:
         annotations = meta.get("annotations") or {}
         node_obj = self.node_cache.get(node) or {}
         if GPU_ASSIGNMENT in annotations and _served_by_tessera(node_obj, annotations):
-            raw = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(BIND_LOCK)
-            if not raw or BindLock.from_annotation(raw).uid != uid:
-                return  # not this pod's turn: the kubelet would not call Allocate for it yet
-            view = PodView(meta["namespace"], meta["name"], uid, node, dict(annotations))
-            self.plugin.mark_allocated(view, _now())
-            self.plugin.release_bind_lock(node, raw)
+            assignment = GPUAssignment.from_annotation(annotations[GPU_ASSIGNMENT])
+            gpus = [AllocatedGPU(index=g.index, uuid=g.uuid) for g in assignment.gpus]
+            self.plugin.mark_allocated(pod_view(pod), GPUAllocation(gpus=gpus))
         ready = [{"type": t, "status": "True", "lastTransitionTime": _now()}
                  for t in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")]  # fmt: skip
         status = {"phase": "Running", "conditions": ready, "startTime": _now()}
@@ -125,7 +123,7 @@ class KubeletStandIn:
 
 
 def _served_by_tessera(node: dict[str, Any], annotations: dict[str, str]) -> bool:
-    """Whether the kubelet calls Tessera's device plugin (which finds the pod by the node's bind lock) for
-    this pod: fractional pods, and whole GPUs on nodes where Tessera's device plugin registered."""
+    """Whether the kubelet calls Tessera's device plugin for this pod: fractional pods, and whole GPUs on
+    nodes where Tessera's device plugin registered."""
     capacity = (node.get("status") or {}).get("capacity") or {}
     return GPU_FRACTION in annotations or GPU_MEMORY in annotations or GPU_SLICE_RESOURCE in capacity

@@ -156,12 +156,17 @@ def test_node_daemonsets(default_objects: list[Manifest]) -> None:
     plugin_paths = {v["name"]: v["hostPath"]["path"] for v in plugin_ds["spec"]["template"]["spec"]["volumes"]
                     if "hostPath" in v}  # fmt: skip
     assert agent_paths == {"host-proc": "/proc"}
-    assert plugin_paths == {"device-plugins": "/var/lib/kubelet/device-plugins"}  # nothing more of the host
+    # nothing more of the host: its plugin socket dir and the kubelet's PodResources socket
+    assert plugin_paths == {"device-plugins": "/var/lib/kubelet/device-plugins",
+                            "pod-resources": "/var/lib/kubelet/pod-resources"}  # fmt: skip
     (agent,) = containers(agent_ds).values()
     (plugin,) = containers(plugin_ds).values()
     assert agent["command"] == ["tessera-agent"] and plugin["command"] == ["tessera-device-plugin"]
     plugin_mounts = {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]}
     assert plugin_mounts["device-plugins"] == "/var/lib/kubelet/device-plugins"
+    assert plugin_mounts["pod-resources"] == "/var/lib/kubelet/pod-resources"
+    assert {m["name"]: m.get("readOnly") for m in plugin["volumeMounts"]}["pod-resources"] is True
+    assert "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in plugin["args"]
     assert {m["name"]: m.get("readOnly") for m in agent["volumeMounts"]}["host-proc"] is True
     agent_port = {p["name"]: p["containerPort"] for p in agent["ports"]}["metrics"]
     assert f"--listen=0.0.0.0:{agent_port}" in agent["args"]

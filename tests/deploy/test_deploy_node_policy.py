@@ -85,13 +85,14 @@ def policy(default_objects: list[Manifest]) -> Manifest:
     return one(default_objects, "ValidatingAdmissionPolicy")
 
 
-def test_a_plugin_may_release_only_its_own_nodes_lock(policy: Manifest) -> None:
-    locked = node("gpu-a", {"tessera.dev/bind-lock": "{}"})
+def test_a_node_component_may_change_only_its_own_node(policy: Manifest) -> None:
+    """(Its role gives it no node access now; the policy still keeps it to its own, should a role ever.)"""
+    marked = node("gpu-a", {"tessera.dev/probe": "x"})
     assert admits(
-        policy, user=PLUGIN, resource="nodes", operation="UPDATE", obj=node("gpu-a"), old=locked
+        policy, user=PLUGIN, resource="nodes", operation="UPDATE", obj=node("gpu-a"), old=marked
     ) == (True, [])
     applies, failed = admits(policy, user=PLUGIN, resource="nodes", operation="UPDATE", obj=node("gpu-b"),
-                             old=node("gpu-b", {"tessera.dev/bind-lock": "{}"}))  # fmt: skip
+                             old=node("gpu-b", {"tessera.dev/probe": "x"}))  # fmt: skip
     assert applies and failed == ["the node components of gpu-a may not change node gpu-b"]
 
 

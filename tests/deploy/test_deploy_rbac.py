@@ -18,7 +18,7 @@ SCHEDULER_NEEDS: list[Need] = [
     ("", "pods/binding", "create"),
     ("", "pods/eviction", "create"),
     ("", "pods/status", "patch"),
-    *[("", "nodes", v) for v in ("get", "list", "watch", "patch")],
+    *[("", "nodes", v) for v in ("get", "list", "watch")],
     ("", "events", "create"),
     ("", "events", "patch"),
     *[("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")],
@@ -37,11 +37,7 @@ AGENT_NEEDS: list[Need] = [
     *[("scheduling.tessera.dev", "gpunodereports", v) for v in ("get", "create", "update", "patch")],
     ("", "events", "create"),
 ]
-DEVICE_PLUGIN_NEEDS: list[Need] = [
-    *[("", "pods", v) for v in ("get", "list", "patch")],
-    ("", "nodes", "get"),
-    ("", "nodes", "patch"),
-]
+DEVICE_PLUGIN_NEEDS: list[Need] = [*[("", "pods", v) for v in ("list", "watch", "patch")]]
 # Things no Tessera component may do.
 FORBIDDEN: list[Need] = [
     ("", "secrets", "get"),
@@ -174,6 +170,10 @@ def test_agent_and_plugin_roles_are_separate(default_objects: list[Manifest]) ->
     assert all(allows(names["tessera-agent"]["rules"], n) for n in AGENT_NEEDS)
     assert all(allows(names["tessera-device-plugin"]["rules"], n) for n in DEVICE_PLUGIN_NEEDS)
     assert not allows(names["tessera-agent"]["rules"], ("", "nodes", "patch"))
+    # No node writes anywhere (no bind lock): the scheduler and the device plugin only read or nothing.
+    for component in ("tessera-scheduler", "tessera-device-plugin"):
+        assert not allows(names[component]["rules"], ("", "nodes", "patch")), component
+    assert not allows(names["tessera-device-plugin"]["rules"], ("", "nodes", "get"))
     assert not allows(
         names["tessera-device-plugin"]["rules"], ("scheduling.tessera.dev", "gpunodereports", "create")
     )

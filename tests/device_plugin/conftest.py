@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from device_plugin.cluster import PodCluster
+from device_plugin.cluster import KubePodCluster
 from device_plugin.config import PluginConfig
 from device_plugin.manager import DevicePluginManager
 from node_agent.nvml.fake import FakeNVML
@@ -59,7 +59,12 @@ def start_plugin(plugin_dir: Path) -> Iterator[StartPlugin]:
     started: list[RunningPlugin] = []
 
     def start(
-        cluster: PodCluster | None = None, *, gpus: str = "2xA100-80GB", slices_per_gpu: int = 4, **kw: object
+        cluster: KubePodCluster | None = None,
+        *,
+        gpus: str = "2xA100-80GB",
+        slices_per_gpu: int = 4,
+        pod_resources_socket: Path | None = None,
+        **kw: object,
     ) -> RunningPlugin:
         config = PluginConfig(
             node_name=NODE,
@@ -67,6 +72,7 @@ def start_plugin(plugin_dir: Path) -> Iterator[StartPlugin]:
             slices_per_gpu=slices_per_gpu,
             watch_interval_s=0.05,
             health_interval_s=0.2,
+            pod_resources_socket=pod_resources_socket,
             **kw,  # type: ignore[arg-type]
         )
         nvml = FakeNVML(gpus, seed=NODE)

@@ -1,6 +1,10 @@
-"""An in-process fake kubelet: the `Registration` service on `kubelet.sock` in a temp plugin dir.
+"""An in-process fake kubelet: the `Registration` service on `kubelet.sock` in a temp plugin dir, and
+(`PodResourcesFake`) the PodResources API on a socket of its own.
 
-It records every RegisterRequest and, as the real kubelet does, talks to the plugin over its socket.
+It records every RegisterRequest and, as the real kubelet does, talks to the plugin over its socket. It
+stays for what a real kubelet cannot be made to do on demand: refuse a registration, vanish and come back,
+and list devices as held by a pod they were not answered for. Admission itself runs on real kubelets
+(tests/sandbox/test_handoff.py).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from pathlib import Path
 
 import grpc
 
+from device_plugin.podresources import api_pb2 as pr_pb2
+from device_plugin.podresources import api_pb2_grpc as pr_grpc
 from device_plugin.v1beta1 import api_pb2, api_pb2_grpc
 
 
@@ -67,3 +73,50 @@ class FakeKubelet(api_pb2_grpc.RegistrationServicer):
         self._channels.append(channel)
         grpc.channel_ready_future(channel).result(timeout=5)
         return api_pb2_grpc.DevicePluginStub(channel)
+
+
+class PodResourcesFake(pr_grpc.PodResourcesListerServicer):
+    """The kubelet's PodResources API answering what the test says: `held[(namespace, name)]` is each
+    listed container's devices, per resource."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+        self.held: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
+        self._server: grpc.Server | None = None
+
+    def start(self) -> PodResourcesFake:
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        pr_grpc.add_PodResourcesListerServicer_to_server(self, server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0).wait(5)
+            self._server = None
+
+    def _pod(self, key: tuple[str, str]) -> pr_pb2.PodResources:
+        containers = [
+            pr_pb2.ContainerResources(
+                name=name,
+                devices=[pr_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in by_r.items()],
+            )
+            for name, by_r in self.held[key].items()
+        ]
+        return pr_pb2.PodResources(namespace=key[0], name=key[1], containers=containers)
+
+    def List(
+        self, request: pr_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr_pb2.ListPodResourcesResponse:
+        return pr_pb2.ListPodResourcesResponse(pod_resources=[self._pod(k) for k in self.held])
+
+    def Get(
+        self, request: pr_pb2.GetPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr_pb2.GetPodResourcesResponse:
+        key = (request.pod_namespace, request.pod_name)
+        if key not in self.held:
+            context.abort(grpc.StatusCode.UNKNOWN, f"pod {key[1]} in namespace {key[0]} not found")
+        return pr_pb2.GetPodResourcesResponse(pod_resources=self._pod(key))

@@ -1,10 +1,14 @@
-"""The plugin driven through real gRPC by an in-process fake kubelet, pods looked up in the real API server
-with the device plugin's ServiceAccount."""
+"""The plugin through its real gRPC socket, the messages a kubelet sees compared whole: Registration,
+GetDevicePluginOptions, ListAndWatch, GetPreferredAllocation, Allocate and PreStartContainer. Pods are on the
+real API server (bound by the scheduler's ServiceAccount with their assignment, as the Binding leaves them)
+and the plugin reads them through its own watch, as the node's ServiceAccount. The kubelet's side is the
+in-process fake (fake_kubelet.py says why); admission by a real kubelet: tests/sandbox/test_handoff.py."""
 
 from __future__ import annotations
 
 import os
-import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -13,19 +17,20 @@ from kubernetes import client as k8s
 
 from device_plugin.cluster import KubePodCluster
 from device_plugin.v1beta1 import api_pb2, api_pb2_grpc
+from scheduler.api.allocation import AllocatedGPU, GPUAllocation
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
-from scheduler.api.bind_lock import BindLock
-from scheduler.api.keys import BIND_LOCK, GPU_ALLOCATED, GPU_ASSIGNMENT
-from tests.controlplane.scene import Scene
+from scheduler.api.keys import GPU_ALLOCATED, GPU_ASSIGNMENT
+from tests.controlplane.scene import Scene, wait_until
 from tests.device_plugin.conftest import NODE, StartPlugin
-from tests.device_plugin.fake_kubelet import FakeKubelet
+from tests.device_plugin.fake_kubelet import FakeKubelet, PodResourcesFake
 
 SLICE_SOCK, WHOLE_SOCK = "tessera-gpu-slice.sock", "nvidia-gpu.sock"
+SLICE, WHOLE = "tessera.dev/gpu-slice", "nvidia.com/gpu"
 
 
 class Scheduler:
-    """Plays the scheduler's side of the hand-off on the real API server: a user's pod bound to the node with
-    its assignment, and the node's bind lock taken by the scheduler's ServiceAccount."""
+    """Plays the scheduler's side on the real API server: a user's pod, bound to the node by a Binding
+    that carries its assignment (the scheduler's ServiceAccount)."""
 
     def __init__(self, scene: Scene, node: str = NODE) -> None:
         self.scene = scene
@@ -33,41 +38,29 @@ class Scheduler:
         self.node = node
         scene.node(node, gpus=2)
 
-    def bind(self, name: str, gpus: list[AssignedGPU], *, node: str | None = None, lock: bool = True) -> str:
-        """A user's pod with the scheduler's assignment; as the binder does, the node is locked for it and
-        then it is bound (with `lock=False` it waits unbound until `place`). It asks for what the webhook
-        leaves a pod: one slice per GPU of a fraction, or the whole GPUs."""
-        assignment = GPUAssignment(node=node or self.node, gpus=gpus)
-        resource = "nvidia.com/gpu" if assignment.whole_gpus else "tessera.dev/gpu-slice"
-        body = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "annotations": {GPU_ASSIGNMENT: assignment.to_annotation()}},
-                "spec": {"schedulerName": "tessera",
+    def bind(self, name: str, gpus: list[AssignedGPU] | None, *, node: str | None = None,
+             resource: str | None = None) -> str:  # fmt: skip
+        """A pod asking for what the webhook leaves a pod (one slice per GPU of a fraction, or the whole
+        GPUs), bound with the assignment of `gpus`; `gpus=None`: bound without one (another scheduler's)."""
+        assignment = GPUAssignment(node=node or self.node, gpus=gpus) if gpus is not None else None
+        resource = resource or (WHOLE if assignment is None or assignment.whole_gpus else SLICE)
+        count = len(gpus) if gpus else 1
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"schedulerName": "tessera" if gpus is not None else "default-scheduler",
                          "containers": [{"name": "main", "image": "cuda",
-                                         "resources": {"limits": {resource: str(len(gpus))}}}]}}  # fmt: skip
+                                         "resources": {"limits": {resource: str(count)}}}]}}  # fmt: skip
         uid = str(self.scene.create_pod(body)["metadata"]["uid"])
-        if lock:
-            self.place(name, uid)
+        meta: dict[str, Any] = {"name": name, "uid": uid}
+        if assignment is not None:
+            meta["annotations"] = {GPU_ASSIGNMENT: assignment.to_annotation()}
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}}  # fmt: skip
+        self.core.create_namespaced_pod_binding(name, self.scene.ns, binding, _preload_content=False)
         return uid
 
-    def place(self, name: str, uid: str) -> None:
-        """Lock the node for the pod, then bind it there (the scheduler's account)."""
-        self.lock(name, uid)
-        binding = k8s.V1Binding(
-            metadata=k8s.V1ObjectMeta(name=name, uid=uid),
-            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=self.node),
-        )
-        self.core.create_namespaced_pod_binding(name, self.scene.ns, binding, _preload_content=False)
-
-    def lock(self, name: str, uid: str) -> None:
-        value = BindLock.for_pod(self.scene.ns, name, uid).to_annotation()
-        self.core.patch_node(self.node, {"metadata": {"annotations": {BIND_LOCK: value}}})
-
-    def lock_holder(self) -> str | None:
-        raw = (self.scene.node_obj(self.node)["metadata"].get("annotations") or {}).get(BIND_LOCK)
-        return None if raw is None else BindLock.from_annotation(raw).pod
-
-    def allocated(self, name: str) -> bool:
-        return GPU_ALLOCATED in (self.scene.pod(name)["metadata"].get("annotations") or {})
+    def allocation(self, name: str) -> GPUAllocation | None:
+        raw = (self.scene.pod(name)["metadata"].get("annotations") or {}).get(GPU_ALLOCATED)
+        return None if raw is None else GPUAllocation.from_annotation(raw)
 
     def plugin_cluster(self) -> KubePodCluster:
         """The device plugin's API access, as the node's ServiceAccount (the chart's device-plugin role)."""
@@ -79,6 +72,15 @@ def scheduler(scene: Scene) -> Scheduler:
     return Scheduler(scene)
 
 
+@pytest.fixture
+def pod_resources(kubelet: FakeKubelet) -> Iterator[PodResourcesFake]:
+    fake = PodResourcesFake(kubelet.plugin_dir / "pod-resources" / "kubelet.sock").start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
 def allocate(stub: api_pb2_grpc.DevicePluginStub, *containers: list[str]) -> api_pb2.AllocateResponse:
     req = api_pb2.AllocateRequest(
         container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids) for ids in containers]
@@ -87,8 +89,28 @@ def allocate(stub: api_pb2_grpc.DevicePluginStub, *containers: list[str]) -> api
     return resp
 
 
+def preferred(stub: api_pb2_grpc.DevicePluginStub, available: list[str], size: int = 1) -> list[str]:
+    req = api_pb2.PreferredAllocationRequest(container_requests=[
+        api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=size)])  # fmt: skip
+    resp = stub.GetPreferredAllocation(req, timeout=10)
+    assert len(resp.container_responses) == 1
+    return list(resp.container_responses[0].deviceIDs)
+
+
+def refused(call: Any, *args: Any) -> str:
+    with pytest.raises(grpc.RpcError) as err:
+        call(*args)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    return str(err.value.details())
+
+
 def uuids(plugin: Any) -> list[str]:
     return [d.uuid for d in plugin.nvml.devices()]
+
+
+def in_watch(plugin: Any, uid: str) -> None:
+    """The plugin's watch shows the pod (the kubelet sees a bound pod about as soon)."""
+    wait_until(lambda: plugin.manager.pods.get(uid) is not None, timeout=10)
 
 
 def test_registers_both_resources_with_the_kubelet(kubelet: FakeKubelet, start_plugin: StartPlugin) -> None:
@@ -100,12 +122,20 @@ def test_registers_both_resources_with_the_kubelet(kubelet: FakeKubelet, start_p
         (by_resource["tessera.dev/gpu-slice"], SLICE_SOCK),
         (by_resource["nvidia.com/gpu"], WHOLE_SOCK),
     ):
-        assert req.version == "v1beta1"
-        assert req.endpoint == sock  # relative to the plugin dir, as the kubelet joins it
-        assert req.options.get_preferred_allocation_available and not req.options.pre_start_required
+        # Relative endpoint (the kubelet joins it to its dir); PreStartContainer and GetPreferredAllocation.
+        assert req == api_pb2.RegisterRequest(
+            version="v1beta1",
+            endpoint=sock,
+            resource_name=req.resource_name,
+            options=api_pb2.DevicePluginOptions(
+                pre_start_required=True, get_preferred_allocation_available=True
+            ),
+        )
         assert (kubelet.plugin_dir / sock).exists()
     opts = kubelet.plugin(SLICE_SOCK).GetDevicePluginOptions(api_pb2.Empty(), timeout=5)
-    assert opts.get_preferred_allocation_available
+    assert opts == api_pb2.DevicePluginOptions(
+        pre_start_required=True, get_preferred_allocation_available=True
+    )
 
 
 def test_whole_gpu_endpoint_can_be_turned_off(kubelet: FakeKubelet, start_plugin: StartPlugin) -> None:
@@ -164,123 +194,95 @@ def test_reregisters_after_kubelet_restart_and_after_its_socket_is_deleted(
 
 
 @pytest.mark.apiserver
-def test_allocate_fraction(kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler) -> None:
-    plugin = start_plugin(scheduler.plugin_cluster())
-    kubelet.wait_for_registrations(2)
-    gpu0, gpu1 = uuids(plugin)
-    scheduler.bind("frac", [AssignedGPU(index=1, uuid=gpu1, milli=500)])
-    stub = kubelet.plugin(SLICE_SOCK)
-    pref = stub.GetPreferredAllocation(
-        api_pb2.PreferredAllocationRequest(
-            container_requests=[
-                api_pb2.ContainerPreferredAllocationRequest(
-                    available_deviceIDs=[f"{gpu0}::0", f"{gpu0}::1", f"{gpu1}::3"], allocation_size=1
-                )
-            ]
-        ),
-        timeout=5,
-    )
-    assert list(pref.container_responses[0].deviceIDs) == [f"{gpu1}::3"]
-    [resp] = allocate(stub, [f"{gpu1}::3"]).container_responses
-    assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == gpu1
-    assert resp.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
-    assert resp.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=40960M"  # half of 80 GiB
-    assert resp.envs["CUDA_DEVICE_MEMORY_LIMIT"] == "40960m"
-    assert scheduler.allocated("frac") and scheduler.lock_holder() is None
-
-
-@pytest.mark.apiserver
-def test_allocate_memory_and_two_devices(
-    kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
+def test_a_fraction_is_answered_then_confirmed_in_prestart_and_marked(
+    kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler, pod_resources: PodResourcesFake
 ) -> None:
-    plugin = start_plugin(scheduler.plugin_cluster())
+    plugin = start_plugin(scheduler.plugin_cluster(), pod_resources_socket=pod_resources.socket)
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
+    uid = scheduler.bind("frac", [AssignedGPU(index=1, uuid=gpu1, milli=500)])
+    in_watch(plugin, uid)
+    pod_resources.held[(scheduler.scene.ns, "frac")] = {"main": {}}  # the kubelet admits it
     stub = kubelet.plugin(SLICE_SOCK)
-
-    scheduler.bind("mem", [AssignedGPU(index=0, uuid=gpu0, milli=100, memoryMiB=8192)])
-    [resp] = allocate(stub, [f"{gpu0}::0"]).container_responses
-    assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == gpu0
-    assert resp.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
-    assert resp.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "10"
-
-    scheduler.bind(
-        "two", [AssignedGPU(index=0, uuid=gpu0, milli=250), AssignedGPU(index=1, uuid=gpu1, milli=250)]
-    )
-    [resp] = allocate(stub, [f"{gpu0}::1", f"{gpu1}::1"]).container_responses
-    assert resp.envs["NVIDIA_VISIBLE_DEVICES"] == f"{gpu0},{gpu1}"
-    assert resp.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M,1=20480M"
-    assert scheduler.allocated("mem") and scheduler.allocated("two") and scheduler.lock_holder() is None
+    assert preferred(stub, [f"{gpu0}::0", f"{gpu0}::1", f"{gpu1}::3"]) == [f"{gpu1}::3"]
+    assert allocate(stub, [f"{gpu1}::3"]) == api_pb2.AllocateResponse(container_responses=[
+        api_pb2.ContainerAllocateResponse(envs={
+            "NVIDIA_VISIBLE_DEVICES": gpu1, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=40960M", "CUDA_DEVICE_MEMORY_LIMIT": "40960m",
+            "CUDA_DEVICE_MEMORY_LIMIT_0": "40960m", "CUDA_DEVICE_SM_LIMIT": "50"})])  # fmt: skip
+    pod_resources.held[(scheduler.scene.ns, "frac")] = {"main": {SLICE: [f"{gpu1}::3"]}}
+    request = api_pb2.PreStartContainerRequest(devices_ids=[f"{gpu1}::3"])
+    assert stub.PreStartContainer(request, timeout=10) == api_pb2.PreStartContainerResponse()
+    mark = wait_until(lambda: scheduler.allocation("frac"), timeout=10)
+    assert mark.gpus == [AllocatedGPU(index=1, uuid=gpu1)]
 
 
 @pytest.mark.apiserver
-def test_allocate_whole_gpus(kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler) -> None:
-    plugin = start_plugin(scheduler.plugin_cluster())
+def test_whole_gpus_and_a_pod_another_scheduler_placed(
+    kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler, pod_resources: PodResourcesFake
+) -> None:
+    """A placed pod gets its assigned GPUs; then a pod the default scheduler placed gets the GPU left, as
+    NVIDIA's plugin would, and is marked with it (the scheduler charges it there)."""
+    plugin = start_plugin(scheduler.plugin_cluster(), pod_resources_socket=pod_resources.socket)
     kubelet.wait_for_registrations(2)
     gpu0, gpu1 = uuids(plugin)
-    scheduler.bind(
-        "whole", [AssignedGPU(index=0, uuid=gpu0, milli=1000), AssignedGPU(index=1, uuid=gpu1, milli=1000)]
+    ns, stub = scheduler.scene.ns, kubelet.plugin(WHOLE_SOCK)
+    in_watch(plugin, scheduler.bind("whole", [AssignedGPU(index=0, uuid=gpu0, milli=1000)]))
+    pod_resources.held[(ns, "whole")] = {"main": {}}
+    assert preferred(stub, [gpu1, gpu0]) == [gpu0]
+    expected = api_pb2.AllocateResponse(
+        container_responses=[api_pb2.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": gpu0})]
     )
-    [resp] = allocate(kubelet.plugin(WHOLE_SOCK), [gpu0, gpu1]).container_responses
-    assert dict(resp.envs) == {"NVIDIA_VISIBLE_DEVICES": f"{gpu0},{gpu1}"}
-    assert scheduler.allocated("whole") and scheduler.lock_holder() is None
-
-
-@pytest.mark.apiserver
-def test_wrong_node_assignment_is_rejected(
-    kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
-) -> None:
-    plugin = start_plugin(scheduler.plugin_cluster())
-    kubelet.wait_for_registrations(2)
-    gpu0 = uuids(plugin)[0]
-    scheduler.bind("lost", [AssignedGPU(index=0, uuid=gpu0, milli=500)], node="gpu-node-7")
-    with pytest.raises(grpc.RpcError) as err:
-        allocate(kubelet.plugin(SLICE_SOCK), [f"{gpu0}::0"])
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert (
-        f"pod {scheduler.scene.ns}/lost is assigned to node gpu-node-7 but this is node gpu-node-1"
-        in err.value.details()
+    assert allocate(stub, [gpu0]) == expected
+    pod_resources.held[(ns, "whole")] = {"main": {WHOLE: [gpu0]}}
+    in_watch(plugin, scheduler.bind("theirs", None))
+    pod_resources.held[(ns, "theirs")] = {"main": {}}
+    assert preferred(stub, [gpu1]) == [gpu1]
+    why = refused(allocate, stub, [gpu0])  # the kubelet would not offer it (held), nor may it be given
+    assert why == (
+        f"tessera: pod {ns}/theirs was not placed by the Tessera scheduler and gets only a GPU nobody uses, "
+        f"but the kubelet offered {gpu0}, which the scheduler assigned to pod {ns}/whole (no GPU of node "
+        f"{NODE} is free for it)"
     )
-    assert not scheduler.allocated("lost") and scheduler.lock_holder() == f"{scheduler.scene.ns}/lost"
-
-
-@pytest.mark.apiserver
-def test_two_concurrent_allocations_are_kept_apart(
-    kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler
-) -> None:
-    plugin = start_plugin(scheduler.plugin_cluster())
-    kubelet.wait_for_registrations(2)
-    gpu0, gpu1 = uuids(plugin)
-    scheduler.bind("a", [AssignedGPU(index=0, uuid=gpu0, milli=300)])
-    uid_b = scheduler.bind("b", [AssignedGPU(index=1, uuid=gpu1, milli=700)], lock=False)
-
-    def hand_lock_to_b() -> None:
-        # The scheduler locks the node for b only once a's allocation released it.
-        while scheduler.lock_holder() is not None:
-            threading.Event().wait(0.01)
-        scheduler.place("b", uid_b)
-
-    stub = kubelet.plugin(SLICE_SOCK)
-    start = threading.Barrier(3)
-    results: dict[str, str] = {}
-
-    def kubelet_admits(slot: str, device: str) -> None:
-        start.wait()
-        resp = allocate(stub, [device])
-        results[slot] = resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
-
-    threads = [
-        threading.Thread(target=kubelet_admits, args=("x", f"{gpu0}::0")),
-        threading.Thread(target=kubelet_admits, args=("y", f"{gpu1}::0")),
+    assert allocate(stub, [gpu1]) == api_pb2.AllocateResponse(
+        container_responses=[api_pb2.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": gpu1})]
+    )
+    pod_resources.held[(ns, "theirs")] = {"main": {WHOLE: [gpu1]}}
+    assert wait_until(lambda: scheduler.allocation("theirs"), timeout=10).gpus == [
+        AllocatedGPU(index=1, uuid=gpu1)
     ]
-    for t in threads:
-        t.start()
-    start.wait()
-    hand_lock_to_b()
-    for t in threads:
-        t.join(timeout=15)
-    assert sorted(results.values()) == sorted([gpu0, gpu1])  # each pod's GPU exactly once
-    assert scheduler.allocated("a") and scheduler.allocated("b") and scheduler.lock_holder() is None
+    assert wait_until(lambda: scheduler.allocation("whole"), timeout=10).gpus == [
+        AllocatedGPU(index=0, uuid=gpu0)
+    ]
+
+
+@pytest.mark.apiserver
+def test_refusals_reach_the_kubelet_as_failed_precondition_with_the_reason(
+    kubelet: FakeKubelet, start_plugin: StartPlugin, scheduler: Scheduler, pod_resources: PodResourcesFake
+) -> None:
+    plugin = start_plugin(scheduler.plugin_cluster(), pod_resources_socket=pod_resources.socket)
+    kubelet.wait_for_registrations(2)
+    gpu0, gpu1 = uuids(plugin)
+    ns, stub = scheduler.scene.ns, kubelet.plugin(SLICE_SOCK)
+    in_watch(plugin, scheduler.bind("lost", [AssignedGPU(index=0, uuid=gpu0, milli=500)], node="gpu-node-7"))
+    pod_resources.held[(ns, "lost")] = {"main": {}}
+    assert refused(allocate, stub, [f"{gpu0}::0"]) == (
+        f"tessera: pod {ns}/lost is assigned to node gpu-node-7 but this is node {NODE}"
+    )
+    del pod_resources.held[(ns, "lost")]
+    # a's slice answered, then listed as held by b (a pod Tessera did not place): b's container must not start.
+    in_watch(plugin, scheduler.bind("a", [AssignedGPU(index=1, uuid=gpu1, milli=500)]))
+    pod_resources.held[(ns, "a")] = {"main": {}}
+    allocate(stub, [f"{gpu1}::0"])
+    in_watch(plugin, scheduler.bind("b", None, resource=SLICE))
+    pod_resources.held = {(ns, "b"): {"main": {SLICE: [f"{gpu1}::0"]}}}
+    assert refused(stub.PreStartContainer, api_pb2.PreStartContainerRequest(devices_ids=[f"{gpu1}::0"])) == (
+        f"tessera: the kubelet gave devices {gpu1}::0 to pod {ns}/b, but Allocate answered them with the GPUs "
+        f"of pod {ns}/a: {ns}/b's container must not start on another pod's GPUs (delete the pod to have it "
+        "admitted again)"
+    )
+    time.sleep(0.2)
+    assert scheduler.allocation("a") is None and scheduler.allocation("b") is None
 
 
 def test_standalone_allocate_fails_clearly(kubelet: FakeKubelet, start_plugin: StartPlugin) -> None:

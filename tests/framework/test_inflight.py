@@ -6,16 +6,18 @@ agree (`check_books`), and no gang is ever left partly bound."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import pytest
 
 from scheduler.api.assignment import GPUAssignment
-from scheduler.api.keys import POD_GROUP
+from scheduler.api.keys import GPU_ALLOCATED, GPU_FRACTION, POD_GROUP
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.cache.cluster import BindError, BindOutcome, BindResult, WatchEvent
+from scheduler.cache.handoff import HandoffRule
 from scheduler.cache.ledger import HoldKind
 from scheduler.cycle import CycleResult, Scheduler, SchedulerConfig
 from scheduler.framework.transaction import Transaction
@@ -30,18 +32,24 @@ from tests.framework.test_transaction import StubCluster, check_books, scene
 @dataclass
 class AsyncStub:
     """Accepts every bind in flight; `answer(name, error)` carries it out on the simulated cluster (or not)
-    and queues its outcome. `busy`: pods whose bind is refused at once (their node's lock is held)."""
+    and queues its outcome. `refused`: pods whose bind is refused at once."""
 
     sim: SimCluster
-    busy: frozenset[str] = frozenset()
+    refused: frozenset[str] = frozenset()
     asked: dict[str, tuple[PodInfo, GPUAssignment]] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)  # every bind asked, in order
     outcomes: list[BindOutcome] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
 
-    def answer(self, name: str, error: str | None = None) -> None:
+    def answer(self, name: str, error: str | None = None, *, started: bool = True) -> None:
+        """`started=False`: bound, but its kubelet has not started it yet (the watch shows it Pending)."""
         pod_, assignment = self.asked.pop(name)
         if error is None:
             self.sim.bind(pod_, assignment)
+            if not started:  # the API server shows it bound, Pending (the kubelet's status comes later)
+                obj = copy.deepcopy(self.sim.pods[pod_.key].obj)
+                obj["status"] = {"phase": "Pending"}
+                self.sim.update_object("Pod", obj)
         self.outcomes.append(BindOutcome(pod_.uid, error))
 
     # ---- the Cluster interface ---------------------------------------------------------------------------
@@ -55,8 +63,9 @@ class AsyncStub:
         return self.sim.drain_events()
 
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
-        if pod.name in self.busy:
-            raise BindError(f"node {assignment.node} is busy", node_busy=True)
+        self.calls.append(pod.name)
+        if pod.name in self.refused:
+            raise BindError(f"node {assignment.node} refused it")
         self.asked[pod.name] = (pod, assignment)
         return BindResult(in_flight=True)
 
@@ -80,15 +89,21 @@ class AsyncStub:
         self.sim.warn(kind, namespace, name, reason, message)
 
 
-def world(*pods: dict[str, object], groups: tuple[tuple[str, int], ...] = ()) -> tuple[AsyncStub, Scheduler]:
-    """Two nodes of 2 GPUs, queue q; the pods given (arrived at 0)."""
+def world(
+    *pods: dict[str, object],
+    groups: tuple[tuple[str, int], ...] = (),
+    handoff: HandoffRule | None = None,
+    nodes: int = 2,
+) -> tuple[AsyncStub, Scheduler]:
+    """`nodes` nodes of 2 GPUs, queue q; the pods given (arrived at 0). `handoff`: pods wait for a device
+    plugin after their bind (as on Kubernetes)."""
     m = Manifests()
-    objs = [node("n0", A100, 2, 32, 256), node("n1", A100, 2, 32, 256), queue("q", None, 4)]
+    objs = [*(node(f"n{i}", A100, 2, 32, 256) for i in range(nodes)), queue("q", None, 4)]
     objs += [podgroup(name, "q", "q", minimum) for name, minimum in groups]
     for o in [*objs, *pods]:
         m.objects[str(o["kind"])].append(o)  # type: ignore[arg-type]
     stub = AsyncStub(SimCluster.from_manifests(m))
-    return stub, Scheduler(stub, SchedulerConfig(backend="numpy"))
+    return stub, Scheduler(stub, SchedulerConfig(backend="numpy", handoff=handoff))
 
 
 def cycle(stub: AsyncStub, sched: Scheduler) -> CycleResult:
@@ -107,6 +122,63 @@ def held(sched: Scheduler) -> dict[str, HoldKind]:
 def one_gpu(name: str, group: str | None = None) -> dict[str, object]:
     annotations = {POD_GROUP: group} if group else {}
     return pod(name, "q", arrival_s=0, duration_s=1000, gpus=1, cpu="1", annotations=annotations)
+
+
+def half(name: str) -> dict[str, object]:
+    return pod(name, "q", arrival_s=0, duration_s=1000, cpu="1", annotations={GPU_FRACTION: "0.5"})
+
+
+def touch(stub: AsyncStub, name: str, **annotations: str) -> None:
+    """The watch sends pod `name` again, as the API server has it now (with `annotations` added)."""
+    rec = stub.sim.pods[f"q/{name}"]
+    obj = copy.deepcopy(rec.obj)
+    obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), **annotations}
+    stub.sim.update_object("Pod", obj)
+
+
+def test_a_version_of_a_pod_older_than_its_bind_in_flight_changes_nothing() -> None:
+    """The watch may send a pod again while its bind is in flight (a status write of the cycle before, a
+    relabel): that version shows it unbound, but a bound pod never loses its node, so it is older than the
+    bind. The pod keeps its place (no second bind, its GPU taken once); the cache alone knows where it goes
+    (issue 30 item 4: no adapter shows it bound meanwhile)."""
+    stub, sched = world(one_gpu("a"), one_gpu("b"))
+    cycle(stub, sched)
+    assert set(stub.asked) == {"a", "b"} and held(sched) == {"a": HoldKind.ASSUMED, "b": HoldKind.ASSUMED}
+    touch(stub, "a", note="relabelled")
+    cycle(stub, sched)
+    assert stub.calls == ["a", "b"]  # not placed, nor bound, a second time
+    assert held(sched) == {"a": HoldKind.ASSUMED, "b": HoldKind.ASSUMED}
+    free = sched.cache.state.host(sched.cache.state.free_milli)
+    assert int(free.sum()) == 2000
+    stub.answer("a")
+    stub.answer("b")
+    cycle(stub, sched)
+    assert held(sched) == {"a": HoldKind.BOUND, "b": HoldKind.BOUND}
+
+
+def test_one_pod_per_node_waits_for_the_device_plugin_and_the_next_goes_elsewhere() -> None:
+    """DESIGN.md step 3 on the cycle: a fraction bound to a node waits for the device plugin's Allocate
+    until the plugin marks it `tessera.dev/gpu-allocated`; meanwhile the next fraction goes to the other
+    node, and a third, which would share a GPU where one waits, waits with WaitingForDevicePlugin until a
+    mark comes."""
+    stub, sched = world(half("f0"), half("f1"), half("f2"), handoff=HandoffRule())
+    first = cycle(stub, sched)
+    assert len(stub.asked) == 2  # one per node
+    nodes = {stub.asked[n][1].node for n in stub.asked}
+    assert nodes == {"n0", "n1"}
+    (left,) = {"f0", "f1", "f2"} - set(stub.asked)
+    waiting = next(p for p in sched.cache.pods.values() if p.name == left)
+    assert first.reasons[waiting.uid].reason is Reason.WAITING_FOR_DEVICE_PLUGIN
+    bound = sorted(stub.asked)
+    for name in bound:
+        stub.answer(name, started=False)
+    second = cycle(stub, sched)  # bound, but not allocated yet: still one waits on each node
+    assert not stub.asked and second.reasons[waiting.uid].reason is Reason.WAITING_FOR_DEVICE_PLUGIN
+    touch(stub, bound[0], **{GPU_ALLOCATED: '{"gpus": [{"index": 0}]}'})  # the plugin's mark
+    cycle(stub, sched)
+    assert set(stub.asked) == {left}  # placed once a node's pod was allocated, where it was
+    (again,) = stub.asked.values()
+    assert again[1].node == next(p for p in sched.cache.pods.values() if p.name == bound[0]).node
 
 
 def test_an_accepted_bind_is_assumed_then_confirmed() -> None:
@@ -147,7 +219,7 @@ def test_a_failed_bind_is_reported_when_nothing_else_fits() -> None:
     for name in ("p0", "p1", "p2"):
         stub.answer(name)
     stub.answer("p3", "conflict: the pod changed")
-    stub.busy = frozenset({"p3"})  # and its node is busy now: the retry fails at once
+    stub.refused = frozenset({"p3"})  # and the retry fails at once
     result = cycle(stub, sched)
     p3 = next(p for p in sched.cache.pods.values() if p.name == "p3")
     assert p3.phase is PodPhase.PENDING and p3.node is None and "p3" not in held(sched)
@@ -192,17 +264,17 @@ def test_a_gang_whose_bind_fails_part_way_is_undone_at_once(order: str) -> None:
 
 
 def test_a_member_refused_at_once_gives_its_place_back_at_once() -> None:
-    """g1's node is busy (refused at once) while g0's bind is in flight: g1's resources are free in this
-    very cycle; g0 is undone when its answer comes."""
+    """g1's bind is refused at once while g0's is in flight: g1's resources are free in this very cycle; g0
+    is undone when its answer comes."""
     stub, sched = world(one_gpu("g0", "g"), one_gpu("g1", "g"), groups=(("g", 2),))
-    stub.busy = frozenset({"g1"})
+    stub.refused = frozenset({"g1"})
     first = cycle(stub, sched)
     assert set(stub.asked) == {"g0"} and held(sched) == {"g0": HoldKind.ASSUMED}
     g1 = next(p for p in sched.cache.pods.values() if p.name == "g1")
     assert g1.phase is PodPhase.PENDING and g1.uid in first.reasons  # (stale-gang eviction names the gang)
     free = sched.cache.state.host(sched.cache.state.free_milli)
     assert int(free.sum()) == 3000  # only g0's GPU is taken
-    stub.busy = frozenset()
+    stub.refused = frozenset()
     stub.answer("g0")
     cycle(stub, sched)
     assert stub.evicted == ["g0"] and "g0" not in held(sched)
@@ -227,3 +299,39 @@ def test_a_synchronous_gang_bind_failing_part_way_evicts_the_bound_members() -> 
     assert s.pods["p1"].uid not in s.session.ledger and s.pods["p2"].uid not in s.session.ledger
     assert s.session.reasons[s.pods["p2"].uid].reason is Reason.BIND_FAILED
     check_books(s.session)
+
+
+def test_a_burst_of_fractions_shares_gpus_rather_than_spreading_over_nodes() -> None:
+    """Four halves, three empty nodes, one pod per node waiting for the device plugin: the first two start
+    a GPU each on two nodes; the other two would start a third GPU, though the two shared GPUs have room
+    for both once their pods are allocated: they wait for them (WaitingForDevicePlugin), and the halves
+    end two to a GPU, as without the hand-off (the bench's `packing`)."""
+    stub, sched = world(*(half(f"h{i}") for i in range(4)), handoff=HandoffRule(), nodes=3)
+    first = cycle(stub, sched)
+    assert len(stub.asked) == 2
+    for name in [p.name for p in sched.cache.pods.values() if p.name not in stub.asked]:
+        uid = next(p.uid for p in sched.cache.pods.values() if p.name == name)
+        assert first.reasons[uid].reason is Reason.WAITING_FOR_DEVICE_PLUGIN
+        assert "waits to share a GPU" in first.reasons[uid].message
+    for name in sorted(stub.asked):
+        stub.answer(name, started=False)
+        touch(stub, name, **{GPU_ALLOCATED: '{"gpus": []}'})
+    cycle(stub, sched)
+    assert len(stub.asked) == 2
+    state = sched.cache.state
+    free = state.host(state.free_milli)
+    assert sorted(int(free[r, j]) for r in range(3) for j in range(2)) == [0, 0, 1000, 1000, 1000, 1000]
+
+
+def test_a_fraction_waits_only_for_a_shared_gpu_it_fits_beside() -> None:
+    """Two halves that each take 31 of a node's 32 CPUs: the GPU shared on the node where the first waits
+    for the device plugin has room for the second, the node's CPUs do not: the second goes to the other
+    node at once rather than waiting for a place it could never take."""
+    big = [
+        pod(f"b{i}", "q", arrival_s=0, duration_s=1000, cpu="31", annotations={GPU_FRACTION: "0.5"})
+        for i in range(2)
+    ]
+    stub, sched = world(*big, handoff=HandoffRule())
+    cycle(stub, sched)
+    assert sorted(stub.asked) == ["b0", "b1"]
+    assert {stub.asked[n][1].node for n in stub.asked} == {"n0", "n1"}

@@ -1,19 +1,21 @@
-"""Transaction.commit and rollback as a table: a stub Cluster refuses evictions, fails binds or reports
-a node busy (faults the simulated cluster does not produce on demand). After every case the ledger, the
+"""Transaction.commit and rollback as a table: a stub Cluster refuses evictions or fails binds (faults the
+simulated cluster does not produce on demand). After every case the ledger, the
 arrays, the job index's queue usage and the session's queue figures must agree with each other."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 from scheduler.api.assignment import GPUAssignment
+from scheduler.api.gpu_request import GPURequest
 from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.api.podgroup import PodGroupStatus
 from scheduler.api.queue import QueueStatus
 from scheduler.cache.cluster import BindError, BindOutcome, BindResult, EvictError, WatchEvent
+from scheduler.cache.handoff import HandoffRule
 from scheduler.cache.ledger import HoldKind
 from scheduler.framework.session import Session
 from scheduler.framework.transaction import Transaction
@@ -30,8 +32,6 @@ class StubCluster:
 
     refuse: frozenset[str] = frozenset()
     fail: frozenset[str] = frozenset()
-    busy: frozenset[str] = frozenset()  # binds that leave their node busy (a bind lock)
-    waiting: frozenset[str] = frozenset()  # binds refused because their node is busy
     evicted: list[str] = field(default_factory=list)
     binds: list[str] = field(default_factory=list)
 
@@ -48,9 +48,7 @@ class StubCluster:
         self.binds.append(pod.name)
         if pod.name in self.fail:
             raise BindError(f"conflict binding {pod.name}")
-        if pod.name in self.waiting:
-            raise BindError(f"node {assignment.node} is busy", node_busy=True)
-        return BindResult(node_busy=pod.name in self.busy)
+        return BindResult()
 
     def bind_outcomes(self) -> list[BindOutcome]:
         return []  # binds are synchronous
@@ -252,31 +250,37 @@ def test_rollback_restores_ledger_arrays_and_queue_figures() -> None:
     assert books() == before
 
 
-@pytest.mark.parametrize("how", ["bound, lock taken", "refused, lock held"])
-def test_a_busy_node_is_masked_for_gpu_pods_for_the_rest_of_the_cycle(how: str) -> None:
+def test_a_node_where_a_pod_waits_for_the_device_plugin_takes_no_other_such_pod_this_cycle() -> None:
+    """DESIGN.md step 3: once p1 is bound on a node where Tessera's device plugin must serve it, that node
+    is masked for the next pod the plugin must serve until the plugin has allocated p1 (cache/handoff.py); a
+    whole-GPU pod (NVIDIA's plugin serves those here) and a CPU-only pod are not held back, and a fraction
+    that fits nowhere else is told why."""
     s = scene()
     session = s.session
+    session.cache.handoff.rule = HandoffRule(whole_gpus=False)
     free = session.state.host(session.state.free_milli)
     alone = next(
         f for f in ("free0", "free1", "free2") if int(free[s.where[f].node].sum()) == 2 * MILLI_PER_GPU
     )
-    tx = Transaction(session, "test")  # p1 takes a GPU of the empty node
-    tx.place(s.pods["p1"], s.jobs["p1"], s.where[alone])
-    stub = (
-        StubCluster(busy=frozenset({"p1"}))
-        if how.startswith("bound")
-        else StubCluster(waiting=frozenset({"p1"}))
-    )
-    tx.commit(stub)
+    p1 = replace(s.pods["p1"], request=GPURequest(kind="fraction", num_devices=1, milli=500))
     row = s.where[alone].node
-    assert session.unavailable == {row}
-    free = session.state.host(session.state.free_milli)
-    assert int(free[row].sum()) >= MILLI_PER_GPU  # a GPU is free there (two when the bind was refused)...
-    d = demand_for(s.pods["p2"])
-    for pl in (session.place(d), session.place_one(d)):
-        assert pl is None or pl.node != row  # ...but no GPU pod is placed there this cycle
-    assert not bool(session.feasible(d)[0][row])
-    assert (
-        session.excluded(PodDemand(cpu_milli=100)) is None
-    )  # pods without GPUs are not held back by a bind lock
+    half = Placement(row, (GPUShare(s.where[alone].gpus[0].slot, 500, 20480),), 1000, 128)
+    tx = Transaction(session, "test")
+    tx.place(p1, s.jobs["p1"], half)
+    tx.commit(StubCluster())
+    assert session.cache.handoff.waiting == {p1.uid: row}
+    fraction = PodDemand(cpu_milli=100, num_gpus=1, gpu_milli=500)
+    excluded = session.excluded(fraction)
+    assert excluded is not None and bool(excluded[row]) and int(session.xp.sum(excluded)) == 1
+    for pl in (session.place(fraction), session.place_one(fraction)):
+        assert pl is not None and pl.node != row  # the next fraction goes to another node...
+    assert session.excluded(demand_for(s.pods["p2"])) is None  # ...whole GPUs are not held back here
+    assert session.excluded(PodDemand(cpu_milli=100)) is None  # nor pods without GPUs
+    for r in range(session.state.num_rows):  # the other nodes take no GPU pod: it fits only where p1 waits
+        if r != row:
+            session.mask_node(r)
+    assert session.place(fraction) is None
+    reason, message = session.why_unplaced(fraction)
+    assert reason is Reason.WAITING_FOR_DEVICE_PLUGIN
+    assert session.state.node_names[row] in message and p1.key in message
     session.close()

@@ -17,6 +17,8 @@ from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.podgrouper.kinds import KINDS
 from scheduler.kube.podgrouper.names import group_name
 from scheduler.kube.podgrouper.owners import OwnerReader
+from scheduler.model.parse import parse_pod
+from scheduler.model.types import PodInfo
 from scheduler.sandbox.controlplane import ControlPlane
 
 # The scene (Tessera installed with the chart's RBAC, its scheduler, a kubelet stand-in) comes with the
@@ -82,8 +84,9 @@ def test_chart_rbac_lets_the_scheduler_read_every_known_kind_and_nothing_more(
 
 
 # ---- built-in kinds (Kubernetes' own controllers make the pods) -------------------------------------------------
-def cycle_view(scene: Scene) -> dict[str, dict[str, Any]]:
-    """The pods of the test's namespace as the scheduling cycle sees them (after the adapter's podgrouper)."""
+def cycle_view(scene: Scene) -> dict[str, PodInfo]:
+    """The pods of the test's namespace as the scheduling cycle sees them (the adapter's podgrouper's
+    decision travels beside each pod, and the parser applies it)."""
     cluster = KubeCluster(scene.tessera.scheduler_client())
     cluster.writable = False  # a standby: it reads and derives, the running scheduler writes
     cluster.start()
@@ -93,7 +96,7 @@ def cycle_view(scene: Scene) -> dict[str, dict[str, Any]]:
     finally:
         cluster.stop()
     return {
-        e.obj["metadata"]["name"]: e.obj
+        e.obj["metadata"]["name"]: parse_pod(e.obj, overlay=e.overlay)
         for e in events
         if e.kind == "Pod" and e.obj["metadata"]["namespace"] == scene.ns
     }
@@ -104,13 +107,8 @@ def test_deployment_replicas_are_inference_jobs_in_the_deployments_queue(k: Work
     wait_until(lambda: len(k.pods(app="web")) == 2)
     seen = cycle_view(scene)
     for pod in seen.values():
-        labels, spec = pod["metadata"]["labels"], pod["spec"]
-        assert (labels["tessera.dev/queue"], spec["priorityClassName"], spec["priority"]) == (
-            "svc",
-            "inference",
-            125,
-        )
-        assert "tessera.dev/pod-group" not in (pod["metadata"].get("annotations") or {})
+        assert (pod.queue, pod.priority, pod.preemptible) == ("svc", 125, False)  # inference
+        assert pod.group is None
     assert k.podgroups() == {}  # each replica is its own job: no PodGroup object per replica
 
 
@@ -253,7 +251,7 @@ def test_ray_knative_argo_and_spark(k: Workloads, scene: Scene) -> None:
     bare = k.create(wl.spark_driver("spark-9a9a", name="pi"))
     k.create(wl.spark_executor(bare, 1))
     wait_until(lambda: "spark-9a9a" in k.podgroups())
-    assert cycle_view(scene)[step["metadata"]["name"]]["metadata"]["labels"]["tessera.dev/queue"] == "ci"
+    assert cycle_view(scene)[step["metadata"]["name"]].queue == "ci"
 
 
 # ---- following the workload ---------------------------------------------------------------------------------------
@@ -307,7 +305,7 @@ def test_every_other_kind_groups_its_pods_under_its_queue(k: Workloads, scene: S
                          spec={"replicas": 2, "selector": {"matchLabels": {"app": "plain"}},
                                "template": wl.pod_template({"app": "plain"})}))  # fmt: skip
     assert (spec_of(k, rs)["minMember"], spec_of(k, rs)["queue"]) == (1, "rs")
-    assert cycle_view(scene)[step["metadata"]["name"]]["metadata"]["labels"]["tessera.dev/queue"] == "ci"
+    assert cycle_view(scene)[step["metadata"]["name"]].queue == "ci"
 
 
 # ---- kinds above known ones; deletions ----------------------------------------------------------------------------

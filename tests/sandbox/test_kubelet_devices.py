@@ -32,7 +32,9 @@ def plugin_dir() -> Iterator[Path]:
 def node(plugin_dir: Path) -> Iterator[tuple[DeviceManager, DevicePluginManager]]:
     changes = threading.Event()
     devices = DeviceManager(plugin_dir, changes.set).start()
-    config = PluginConfig(node_name="n1", plugin_dir=plugin_dir, watch_interval_s=0.1, lock_wait_s=0.1)
+    config = PluginConfig(
+        node_name="n1", plugin_dir=plugin_dir, watch_interval_s=0.1, pod_resources_socket=None
+    )
     plugin = DevicePluginManager(config, FakeNVML("2xA100-40GB", seed="n1"), cluster=None)
     thread = threading.Thread(target=plugin.run, daemon=True)
     thread.start()

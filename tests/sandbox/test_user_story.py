@@ -279,11 +279,16 @@ def _ready(obj: dict) -> bool:
 
 
 def test_a_refused_allocate_fails_the_pod_as_the_kubelet_does(sandbox: SandboxEnv) -> None:
-    """A GPU pod put on a node by hand (no scheduler, so no assignment and no bind lock): today's device
-    plugin refuses Allocate and the kubelet fails the pod with UnexpectedAdmissionError and the plugin's
-    words. (Issue 28's new hand-off gives such a pod a free GPU instead: this test then changes, and
-    test_handoff.py's xfail for it passes.)"""
+    """A GPU pod put on a node by hand (no scheduler, so no assignment) gets a GPU nobody uses, as NVIDIA's
+    plugin would (test_handoff.py); where none is left (both GPUs of gpu-node-2 carry fractions Tessera
+    placed) the device plugin refuses its Allocate and the kubelet fails it with UnexpectedAdmissionError and
+    the plugin's words."""
+    node_2 = {"kubernetes.io/hostname": "gpu-node-2"}
     with sandbox.namespace() as ns:
+        sandbox.apply(ns, *(pod(f"f{i}", annotations={"gpu-fraction": "0.6"}, node_selector=node_2)
+                            for i in range(2)))  # fmt: skip
+        uuids = {sandbox.assignment(sandbox.running(ns, f"f{i}")).gpus[0].uuid for i in range(2)}
+        assert len(uuids) == 2  # one on each GPU
         body = pod("pinned", gpus=1)
         body["spec"]["nodeName"] = "gpu-node-2"
         del body["spec"]["schedulerName"]
@@ -294,10 +299,14 @@ def test_a_refused_allocate_fails_the_pod_as_the_kubelet_does(sandbox: SandboxEn
         assert status["reason"] == "UnexpectedAdmissionError"
         assert status["message"].startswith(
             "Pod was rejected: Allocate failed due to rpc error: code = FailedPrecondition desc = tessera: "
+            f"pod {ns}/pinned was not placed by the Tessera scheduler and gets only a GPU nobody uses, "
+            "but the kubelet offered "
         )
         assert status["message"].endswith(", which is unexpected")
         described = sandbox.kubectl("describe", "pod", "pinned", "-n", ns).stdout
         assert "UnexpectedAdmissionError" in described
+        for i in range(2):  # the fractions were not disturbed
+            assert sandbox.phase(ns, f"f{i}") == "Running"
 
 
 def test_every_component_runs_as_the_identity_the_chart_gives_it(sandbox: SandboxEnv) -> None:

@@ -32,6 +32,9 @@ class E2EConfig:
     bind_workers: int = 8  # Tessera's binder threads
     min_cycle_gap_s: float = 0.05  # Tessera's shortest time between cycles
     policy: str = ""  # Tessera's placement policy ('' = its default)
+    # Tessera's device plugin serves whole GPUs on the nodes (the chart's default): whole-GPU pods wait for
+    # it after their bind as fractions do; False: NVIDIA's plugin serves them (`--whole-gpu-resource ""`).
+    whole_gpu_plugin: bool = True
     # The affinity workload (load.py): anti-affinity Deployments, zone spread, node affinity by GPU model,
     # on nodes in three zones of two GPU models; every pod bound is checked with kube-scheduler's own filters
     affinity: bool = False

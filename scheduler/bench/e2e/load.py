@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client
 
-from scheduler.api.keys import API_VERSION, GPU_FRACTION, POD_GROUP, SCHEDULER_NAME, WHOLE_GPU_RESOURCE
+from scheduler.api.keys import (
+    API_VERSION,
+    GPU_ASSIGNMENT,
+    GPU_FRACTION,
+    POD_GROUP,
+    SCHEDULER_NAME,
+    WHOLE_GPU_RESOURCE,
+)
 from scheduler.bench.e2e.config import E2EConfig
 from scheduler.kube import raw
 from scheduler.kube.event_queue import ResourceEvent
@@ -172,6 +179,9 @@ class BindWatch:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.bound: dict[str, float] = {}  # pod name -> when the watch showed its node
         self.nodes: dict[str, str] = {}
+        self.assignments: dict[str, str] = {}  # pod name -> its tessera.dev/gpu-assignment as bound
+        # Told of each pod once, when the watch first shows it bound (the pod as the watch has it).
+        self.on_bound: list[Callable[[dict[str, Any]], None]] = []
         self._lock = threading.Lock()
         target = WatchTarget("Pod", client.CoreV1Api(api).list_namespaced_pod, (namespace,))
         self.informer = Informer(target, self._seen, watch_timeout_s=3600)
@@ -182,9 +192,16 @@ class BindWatch:
         if node and ev.type != "DELETED":
             name = str(ev.obj["metadata"]["name"])
             with self._lock:
-                if name not in self.bound:
+                first = name not in self.bound
+                if first:
                     self.bound[name] = now
                     self.nodes[name] = node
+                    raw = (ev.obj["metadata"].get("annotations") or {}).get(GPU_ASSIGNMENT)
+                    if raw:
+                        self.assignments[name] = raw
+            if first:
+                for listener in self.on_bound:
+                    listener(ev.obj)
 
     def count(self) -> int:
         with self._lock:

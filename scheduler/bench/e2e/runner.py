@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from scheduler.api.assignment import GPUAssignment
+from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.bench.e2e.config import E2EConfig, SchedulerKind
 from scheduler.bench.e2e.devices import DevicePluginStandIn
 from scheduler.bench.e2e.load import BindWatch, Creator
@@ -60,13 +62,48 @@ def open_world(cfg: E2EConfig, say: Say) -> BenchWorld:
 
 
 def run_e2e(cfg: E2EConfig, progress: Say | None = None) -> dict[str, Any]:
+    """One run; a run of fractions is preceded by a run of as many whole-GPU pods on the same nodes (whole
+    GPUs served by NVIDIA's plugin: they wait for no device plugin), its reference: `whole_gpu_run` and
+    `fraction_to_whole` (the ratio of their pods/s)."""
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
     world = open_world(cfg, say)
     try:
-        return measure(world, cfg, say, setup_s=time.perf_counter() - t0)
+        setup_s = time.perf_counter() - t0
+        if cfg.scheduler != "tessera" or cfg.fraction_share <= 0 or cfg.gang_size > 1:
+            return measure(world, cfg, say, setup_s=setup_s)
+        say("the whole-GPU reference first: as many pods of 1 GPU")
+        whole = measure(world, dataclasses.replace(cfg, fraction_share=0.0, whole_gpu_plugin=False), say)
+        out = measure(world, cfg, say, setup_s=setup_s)
+        out["whole_gpu_run"] = {k: whole[k] for k in REFERENCE_KEYS if k in whole}
+        out["fraction_to_whole"] = (
+            round(out["pods_per_s"] / whole["pods_per_s"], 3) if whole["pods_per_s"] else None
+        )
+        return out
     finally:
         world.stop()
+
+
+# What a fraction run reports of its whole-GPU reference.
+REFERENCE_KEYS = ("pods_per_s", "latency_p50_s", "latency_p99_s", "api_requests_per_pod",
+                  "scheduler_requests_per_pod", "cpu_s", "pods_per_scheduler_cpu_s", "packing", "bound")  # fmt: skip
+
+
+def packing(assignments: dict[str, str]) -> dict[str, int]:
+    """How the bound pods sit on the GPUs at the end: GPUs and nodes used, GPUs only partly used."""
+    used: dict[tuple[str, int], int] = {}
+    for raw in assignments.values():
+        try:
+            a = GPUAssignment.from_annotation(raw)
+        except ValueError:
+            continue
+        for g in a.gpus:
+            used[(a.node, g.index)] = used.get((a.node, g.index), 0) + g.milli
+    return {
+        "gpus_used": len(used),
+        "nodes_used": len({node for node, _ in used}),
+        "gpus_partly_used": sum(1 for milli in used.values() if milli < MILLI_PER_GPU),
+    }
 
 
 def run_compare(cfg: E2EConfig, repeat: int = 1, progress: Say | None = None) -> dict[str, Any]:
@@ -114,7 +151,7 @@ def measure(world: BenchWorld, cfg: E2EConfig, say: Say, *, setup_s: float = 0.0
     try:
         watch = BindWatch(world.api_client(), world.namespace).start()
         if cfg.fraction_share > 0:
-            devices = DevicePluginStandIn(world.api_client(), watch, set(world.node_names)).start()
+            devices = DevicePluginStandIn(world.api_client(), watch).start()
         creator = Creator(world.api_client(connections=cfg.creators + 4), world.namespace, cfg)
         how = (
             "before the scheduler starts" if cfg.preload else f"at {cfg.rate:g}/s" if cfg.rate else "at once"
@@ -142,7 +179,7 @@ def measure(world: BenchWorld, cfg: E2EConfig, say: Say, *, setup_s: float = 0.0
             say(f"creating {cfg.pods} pods ({cfg.kind_of_pods}) {how}")
             creator.run()
         done_s = _wait_bound(watch, cfg, creator.first_s if not cfg.preload else started)
-        if devices is not None:  # the last pods' locks are freed after their binds: count those requests too
+        if devices is not None:  # the last pods are marked after their binds: count those requests too
             devices.wait_idle(timeout_s=10.0)
         cpu_after = {k: cpu_seconds(pid) for k, pid in pids.items()}
         bench_cpu = _self_cpu() - bench_before
@@ -240,6 +277,7 @@ def _report(
     }
     if cfg.preload:
         out["startup_s"] = round((min(bound.values()) if bound else done_s) - started, 3)
+    out["packing"] = packing({name: raw for name, raw in watch.assignments.items() if name in bound})
     return out
 
 

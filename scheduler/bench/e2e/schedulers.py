@@ -58,6 +58,8 @@ class SchedulerProcess:
                 f"--bind-workers={cfg.bind_workers}", "--log-level=warning"]  # fmt: skip
         if cfg.policy:
             argv.append(f"--placement={cfg.policy}")
+        if not cfg.whole_gpu_plugin:
+            argv.append("--whole-gpu-resource=")
         return argv
 
     def start(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> SchedulerProcess:

@@ -1,8 +1,11 @@
-"""Allocate latency benchmark: N pods allocated one after another on one node, through real gRPC and the
-real Kubernetes client against a real API server (a kubeconfig's, or a throw-away local control plane).
+"""`tessera bench allocate`: the device plugin's Allocate latency, N pods allocated one after another on one
+node, through its real gRPC socket, its real pod watch and the real Kubernetes client against a real API
+server (a kubeconfig's, or a throw-away local control plane from `scheduler/sandbox`).
 
-For each pod the "scheduler" part (untimed) creates the pod with its assignment and sets the node's bind
-lock; the timed part is what the kubelet waits for: GetPreferredAllocation, then Allocate.
+For each pod the "scheduler" part (untimed) creates it bound to the node with its assignment, as the
+Binding leaves it, and waits for the plugin's watch to show it (the kubelet sees a pod at about the same
+time); the timed part is what the kubelet waits for: GetPreferredAllocation, then Allocate. No kubelet runs,
+so there is no PodResources API: the plugin finds the pod from its watch alone, and no pod is confirmed.
 """
 
 from __future__ import annotations
@@ -28,20 +31,17 @@ from device_plugin.resources import Resource
 from device_plugin.service import DevicePluginService
 from device_plugin.v1beta1 import api_pb2, api_pb2_grpc
 from scheduler.api.assignment import AssignedGPU, GPUAssignment
-from scheduler.api.bind_lock import BindLock
-from scheduler.api.keys import BIND_LOCK, GPU_ASSIGNMENT, GPU_SLICE_RESOURCE, MILLI_PER_GPU
+from scheduler.api.keys import GPU_ASSIGNMENT, GPU_SLICE_RESOURCE, MILLI_PER_GPU
 
 NAMESPACE = "default"
 
 
 def _local_control_plane(stack: ExitStack) -> Path:
-    """A throw-away real control plane (etcd, kube-apiserver, controller-manager) from a source checkout's
-    sandbox launcher and the binaries of scripts/build_control_plane.sh; returns its admin kubeconfig."""
-    try:
-        from scheduler.sandbox import assets
-        from scheduler.sandbox.controlplane import ControlPlane
-    except ImportError:
-        raise RuntimeError("no --kubeconfig given and the sandbox launcher is not installed") from None
+    """A throw-away real control plane (etcd, kube-apiserver, controller-manager) from the binaries of
+    scripts/build_control_plane.sh; returns its admin kubeconfig."""
+    from scheduler.sandbox import assets
+    from scheduler.sandbox.controlplane import ControlPlane
+
     try:
         folder = assets.require()
     except assets.AssetsMissing as exc:
@@ -64,10 +64,27 @@ def _summary(samples_s: list[float]) -> dict[str, float]:
     }
 
 
-def run_bench(
+def _pod(name: str, node: str, assignment: GPUAssignment) -> k8s.V1Pod:
+    """A fractional pod as the webhook and the Binding leave it: one slice, bound, with its assignment."""
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, annotations={GPU_ASSIGNMENT: assignment.to_annotation()}),
+        spec=k8s.V1PodSpec(
+            node_name=node,
+            scheduler_name="tessera",
+            containers=[
+                k8s.V1Container(
+                    name="main",
+                    image="cuda",
+                    resources=k8s.V1ResourceRequirements(limits={GPU_SLICE_RESOURCE: "1"}),
+                )
+            ],
+        ),
+    )
+
+
+def run_allocate_bench(
     *, pods: int, gpu_spec: str, kubeconfig: str | None, node_name: str, namespace: str = NAMESPACE
 ) -> dict[str, Any]:
-    result: dict[str, Any]
     from node_agent.nvml import open_backend
 
     if pods < 1:
@@ -85,9 +102,11 @@ def run_bench(
         gpus = inventory.gpus()
         if not gpus:
             raise ValueError(f"GPU spec {gpu_spec!r} has no GPUs")
-        allocator = Allocator(
-            node_name, inventory, KubePodCluster.connect(kubeconfig=config), lock_wait_s=1.0
-        )
+        watch = KubePodCluster.connect(kubeconfig=config).watch_node(node_name).start()
+        stack.callback(watch.stop)
+        if not watch.synced.wait(30):
+            raise RuntimeError(f"the pod watch of node {node_name} did not sync")
+        allocator = Allocator(node_name, inventory, watch, pod_wait_s=1.0)
         resource = Resource(GPU_SLICE_RESOURCE, "slice", MILLI_PER_GPU)
         plugin_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tdp-bench-")))
         endpoint = PluginEndpoint(
@@ -107,29 +126,12 @@ def run_bench(
                 node=node_name, gpus=[AssignedGPU(index=gpu.index, uuid=gpu.uuid, milli=milli)]
             )
             name = f"bench-{i}"
-            pod = core.create_namespaced_pod(
-                namespace,
-                k8s.V1Pod(
-                    metadata=k8s.V1ObjectMeta(
-                        name=name, annotations={GPU_ASSIGNMENT: assignment.to_annotation()}
-                    ),
-                    spec=k8s.V1PodSpec(
-                        node_name=node_name,
-                        scheduler_name="tessera",
-                        containers=[
-                            k8s.V1Container(
-                                name="main",
-                                image="cuda",
-                                # as the webhook leaves a fractional pod: one slice
-                                resources=k8s.V1ResourceRequirements(limits={GPU_SLICE_RESOURCE: "1"}),
-                            )
-                        ],
-                    ),
-                ),
-            )
-            assert pod.metadata is not None and pod.metadata.uid is not None
-            lock = BindLock.for_pod(namespace, name, pod.metadata.uid).to_annotation()
-            core.patch_node(node_name, {"metadata": {"annotations": {BIND_LOCK: lock}}})
+            created = core.create_namespaced_pod(namespace, _pod(name, node_name, assignment))
+            assert created.metadata is not None and created.metadata.uid is not None
+            uid = created.metadata.uid
+            deadline = time.monotonic() + 10
+            while watch.get(uid) is None and time.monotonic() < deadline:
+                watch.wait_change(watch.version, 0.1)
             available = [f"{g.uuid}::{k}" for g in gpus for k in range(i // len(gpus), i // len(gpus) + 2)]
 
             t0 = time.perf_counter()
@@ -157,10 +159,7 @@ def run_bench(
             got = resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
             if got != gpu.uuid or resource.gpu_uuid(ids[0]) != gpu.uuid:
                 raise RuntimeError(f"pod {name}: got GPU {got} (slice {ids[0]}), assigned {gpu.uuid}")
-        node = core.read_node(node_name)
-        if node.metadata is None or BIND_LOCK in (node.metadata.annotations or {}):
-            raise RuntimeError("the last bind lock was not released")
-        result = {
+        return {
             "pods_on_node": pods,
             "gpus": gpu_spec,
             "fraction_per_pod": milli / MILLI_PER_GPU,
@@ -168,4 +167,3 @@ def run_bench(
             "allocate_ms": _summary(allocate_s),
             "get_preferred_allocation_ms": _summary(preferred_s),
         }
-    return result
