@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import functools
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,13 +46,29 @@ class GPUAssignment(BaseModel):
 
     @classmethod
     def from_annotation(cls, raw: str) -> GPUAssignment:
-        """Parse the annotation; raises ValueError with a one-line reason on malformed input."""
-        try:
-            return cls.model_validate(json.loads(raw))
-        except (json.JSONDecodeError, ValidationError, TypeError) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(f"annotation {GPU_ASSIGNMENT} is malformed: {first}") from None
+        """Parse the annotation; raises ValueError with a one-line reason on malformed input. The result
+        is immutable and shared: the same text read again (a relist reads each pod's twice: its place and
+        what it was admitted with) is parsed once."""
+        return _from_annotation(raw) if isinstance(raw, str) else cls._parse(raw)
+
+    @classmethod
+    def _parse(cls, raw: str) -> GPUAssignment:
+        try:  # pydantic's own JSON reader: 2x faster than json.loads and a validation of the result
+            return cls.model_validate_json(raw)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            first = errors[0] if errors else None
+            where = ".".join(str(x) for x in first["loc"]) if first and first["loc"] else ""
+            why = f"{where + ': ' if where else ''}{first['msg']}" if first else str(exc).splitlines()[0]
+            raise ValueError(f"annotation {GPU_ASSIGNMENT} is malformed: {why}") from None
+        except (TypeError, ValueError) as exc:  # not text at all
+            raise ValueError(f"annotation {GPU_ASSIGNMENT} is malformed: {type(exc).__name__}") from None
 
     @property
     def whole_gpus(self) -> bool:
         return bool(self.gpus) and all(g.milli == MILLI_PER_GPU for g in self.gpus)
+
+
+@functools.lru_cache(maxsize=256)
+def _from_annotation(raw: str) -> GPUAssignment:
+    return GPUAssignment._parse(raw)

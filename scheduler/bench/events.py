@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.api.assignment import AssignedGPU, GPUAssignment
-from scheduler.api.keys import GPU_ASSIGNMENT
+from scheduler.api.assignment import Admission, AssignedGPU, GPUAssignment
+from scheduler.api.keys import DEFAULT_QUEUE, GPU_ASSIGNMENT
+from scheduler.api.priority import resolve_priority
 from scheduler.bench.runner import backend_label, peak_rss_mib, settle_heap
 from scheduler.bench.workload import NODE_KINDS, PodShape, draw_shape, make_nodes, pod_object
 from scheduler.cache.cache import Cache
@@ -46,6 +47,9 @@ def running_pods(cfg: EventsConfig, nodes: list[Obj]) -> list[Obj]:
     mib = {model: m for model, m, _ in NODE_KINDS}
     pods: list[Obj] = []
     i = 0
+    priority, preemptible = resolve_priority(
+        pod_object("any", PodShape(1))["spec"]["priorityClassName"], None
+    )
     while len(pods) < cfg.pods:
         # Small CPU requests so that 30 pods fit a node (KAI's report: 35 pods per node on average).
         drawn = draw_shape(rng)
@@ -64,7 +68,12 @@ def running_pods(cfg: EventsConfig, nodes: list[Obj]) -> list[Obj]:
         name = node["metadata"]["name"]
         gpus = [AssignedGPU(index=j, uuid=f"GPU-{name}-{j}", milli=m, memory_mib=m * per_gpu // 1000)
                 for j, m in zip(slots, want, strict=True)]  # fmt: skip
-        obj["metadata"]["annotations"][GPU_ASSIGNMENT] = GPUAssignment(node=name, gpus=gpus).to_annotation()
+        # As Tessera writes it: with what the pod was admitted with (a restarted scheduler pins its job to it).
+        admitted = Admission(queue=DEFAULT_QUEUE, job=f"pod:{obj['metadata']['namespace']}/{obj['metadata']['name']}",
+                             priority=priority, preemptible=preemptible)  # fmt: skip
+        obj["metadata"]["annotations"][GPU_ASSIGNMENT] = GPUAssignment(
+            node=name, gpus=gpus, admitted=admitted
+        ).to_annotation()
         obj["spec"]["nodeName"] = name
         obj["status"] = {"phase": "Running"}
         pods.append(obj)

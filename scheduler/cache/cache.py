@@ -24,6 +24,7 @@ from scheduler.api.queue import Queue
 from scheduler.api.topology import Topology
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.error_log import ErrorLog
+from scheduler.cache.gc_pause import paused_gc
 from scheduler.cache.handoff import Handoff, HandoffRule
 from scheduler.cache.inflight import InFlight
 from scheduler.cache.job_index import JobIndex
@@ -65,7 +66,8 @@ class Cache:
         return cls(ledger=ledger, mirror=mirror, error_log=errors)
 
     def apply(self, events: list[WatchEvent]) -> None:
-        self.mirror.apply(events)
+        with paused_gc(len(events)):
+            self.mirror.apply(events)
 
     @property
     def handoff(self) -> Handoff:

@@ -29,6 +29,7 @@ from scheduler.api.keys import DEFAULT_QUEUE, GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
 from scheduler.cache.containment import RETRIED, Quarantined, failure, retry_after
+from scheduler.cache.gc_pause import paused_gc
 from scheduler.cache.ledger import Holding, HoldKind, Ledger, Owner, same_charge
 from scheduler.model.jobs import Job, build_job, is_job_member, job_facts, job_key
 from scheduler.model.types import PodInfo, PodPhase
@@ -41,7 +42,9 @@ _CHARGED = (HoldKind.BOUND, HoldKind.ASSUMED)  # a releasing victim counts for n
 
 def usage_of(h: Holding) -> Usage:
     pl = h.placement
-    return (sum(g.milli for g in pl.gpus), pl.cpu_milli, pl.memory_mib)
+    gpus = pl.gpus
+    milli = gpus[0].milli if len(gpus) == 1 else sum(g.milli for g in gpus)  # one GPU: most pods
+    return (milli, pl.cpu_milli, pl.memory_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +82,12 @@ class QueueUsage:
             if h is None or h.owner is None or h.kind not in _CHARGED:  # pods only, assumed too
                 continue
             books = (self.all, self.nonpreemptible) if h.owner.nonpreemptible else (self.all,)
+            milli, cpu, mem = usage_of(h)
             for book in books:
                 acc = book.setdefault(h.owner.queue, [0, 0, 0])
-                for i, v in enumerate(usage_of(h)):
-                    acc[i] += sign * v
+                acc[0] += sign * milli
+                acc[1] += sign * cpu
+                acc[2] += sign * mem
 
     def by_queue(self, *, nonpreemptible: bool = False) -> dict[str, Usage]:
         book = self.nonpreemptible if nonpreemptible else self.all
@@ -172,7 +177,13 @@ class JobIndex:
         for key, q in list(self.quarantined.items()):
             if q.until <= self.generation:  # its backoff is over: try it again
                 self._dirty[key] = None
-        for key in list({**self._dirty, **self._active}):
+        with paused_gc(len(self._dirty) + len(self._active)):
+            self._rebuild(list({**self._dirty, **self._active}))
+        self._dirty.clear()
+        return [job for key, job in self._jobs.items() if not self._left_out(key)]
+
+    def _rebuild(self, keys: list[str]) -> None:
+        for key in keys:
             members = self._members.get(key)
             if not members:
                 self._members.pop(key, None)
@@ -206,12 +217,19 @@ class JobIndex:
                 self._active[key] = None
             else:
                 self._active.pop(key, None)
-        self._dirty.clear()
-        return [job for key, job in self._jobs.items() if not self._left_out(key)]
 
     def _left_out(self, key: str) -> bool:
         q = self.quarantined.get(key)
         return q is not None and q.until > self.generation
+
+    def admitted_as(self, admission: Admission) -> None:
+        """What the assignment of a pod first seen running records of its job's admission (a restarted
+        scheduler reads each one once, at the relist), for `_pin`; what this scheduler built the job with
+        comes first."""
+        if admission.job not in self._jobs and admission.job not in self._admitted:
+            self._admitted[admission.job] = Admitted(
+                admission.queue, admission.priority, admission.preemptible
+            )
 
     def _pin(self, job: Job) -> Job:
         """A running job keeps the queue, priority and preemptibility it was admitted with: those of the
@@ -227,6 +245,8 @@ class JobIndex:
         if pinned.queue not in self.queues and pinned.queue != DEFAULT_QUEUE:
             pinned = replace(pinned, queue=DEFAULT_QUEUE)
         self._admitted[job.key] = pinned
+        if (job.queue, job.priority, job.preemptible) == (pinned.queue, pinned.priority, pinned.preemptible):
+            return job  # as admitted (the common case: a relist builds every running job)
         return replace(job, queue=pinned.queue, priority=pinned.priority, preemptible=pinned.preemptible)
 
     def _admission(self, job: Job, running: list[PodInfo]) -> Admitted:

@@ -428,12 +428,16 @@ class ClusterMirror:
         """A pod first seen running (a restarted scheduler) is in the job its assignment records, whatever
         its pod-group annotation says now."""
         admission = admitted_with(pod)
-        if admission is None or admission.job == job_key(pod):
+        if admission is None:
             return pod
-        group = None if admission.job.startswith("pod:") else admission.job
-        if group is not None and not group.startswith(f"{pod.namespace}/"):
-            return pod  # not a group of its namespace: not ours to believe
-        return replace(pod, group=group)
+        if admission.job != job_key(pod):
+            group = None if admission.job.startswith("pod:") else admission.job
+            if group is not None and not group.startswith(f"{pod.namespace}/"):
+                return pod  # not a group of its namespace: not ours to believe
+            pod = replace(pod, group=group)
+        if job_key(pod) == admission.job:  # read once here: its job is pinned to it without reading again
+            self.index.admitted_as(admission)
+        return pod
 
     def forget_pod(self, uid: str) -> None:
         for waiting in self.awaiting_node.values():

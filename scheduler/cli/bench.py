@@ -14,7 +14,7 @@ from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
 from scheduler.bench.topology import TopologySpec, run_with_peer
 from scheduler.bench.workload import CORES_PER_GPU, mean_demand
-from scheduler.cli import bench_e2e
+from scheduler.cli import bench_e2e, bench_failover
 from scheduler.placement.registry import DEFAULT_POLICY, policy_names
 from scheduler.state.backend import BACKENDS, BackendError
 
@@ -298,4 +298,5 @@ def register(app: typer.Typer) -> None:
         typer.echo(json.dumps(result, indent=2))
 
     bench_e2e.register(bench_app)
+    bench_failover.register(bench_app)
     app.add_typer(bench_app, name="bench", short_help=short)

@@ -127,14 +127,16 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def _strings(value: object, what: str) -> dict[str, str]:
+    if not value and (value is None or type(value) is dict):
+        return {}  # most pods have no node selector, many no labels
     return {str(k): str(v) for k, v in _mapping(value, what).items()}
 
 
 def _meta(obj: Obj) -> Obj:
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):  # (the ABC check is slow: dicts first)
         raise InvalidObject(f"an object must be a map, not a {type(obj).__name__}")
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping) or not meta.get("name"):
+    if (type(meta) is not dict and not isinstance(meta, Mapping)) or not meta.get("name"):
         raise InvalidObject(f"{obj.get('kind', 'object')} without metadata.name")
     return meta
 
@@ -276,6 +278,46 @@ def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
     return requests, limits
 
 
+# Pods repeat a few resource declarations (a Deployment's replicas, a Job's pods, a relist of them all):
+# their effective figures are computed once per distinct declaration. The key is the text of exactly what
+# `pod_resources` reads (`repr` tells "1" from 1 and True, as the parser does); one that is refused is
+# never kept (its message names the pod's container).
+Resources = tuple[Mapping[str, Decimal], Mapping[str, Decimal]]
+_RESOURCES_MEMO: dict[str, Resources] = {}
+_RESOURCES_MEMO_MAX = 4096
+
+
+def _resources_key(spec: Obj) -> str | None:
+    """What `pod_resources` reads of `spec`, as text; None when its containers are not a list of maps."""
+    containers = spec.get("containers")
+    init = spec.get("initContainers")
+    if type(containers) is not list or (init is not None and type(init) is not list):
+        return None
+    try:
+        return repr((
+            [(c.get("resources"), c.get("restartPolicy")) for c in containers],
+            [(c.get("resources"), c.get("restartPolicy")) for c in init or ()],
+            init is None, spec.get("resources"), spec.get("overhead"),
+        ))  # fmt: skip
+    except (TypeError, AttributeError):  # a container that is not a map: pod_resources says why
+        return None
+
+
+def pod_resources_shared(spec: Obj) -> Resources:
+    """`pod_resources`, shared between pods that declare the same resources: read-only maps."""
+    key = _resources_key(spec)
+    if key is None:
+        return pod_resources(spec)
+    found = _RESOURCES_MEMO.get(key)
+    if found is None:
+        requests, limits = pod_resources(spec)
+        found = (MappingProxyType(requests), MappingProxyType(limits))
+        if len(_RESOURCES_MEMO) >= _RESOURCES_MEMO_MAX:
+            _RESOURCES_MEMO.clear()  # a cluster of that many distinct declarations: start again
+        _RESOURCES_MEMO[key] = found
+    return found
+
+
 def scalar_requests(requests: Mapping[str, Decimal]) -> tuple[tuple[str, int], ...]:
     """The requests without a field of their own (ephemeral-storage, hugepages, extended resources), as
     integers (a quantity's Value(), rounded up, as kube-scheduler counts them), by name; zeros left out."""
@@ -295,7 +337,7 @@ def timestamp_s(raw: object) -> float | None:
         if isinstance(raw, datetime):
             return raw.timestamp()
         if isinstance(raw, str) and raw:
-            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+            return datetime.fromisoformat(raw).timestamp()  # (3.11 reads the API server's "Z" itself)
     except (ValueError, OverflowError, OSError):
         pass
     return None
@@ -305,7 +347,9 @@ def started_s(obj: Obj) -> float | None:
     """When the pod started (status.startTime, set by the kubelet once it accepted the pod); None before.
     Minimum runtimes are measured from it (docs/min-runtime.md)."""
     status = obj.get("status")
-    return timestamp_s(status.get("startTime")) if isinstance(status, Mapping) else None
+    return (
+        timestamp_s(status.get("startTime")) if type(status) is dict or isinstance(status, Mapping) else None
+    )
 
 
 def _phase(obj: Obj) -> PodPhase:
@@ -357,6 +401,25 @@ def _grace_s(spec: Obj) -> float:
     return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0 else 30.0
 
 
+# Tolerations repeat across pods (every pod has the API server's not-ready and unreachable ones): one
+# shared, immutable `Toleration` per distinct one, instead of two new objects a pod.
+_TOLERATIONS: dict[tuple[str, str, str, str], Toleration] = {}
+
+
+def _tolerations(raw: object) -> tuple[Toleration, ...]:
+    out = []
+    for t in _items(raw, "spec.tolerations"):
+        key = (str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+               str(t.get("effect") or ""))  # fmt: skip
+        found = _TOLERATIONS.get(key)
+        if found is None:
+            if len(_TOLERATIONS) >= 4096:
+                _TOLERATIONS.clear()
+            found = _TOLERATIONS[key] = Toleration(*key)
+        out.append(found)
+    return tuple(out)
+
+
 def parse_pod(
     obj: Obj,
     *,
@@ -399,7 +462,7 @@ def _parse_pod(
     cpu = mem = 0
     scalars: tuple[tuple[str, int], ...] = ()
     try:
-        requests, limits = pod_resources(spec)
+        requests, limits = pod_resources_shared(spec)
         cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
         mem = math.ceil(requests.get("memory", Decimal(0)) / MIB)
         scalars = scalar_requests(requests)
@@ -433,15 +496,8 @@ def _parse_pod(
         except InvalidSelector as exc:
             error = error or str(exc)
     models = gpu_models(selector, constraints)
-    tolerations = tuple(
-        Toleration(
-            key=str(t.get("key") or ""),
-            operator=str(t.get("operator") or "Equal"),
-            value=str(t.get("value") or ""),
-            effect=str(t.get("effect") or ""),
-        )
-        for t in _items(spec.get("tolerations"), "spec.tolerations")
-    )
+    raw_tolerations = spec.get("tolerations")
+    tolerations = _tolerations(raw_tolerations) if raw_tolerations else ()
     return PodInfo(
         uid=str(meta.get("uid") or f"{namespace}/{name}"),
         namespace=namespace,
@@ -485,7 +541,7 @@ def _has_constraints(spec: Obj) -> bool:
     if any(spec.get(f) for f in _CONSTRAINT_FIELDS):
         return True
     return any(
-        isinstance(c, Mapping) and c.get("ports")
+        (type(c) is dict or isinstance(c, Mapping)) and c.get("ports")
         for kind in ("containers", "initContainers")
         for c in (spec.get(kind) or ())
     )

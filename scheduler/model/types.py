@@ -79,7 +79,7 @@ class PodPhase(StrEnum):
     FAILED = "Failed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: 150,000 of them after a relist
 class PodInfo:
     """One pod as the watch shows it, parsed once (`scheduler/model/parse.py` makes every one). `error`
     holds why its request is invalid (then never placed).

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.model.parse import pod_resources
+from scheduler.model.parse import InvalidObject, pod_resources, pod_resources_shared
 
 
 def c(name: str, cpu: str, *, sidecar: bool = False) -> dict[str, Any]:
@@ -35,3 +35,26 @@ def c(name: str, cpu: str, *, sidecar: bool = False) -> dict[str, Any]:
 def test_effective_cpu_request(containers: list[Any], inits: list[Any], cpu: str) -> None:
     requests, _ = pod_resources({"containers": containers, "initContainers": inits})
     assert requests["cpu"] == Decimal(cpu)
+
+
+SPECS = [
+    {"containers": [c("app", "2")], "initContainers": [c("proxy", "1", sidecar=True)]},
+    {"containers": [c("app", "2")], "initContainers": [c("proxy", "1")]},  # the same, not a sidecar
+    {"containers": [{"name": "app", "resources": {"requests": {"cpu": 2}}}]},  # a number, not text
+    {"containers": [c("app", "2")], "overhead": {"cpu": "250m"}},
+    {"containers": [{"name": "app"}]},
+]
+
+
+def test_pods_declaring_the_same_resources_share_one_reading_and_differ_where_they_differ() -> None:
+    for spec in SPECS * 2:  # the second round is read from the memo
+        assert pod_resources_shared(spec) == pod_resources(spec)
+    assert pod_resources_shared(SPECS[0]) is pod_resources_shared({**SPECS[0]})
+    with pytest.raises(TypeError):
+        pod_resources_shared(SPECS[0])[0]["cpu"] = Decimal(1)  # type: ignore[index]  # read-only, shared
+
+
+def test_a_refused_declaration_is_refused_again_naming_each_pods_container() -> None:
+    for name in ("first", "second"):
+        with pytest.raises(InvalidObject, match=name):
+            pod_resources_shared({"containers": [{"name": name, "resources": {"requests": {"cpu": "lots"}}}]})

@@ -15,8 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.bench.e2e.config import E2EConfig
+from scheduler.bench.e2e.failover import run_failover_api
 from scheduler.bench.e2e.runner import run_compare, run_e2e
 from scheduler.bench.e2e.world import APISERVER_ARGS
+from scheduler.bench.failover import FailoverConfig
 from scheduler.cli.main import app
 from scheduler.sandbox import assets
 from scheduler.sandbox.controlplane import ControlPlane
@@ -105,3 +107,13 @@ def test_kube_scheduler_is_refused_fractions() -> None:
         app, ["bench", "e2e", "--scheduler", "kube-scheduler", "--fraction-share", "0.5"]
     )
     assert out.exit_code == 2 and "measured for Tessera only" in out.output
+
+
+def test_failover_the_new_scheduler_binds_the_next_pod_holding_what_the_killed_one_held(
+    bench_server: Path,
+) -> None:
+    r = run_failover_api(FailoverConfig(nodes=3, gpus_per_node=4, pods=30), kubeconfig=str(bench_server),
+                         timeout_s=120)  # fmt: skip
+    assert r["invariants_hold"], r["findings"]
+    assert r["queues"]["default/gpu"] == r["config"]["gpu_pods"] == 10  # 7/8 of the GPUs, rounded down
+    assert r["synced_s"] > 0 and r["first_bind_s"] > 0 and r["probe_node"]  # (readyz is polled: either first)

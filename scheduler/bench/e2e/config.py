@@ -21,6 +21,7 @@ class E2EConfig:
     scheduler: SchedulerKind = "tessera"
     fraction_share: float = 0.0  # share of the pods asking for `fraction` of one GPU (the others: 1 GPU)
     fraction: float = 0.5
+    cpu_only_share: float = 0.0  # share of the pods asking for no GPU (CPU and memory only)
     gang_size: int = 0  # > 1: every pod is a member of a gang of this size (one GPU each)
     rate: float = 0.0  # pods created per second; 0: as fast as the client can (a burst)
     preload: bool = False  # all pods created before the scheduler starts (a backlog to drain)
@@ -57,11 +58,12 @@ class E2EConfig:
         if self.affinity:  # a third of the pods ask for the model half the nodes have
             return min(self.pods, gpus, (gpus // 2) * 3)
         frac = round(self.pods * self.fraction_share) if self.gang_size <= 1 else 0
+        cpu_only = round(self.pods * self.cpu_only_share) if self.gang_size <= 1 else 0
         per_gpu = int(1 / self.fraction) if self.fraction > 0 else 1
-        whole = self.pods - frac
+        whole = self.pods - frac - cpu_only
         fits_whole = min(whole, gpus)
         left = gpus - fits_whole
-        return fits_whole + min(frac, left * per_gpu)
+        return cpu_only + fits_whole + min(frac, left * per_gpu)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -76,6 +78,8 @@ def check(cfg: E2EConfig) -> str | None:
         return "kube-scheduler places whole GPUs only: fractions and gangs are measured for Tessera only"
     if not 0 <= cfg.fraction_share <= 1:
         return f"--fraction-share must be between 0 and 1, got {cfg.fraction_share:g}"
+    if not 0 <= cfg.cpu_only_share <= 1 - cfg.fraction_share:
+        return "the shares of fractional and CPU-only pods must add up to at most 1"
     if not 0 < cfg.fraction < 1:
         return f"--fraction must be between 0 and 1 (exclusive), got {cfg.fraction:g}"
     if cfg.gang_size > 1 and cfg.pods % cfg.gang_size:

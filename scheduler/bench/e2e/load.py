@@ -41,12 +41,12 @@ class Item:
         return str(self.body["metadata"]["name"])
 
 
-def pod_body(cfg: E2EConfig, name: str, *, fraction: bool, group: str | None) -> Obj:
+def pod_body(cfg: E2EConfig, name: str, *, fraction: bool, group: str | None, cpu_only: bool = False) -> Obj:
     annotations: dict[str, str] = {}
     limits: dict[str, str] = {}
     if fraction:
         annotations[GPU_FRACTION] = f"{cfg.fraction:g}"
-    else:
+    elif not cpu_only:
         limits[WHOLE_GPU_RESOURCE] = "1"
     if group:
         annotations[POD_GROUP] = group
@@ -94,8 +94,8 @@ def affinity_pod(cfg: E2EConfig, i: int) -> Obj:
 
 
 def items(cfg: E2EConfig) -> Iterator[Item]:
-    """The pods in creation order; a gang's PodGroup just before its members. Fractional pods are spread
-    evenly through the whole-GPU ones."""
+    """The pods in creation order; a gang's PodGroup just before its members. Fractional and CPU-only pods
+    are spread evenly through the whole-GPU ones."""
     if cfg.affinity:
         for i in range(cfg.pods):
             yield Item("Pod", affinity_pod(cfg, i))
@@ -109,12 +109,15 @@ def items(cfg: E2EConfig) -> Iterator[Item]:
             for m in range(cfg.gang_size):
                 yield Item("Pod", pod_body(cfg, f"{group}-{m}", fraction=False, group=group))
         return
-    owed = 0.0
+    owed, owed_cpu = 0.0, 0.0
     for i in range(cfg.pods):
         owed += cfg.fraction_share
+        owed_cpu += cfg.cpu_only_share
         fraction = owed >= 1 - 1e-9
         owed -= 1.0 if fraction else 0.0
-        yield Item("Pod", pod_body(cfg, f"pod-{i:06d}", fraction=fraction, group=None))
+        cpu_only = not fraction and owed_cpu >= 1 - 1e-9
+        owed_cpu -= 1.0 if cpu_only else 0.0
+        yield Item("Pod", pod_body(cfg, f"pod-{i:06d}", fraction=fraction, group=None, cpu_only=cpu_only))
 
 
 @dataclass

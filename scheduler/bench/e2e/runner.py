@@ -47,7 +47,7 @@ def _self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _open_world(cfg: E2EConfig, say: Say) -> BenchWorld:
+def open_world(cfg: E2EConfig, say: Say) -> BenchWorld:
     world = BenchWorld(cfg)
     try:
         say("starting the control plane" if cfg.kubeconfig is None else "connecting to the API server")
@@ -67,7 +67,7 @@ def run_e2e(cfg: E2EConfig, progress: Say | None = None) -> dict[str, Any]:
     `fraction_to_whole` (the ratio of their pods/s)."""
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    world = _open_world(cfg, say)
+    world = open_world(cfg, say)
     try:
         setup_s = time.perf_counter() - t0
         if cfg.scheduler != "tessera" or cfg.fraction_share <= 0 or cfg.gang_size > 1:
@@ -109,7 +109,7 @@ def packing(assignments: dict[str, str]) -> dict[str, int]:
 def run_compare(cfg: E2EConfig, repeat: int = 1, progress: Say | None = None) -> dict[str, Any]:
     """kube-scheduler and Tessera in turn on the same control plane and nodes; the ratio of their pods/s."""
     say = progress or (lambda _msg: None)
-    world = _open_world(cfg, say)
+    world = open_world(cfg, say)
     runs: list[dict[str, Any]] = []
     try:
         for i in range(repeat):

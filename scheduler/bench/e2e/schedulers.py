@@ -62,7 +62,7 @@ class SchedulerProcess:
             argv.append("--whole-gpu-resource=")
         return argv
 
-    def start(self, timeout_s: float = 120.0) -> SchedulerProcess:
+    def start(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> SchedulerProcess:
         with self.log.open("ab") as out:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             self.proc = subprocess.Popen(self.argv(), stdout=out, stderr=subprocess.STDOUT,
@@ -79,7 +79,7 @@ class SchedulerProcess:
                 raise SchedulerDidNotStart(
                     f"{self.cfg.scheduler} not ready after {timeout_s:.0f} s: {self._tail()}"
                 )
-            time.sleep(0.1)
+            time.sleep(poll_s)
         return self
 
     def _ready(self) -> bool:
@@ -100,6 +100,19 @@ class SchedulerProcess:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def metrics(self) -> str:
+        """Tessera's /metrics text (Prometheus exposition)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            return str(r.read().decode())
+
+    def kill(self) -> None:
+        """SIGKILL, as a node failure or an OOM kill ends a leader: nothing is released or written."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
