@@ -12,12 +12,12 @@ from __future__ import annotations
 import threading
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 
-from device_plugin.podresources import api_pb2 as pr_pb2
-from device_plugin.podresources import api_pb2_grpc as pr_grpc
 from device_plugin.v1beta1 import api_pb2, api_pb2_grpc
+from scheduler.sandbox.podresources import PodResourcesServer
 
 
 class FakeKubelet(api_pb2_grpc.RegistrationServicer):
@@ -75,48 +75,26 @@ class FakeKubelet(api_pb2_grpc.RegistrationServicer):
         return api_pb2_grpc.DevicePluginStub(channel)
 
 
-class PodResourcesFake(pr_grpc.PodResourcesListerServicer):
+class PodResourcesFake:
     """The kubelet's PodResources API answering what the test says: `held[(namespace, name)]` is each
-    listed container's devices, per resource."""
+    listed container's devices, per resource. Served by the kubelet stand-in's server
+    (scheduler/sandbox/podresources.py), fed from this table instead of admitted pods."""
 
     def __init__(self, socket: Path) -> None:
         self.socket = socket
         self.held: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
-        self._server: grpc.Server | None = None
+        self._server = PodResourcesServer(socket, self._pods)
+
+    def _pods(self) -> list[tuple[dict[str, Any], dict[str, dict[str, list[str]]]]]:
+        return [
+            ({"metadata": {"namespace": ns, "name": name}, "spec": {"containers": [{"name": c} for c in held]}},
+             held)
+            for (ns, name), held in list(self.held.items())
+        ]  # fmt: skip
 
     def start(self) -> PodResourcesFake:
-        self.socket.parent.mkdir(parents=True, exist_ok=True)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        pr_grpc.add_PodResourcesListerServicer_to_server(self, server)
-        server.add_insecure_port(f"unix://{self.socket}")
-        server.start()
-        self._server = server
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(0).wait(5)
-            self._server = None
-
-    def _pod(self, key: tuple[str, str]) -> pr_pb2.PodResources:
-        containers = [
-            pr_pb2.ContainerResources(
-                name=name,
-                devices=[pr_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in by_r.items()],
-            )
-            for name, by_r in self.held[key].items()
-        ]
-        return pr_pb2.PodResources(namespace=key[0], name=key[1], containers=containers)
-
-    def List(
-        self, request: pr_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
-    ) -> pr_pb2.ListPodResourcesResponse:
-        return pr_pb2.ListPodResourcesResponse(pod_resources=[self._pod(k) for k in self.held])
-
-    def Get(
-        self, request: pr_pb2.GetPodResourcesRequest, context: grpc.ServicerContext
-    ) -> pr_pb2.GetPodResourcesResponse:
-        key = (request.pod_namespace, request.pod_name)
-        if key not in self.held:
-            context.abort(grpc.StatusCode.UNKNOWN, f"pod {key[1]} in namespace {key[0]} not found")
-        return pr_pb2.GetPodResourcesResponse(pod_resources=self._pod(key))
+        self._server.stop()
