@@ -28,7 +28,7 @@ from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.model.types import PodInfo
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload
 from scheduler.state.backend import to_numpy
-from scheduler.state.demand import PodDemand, demand_for
+from scheduler.state.demand import PodDemand, size_of
 from scheduler.state.node_arrays import NodeArrays
 
 MIN_PODS = 64  # distinct pods seen before the workload is trusted
@@ -73,7 +73,7 @@ class WorkloadLearner:
             pod = pods[uid]
             if pod.error is not None or not pod.ours:
                 continue
-            d = demand_for(pod)
+            d = size_of(pod)  # (not demand_for: only its size is counted)
             if d.gpu_mib:
                 if d.models not in mib_per_gpu:
                     mib_per_gpu[d.models] = _median_gpu_mib(state, d.models)
