@@ -108,9 +108,10 @@ def _picture(cache: Cache) -> dict[str, Any]:
     return {
         "arrays": {a: state.host(getattr(state, a)).tolist() for a in ARRAYS},
         "blocked": dict(state.blocked),
-        "holdings": {name: {k: (h.kind, h.placement, h.owner) for k, h in table.items()}
-                     for name, table in (("pods", ledger.pods), ("releasing", ledger.releasing),
-                                         ("reserved", ledger.reserved))},  # fmt: skip
+        "holdings": [
+            {k: (h.kind, h.placement, h.owner) for k, h in table.items()}
+            for table in (ledger.pods, ledger.releasing, ledger.reserved)
+        ],
         "usage": (cache.index.usage.by_queue(), cache.index.usage.by_queue(nonpreemptible=True)),
         "pods": dict(cache.pods),
         "jobs": {j.key: j for j in cache.index.jobs()},
@@ -147,8 +148,14 @@ def test_a_relist_in_one_batch_leaves_the_state_events_one_at_a_time_leave(monke
         assert fast[part] == slow[part], part
     # The world has what it claims: fractions, whole GPUs, a gang, foreign and broken pods.
     assert any("malformed" in e for e in fast["errors"]) and any("elsewhere" in e for e in fast["errors"])
-    assert "uid-overcommits" in fast["uncharged"] and "uid-frac-n3" in {u for v in fast["unsized"].values() for u in v}
-    assert "uid-foreign-n3" in fast["holdings"]["pods"] and "uid-foreign" in fast["uncharged"] and "ns/g" in fast["jobs"]
+    assert "uid-overcommits" in fast["uncharged"] and "uid-frac-n3" in {
+        u for v in fast["unsized"].values() for u in v
+    }
+    assert (
+        "uid-foreign-n3" in fast["holdings"][0]
+        and "uid-foreign" in fast["uncharged"]
+        and "ns/g" in fast["jobs"]
+    )
     assert fast["usage"][0]["a"][0] > 0 and fast["usage"][0]["b"][0] > 0
 
 
