@@ -136,6 +136,9 @@ class _NoStrings(dict[str, str]):
 
     __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[type[dict[str, str]], tuple[()]]:
+        return dict, ()  # a copy (copy, deepcopy, pickle) is a plain map of its own: writable
+
 
 NO_STRINGS: dict[str, str] = _NoStrings()
 
