@@ -23,7 +23,32 @@ SHARED_SANDBOXES = {
 _GROUP_OF = {module: fixture for fixture, modules in SHARED_SANDBOXES.items() for module in modules}
 
 
+# An xdist worker starts with COLUMNS=80 and LINES=24 in its environment, which the CLI's tables honour
+# (scheduler/api/cli.py: output_console): the workers get the controller's values (or none) instead.
+_TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["tessera_terminal_env"] = {name: os.environ.get(name) for name in _TERMINAL_ENV}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    values = getattr(config, "workerinput", {}).get("tessera_terminal_env", {})
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+# The folders of the longest modules (real kubelets, documented commands run as written, property runs):
+# they run first, so that no worker is left alone with one of them at the end.
+_LONG_FIRST = ("tests/sandbox/", "tests/docs/", "tests/property/")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(_LONG_FIRST))  # stable: same order on every worker
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         for fixture in SHARED_SANDBOXES:
@@ -41,6 +66,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     session sandbox together. Session fixtures such as the control plane start once per worker; tests
     isolate themselves by namespace. (xdist's own `loadgroup` marks do not survive pytest 9's node ids.)"""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # the collection's order (long modules first), not by test count
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
