@@ -81,7 +81,7 @@ def try_place_job(
         t1 = time.perf_counter()
         session.add_time("scoring", t1 - t0)
         better = handoff.place(session, d, pl) if handoff is not None else None
-        if better is not None:
+        if better is not None and handoff is not None:
             pl, behind = better
             if behind:
                 tx.queue_behind(pod, f.job, pl)

@@ -7,8 +7,9 @@ the queue rules the actions check always see the cycle's changes so far.
 The actions place through the session (`place`, `place_one`, `feasible`), which leaves out the nodes a GPU
 pod may not use now without writing anything into the cluster state: a node where a pod bound by us waits
 for the device plugin's Allocate takes no other pod the plugin must recognise (`scheduler/cache/handoff.py`:
-the next goes to the best other node), and a node whose place could not be taken back after a failed
-action takes no GPU pod for the rest of the cycle.
+the next goes to the best other node, or queues behind that pod where every other place would start an
+unused GPU: `fill_first`), and a node whose place could not be taken back after a failed action takes no
+GPU pod for the rest of the cycle.
 """
 
 from __future__ import annotations

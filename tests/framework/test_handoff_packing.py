@@ -63,7 +63,9 @@ def drain(stub: AsyncStub, sched: Scheduler, order: Order, seed: int, pods: int)
 
 @pytest.mark.parametrize("order", sorted(ORDERS))
 @pytest.mark.parametrize(("pods", "nodes"), [(8, 3), (11, 4), (12, 6)])
-def test_halves_end_two_to_a_gpu_whatever_order_the_marks_arrive_in(order: str, pods: int, nodes: int) -> None:
+def test_halves_end_two_to_a_gpu_whatever_order_the_marks_arrive_in(
+    order: str, pods: int, nodes: int
+) -> None:
     for seed in range(4):
         stub, sched = world(*(half(f"h{i:02d}") for i in range(pods)), handoff=HandoffRule(), nodes=nodes)
         used = [u for u in drain(stub, sched, ORDERS[order], seed, pods) if u]
@@ -80,7 +82,9 @@ def test_a_fraction_queued_behind_the_plugin_is_bound_as_soon_as_its_node_is_fre
     assert sorted(stub.asked) == ["a"]
     b = next(p for p in sched.cache.pods.values() if p.name == "b")
     why = first.reasons[b.uid]
-    assert why.reason is Reason.WAITING_FOR_DEVICE_PLUGIN and "q/a" in why.message and "reserved" in why.message
+    assert (
+        why.reason is Reason.WAITING_FOR_DEVICE_PLUGIN and "q/a" in why.message and "reserved" in why.message
+    )
     state = sched.cache.state
     assert int(state.host(state.free_milli)[0, 0]) == 0  # b's half is charged where it queued
     stub.answer("a", started=False)
