@@ -75,6 +75,7 @@ def test_fractions_cost_a_binding_and_the_plugins_mark_and_are_measured_against_
     assert r["client_requests"]["device_plugin_standin"] == 8 and r["api_requests"]["PATCH pods"] == 1.0
     assert r["bind_requests_per_pod"] == 2.0 and r["whole_gpu_run"]["bind_requests_per_pod"] == 1.0
     assert r["packing"]["gpus_used"] == 4 and r["packing"]["gpus_partly_used"] == 0, r["packing"]
+    assert r["handoff"]["turns_per_node_max"] >= 2 and r["handoff"]["marked_to_next_bound_p50_s"] > 0
     whole = r["whole_gpu_run"]
     assert whole["bound"] == 6 and whole["packing"]["gpus_used"] == 6  # 8 whole pods, 6 GPUs
     assert r["fraction_to_whole"] == round(r["pods_per_s"] / whole["pods_per_s"], 3)
