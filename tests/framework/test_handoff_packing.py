@@ -87,6 +87,7 @@ def test_a_fraction_queued_behind_the_plugin_is_bound_as_soon_as_its_node_is_fre
     )
     state = sched.cache.state
     assert int(state.host(state.free_milli)[0, 0]) == 0  # b's half is charged where it queued
+    assert sched.queued_behind_plugin()  # (a mark ends the pause between cycles: kube/runner.py)
     stub.answer("a", started=False)
     again = cycle(stub, sched)
     assert not stub.asked and again.reasons[b.uid].reason is Reason.WAITING_FOR_DEVICE_PLUGIN
@@ -94,3 +95,4 @@ def test_a_fraction_queued_behind_the_plugin_is_bound_as_soon_as_its_node_is_fre
     cycle(stub, sched)
     assert sorted(stub.asked) == ["b"] and stub.asked["b"][1].node == "n0"
     assert [g.index for g in stub.asked["b"][1].gpus] == [0]
+    assert not sched.queued_behind_plugin()
