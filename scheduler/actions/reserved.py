@@ -122,11 +122,12 @@ class BindReserved:
         tx = Transaction(session, first.action)
         for pod, job, key, res in members:
             ledger.unreserve(key)
-            message = (
-                f"moved here to make room for {res.beneficiary}"
-                if res.uid is None
-                else "its victims are gone"
-            )
+            if res.uid is None:
+                message = f"moved here to make room for {res.beneficiary}"
+            elif res.handoff:
+                message = "the device plugin has allocated the pod bound before it on this node"
+            else:
+                message = "its victims are gone"
             tx.place(pod, job, res.placement, message)
         outcome = tx.commit(cluster)
         for pod in outcome.bound:  # (pipelined again, behind pods evicted since: the transaction says so)

@@ -96,3 +96,7 @@ def test_a_fraction_queued_behind_the_plugin_is_bound_as_soon_as_its_node_is_fre
     assert sorted(stub.asked) == ["b"] and stub.asked["b"][1].node == "n0"
     assert [g.index for g in stub.asked["b"][1].gpus] == [0]
     assert not sched.queued_behind_plugin()
+    stub.answer("b", started=False)
+    told = cycle(stub, sched)
+    (scheduled,) = [e for e in told.events if e["type"] == "Scheduled"]
+    assert scheduled["pod"] == "q/b" and "device plugin has allocated" in scheduled["message"]
