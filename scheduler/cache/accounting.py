@@ -100,15 +100,22 @@ def sized(state: ClusterState, placement: Placement) -> Placement:
     return replace(placement, gpus=shares)
 
 
+def whole_gpus_taken(pod: PodInfo) -> int:
+    """How many whole GPUs `from_request` takes for the pod: none for a pod that asks none, an invalid one,
+    or a fractional one (without an assignment it was not placed by us: no GPU share is counted). With
+    none, its placement does not depend on the arrays."""
+    if pod.error or pod.request.is_fractional or pod.request.kind != "whole":
+        return 0
+    return pod.request.num_devices
+
+
 def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
     """Whole GPUs on the node's free slots for a pod without an assignment; None when too few are free."""
-    n = pod.request.num_devices if pod.request.kind == "whole" else 0
-    if pod.error or pod.request.is_fractional:
-        n = 0  # a fractional pod without an assignment was not placed by us: count no GPU share
+    n = whole_gpus_taken(pod)
     free = [
         j for j in range(state.max_gpus)
         if bool(state.present[row, j]) and int(state.free_milli[row, j]) == MILLI_PER_GPU
-    ]  # fmt: skip
+    ] if n else []  # fmt: skip
     if len(free) < n:
         return None
     shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])

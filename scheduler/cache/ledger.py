@@ -80,7 +80,8 @@ class UsageListener(Protocol):
 
 class PodListener(Protocol):
     def moved(self, key: str, old: Holding | None, new: Holding | None) -> None:
-        """What `key` (a pod's uid, or a reserved place's namespace/name) holds was replaced."""
+        """What `key` (a pod's uid, or a reserved place's namespace/name) holds was replaced (a holding
+        only re-owned, the same place and kind, is not told: `Ledger.reown`)."""
         ...
 
 
@@ -112,10 +113,12 @@ class Ledger:
 
     # --------------------------------------------------------------------------------- the primitive
     def _swap(
-        self, table: dict[str, Holding], key: str, new: Holding | None, *, arrays: bool = True
-    ) -> Holding | None:
+        self, table: dict[str, Holding], key: str, new: Holding | None, *, arrays: bool = True,
+        moved: bool = True,
+    ) -> Holding | None:  # fmt: skip
         """Replace what `key` holds with `new`: arrays, table and listeners together; journalled while a
-        transaction is open. Raises OvercommitError (changing nothing) when `new` does not fit."""
+        transaction is open. Raises OvercommitError (changing nothing) when `new` does not fit. `moved=False`:
+        only its owner changes (same place, same kind), which the pod listeners do not read."""
         old = table.get(key)
         was = old.placement if old is not None and old.kind.in_arrays else None
         now = new.placement if new is not None and new.kind.in_arrays else None
@@ -137,8 +140,9 @@ class Ledger:
             self._journal.append((table, key, old))
         for listener in self._listeners:
             listener.changed(old, new)
-        for pod_listener in self._pod_listeners:
-            pod_listener.moved(key, old, new)
+        if moved:
+            for pod_listener in self._pod_listeners:
+                pod_listener.moved(key, old, new)
         return old
 
     def _write(self, placement: Placement, sign: int, key: str) -> None:
@@ -252,7 +256,9 @@ class Ledger:
         if (
             old is not None and old.owner != owner
         ):  # (the constructor: `replace` costs 3x, 150,000 x a relist)
-            self._swap(self.pods, uid, Holding(old.kind, old.placement, owner, old.reservation))
+            # Where it is and how (placement, kind) stay: the pod listeners have nothing to recount (the first
+            # session after a relist re-owns every running pod).
+            self._swap(self.pods, uid, Holding(old.kind, old.placement, owner, old.reservation), moved=False)
 
     def reserve(self, res: Reservation) -> None:
         """Keep `res.placement` for the pod `res.pod_key` being moved. Raises OvercommitError."""

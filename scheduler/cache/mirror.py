@@ -34,6 +34,7 @@ from scheduler.cache.accounting import (
     from_request,
     sized,
     unsized,
+    whole_gpus_taken,
 )
 from scheduler.cache.bind_echo import bind_echo
 from scheduler.cache.cluster import WatchEvent
@@ -481,6 +482,10 @@ class ClusterMirror:
             unreadable = str(exc)
             placement = None
         else:
+            if placement is None and defer and not whole_gpus_taken(pod):
+                # No GPU to find (a CPU-only pod: we write no assignment for those): deferred too, so a
+                # relist of many is not written to the arrays one batch per pod.
+                placement = from_request(self.state, pod, row)
             if placement is not None and defer:
                 self._deferred[pod.uid] = (pod, placement)
                 return

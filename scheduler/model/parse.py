@@ -283,7 +283,10 @@ def pod_resources(spec: Obj) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
 # `pod_resources` reads (`repr` tells "1" from 1 and True, as the parser does); one that is refused is
 # never kept (its message names the pod's container).
 Resources = tuple[Mapping[str, Decimal], Mapping[str, Decimal]]
-_RESOURCES_MEMO: dict[str, Resources] = {}
+# What the parser takes from a pod's resources: CPU millicores, memory MiB, the other requests (`scalars`),
+# the whole-GPU limit.
+Sizes = tuple[int, int, tuple[tuple[str, int], ...], Decimal | None]
+_RESOURCES_MEMO: dict[str, tuple[Resources, Sizes]] = {}
 _RESOURCES_MEMO_MAX = 4096
 
 
@@ -303,19 +306,27 @@ def _resources_key(spec: Obj) -> str | None:
         return None
 
 
-def pod_resources_shared(spec: Obj) -> Resources:
-    """`pod_resources`, shared between pods that declare the same resources: read-only maps."""
+def _declared(spec: Obj) -> tuple[Resources, Sizes]:
+    """`pod_resources` and the sizes read from it, shared between pods that declare the same resources."""
     key = _resources_key(spec)
-    if key is None:
-        return pod_resources(spec)
-    found = _RESOURCES_MEMO.get(key)
+    found = _RESOURCES_MEMO.get(key) if key is not None else None
     if found is None:
         requests, limits = pod_resources(spec)
-        found = (MappingProxyType(requests), MappingProxyType(limits))
-        if len(_RESOURCES_MEMO) >= _RESOURCES_MEMO_MAX:
-            _RESOURCES_MEMO.clear()  # a cluster of that many distinct declarations: start again
-        _RESOURCES_MEMO[key] = found
+        sizes = (
+            math.ceil(requests.get("cpu", Decimal(0)) * 1000), math.ceil(requests.get("memory", Decimal(0)) / MIB),
+            scalar_requests(requests), limits.get(WHOLE_GPU_RESOURCE),
+        )  # fmt: skip
+        found = ((MappingProxyType(requests), MappingProxyType(limits)), sizes)
+        if key is not None:
+            if len(_RESOURCES_MEMO) >= _RESOURCES_MEMO_MAX:
+                _RESOURCES_MEMO.clear()  # a cluster of that many distinct declarations: start again
+            _RESOURCES_MEMO[key] = found
     return found
+
+
+def pod_resources_shared(spec: Obj) -> Resources:
+    """`pod_resources`, shared between pods that declare the same resources: read-only maps."""
+    return _declared(spec)[0]
 
 
 def scalar_requests(requests: Mapping[str, Decimal]) -> tuple[tuple[str, int], ...]:
@@ -462,15 +473,12 @@ def _parse_pod(
     cpu = mem = 0
     scalars: tuple[tuple[str, int], ...] = ()
     try:
-        requests, limits = pod_resources_shared(spec)
-        cpu = math.ceil(requests.get("cpu", Decimal(0)) * 1000)
-        mem = math.ceil(requests.get("memory", Decimal(0)) / MIB)
-        scalars = scalar_requests(requests)
+        cpu, mem, scalars, whole = _declared(spec)[1]
         request = _gpu_request(
             annotations.get(GPU_FRACTION),
             annotations.get(GPU_MEMORY),
             annotations.get(GPU_FRACTION_NUM_DEVICES),
-            limits.get(WHOLE_GPU_RESOURCE),
+            whole,
             max_gpu_memory_mib,
         )
     except (InvalidGPURequest, InvalidObject) as exc:

@@ -28,12 +28,13 @@ from scheduler.api.keys import MILLI_PER_GPU
 from scheduler.model.types import PodInfo
 from scheduler.placement.workload import DEFAULT_COVERAGE, TaskType, TypicalWorkload
 from scheduler.state.backend import to_numpy
-from scheduler.state.demand import PodDemand, demand_for
+from scheduler.state.demand import PodDemand, size_of
 from scheduler.state.node_arrays import NodeArrays
 
 MIN_PODS = 64  # distinct pods seen before the workload is trusted
 WINDOW = 4096  # the workload is that of the most recent pods seen
 RELEARN_EVERY = 512  # new pods between two workloads, once past MIN_PODS x 2^k
+SAMPLES_KEPT = 4096  # distinct pod sizes remembered
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class WorkloadLearner:
     _known: set[str] = field(default_factory=set, init=False, repr=False)
     _recent: deque[_Sample] = field(default_factory=deque, init=False, repr=False)
     _counts: Counter[TaskType] = field(default_factory=Counter, init=False, repr=False)
+    _samples: dict[tuple[int, int, int, int, frozenset[str] | None], _Sample] = field(
+        default_factory=dict, init=False, repr=False
+    )
     _memory: float = field(default=0.0, init=False, repr=False)  # sums over the GPU pods in the window
     _gpus: float = field(default=0.0, init=False, repr=False)
     _seen: int = field(default=0, init=False, repr=False)  # pods counted, in all
@@ -73,7 +77,7 @@ class WorkloadLearner:
             pod = pods[uid]
             if pod.error is not None or not pod.ours:
                 continue
-            d = demand_for(pod)
+            d = size_of(pod)  # (not demand_for: only its size is counted)
             if d.gpu_mib:
                 if d.models not in mib_per_gpu:
                     mib_per_gpu[d.models] = _median_gpu_mib(state, d.models)
@@ -92,7 +96,15 @@ class WorkloadLearner:
         return TypicalWorkload(base.types, base.popularity, memory)
 
     def _add(self, d: PodDemand) -> None:
-        sample = _Sample(TaskType.of(d), d.memory_mib, d.num_gpus * d.gpu_milli / MILLI_PER_GPU)
+        # Pods repeat a few sizes: one sample per size (immutable, shared), not a TaskType and a sample a pod
+        # (a restarted scheduler counts every running pod).
+        key = (d.cpu_milli, d.memory_mib, d.num_gpus, d.gpu_milli, d.models)
+        sample = self._samples.get(key)
+        if sample is None:
+            if len(self._samples) >= SAMPLES_KEPT:
+                self._samples.clear()
+            sample = _Sample(TaskType.of(d), d.memory_mib, d.num_gpus * d.gpu_milli / MILLI_PER_GPU)
+            self._samples[key] = sample
         self._recent.append(sample)
         self._counts[sample.task] += 1
         if sample.gpus:

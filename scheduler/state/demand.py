@@ -57,12 +57,11 @@ class PodDemand:
 
 def demand_for(pod: PodInfo) -> PodDemand:
     req = pod.request
-    milli = req.milli if req.kind in ("whole", "fraction") else 0
     return PodDemand(
         cpu_milli=pod.cpu_milli,
         memory_mib=pod.memory_mib,
         num_gpus=req.num_devices,
-        gpu_milli=milli,
+        gpu_milli=req.milli if req.kind in ("whole", "fraction") else 0,
         gpu_mib=req.memory_mib if req.kind == "memory" else 0,
         models=pod.gpu_models,
         # The GPU-model label is matched through `models` (a clearer reason when it fails).
@@ -73,6 +72,17 @@ def demand_for(pod: PodInfo) -> PodDemand:
         host_ports=pod.constraints.host_ports,
         scope=pod_scope(pod),
     )
+
+
+def size_of(pod: PodInfo) -> PodDemand:
+    """`demand_for(pod)` without what places it (selector, tolerations, affinity, who it is): what it asks.
+    For counting pods by size (the live workload counts every running pod once after a restart)."""
+    req = pod.request
+    return PodDemand(
+        cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, num_gpus=req.num_devices,
+        gpu_milli=req.milli if req.kind in ("whole", "fraction") else 0,
+        gpu_mib=req.memory_mib if req.kind == "memory" else 0, models=pod.gpu_models,
+    )  # fmt: skip
 
 
 def pod_scope(pod: PodInfo) -> PodScope:
