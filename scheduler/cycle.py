@@ -116,6 +116,11 @@ class Scheduler:
         params = self.config.usage
         self.fairshare = TimeBasedFairShare(params, usage_store or MemoryUsageStore()) if params else None
 
+    def queued_behind_plugin(self) -> bool:
+        """Whether pods are queued behind the device plugin (`Transaction.queue_behind`): a mark it writes
+        lets one be bound."""
+        return any(res.handoff for res in self.cache.ledger.reservations().values())
+
     def fix_workload(self, workload: TypicalWorkload) -> None:
         """Hand the policy a known typical workload (a benchmark's): kept as given, never relearned."""
         self.learner = None

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Iterable
 
 from scheduler.actions.ordering import JobOrder
 from scheduler.actions.topology_placement import place_in_topology
@@ -13,29 +11,29 @@ from scheduler.framework.session import Session
 from scheduler.framework.transaction import Transaction
 from scheduler.model.jobs import Job, JobFacts
 from scheduler.model.reasons import Reason
+from scheduler.model.types import Placement
 from scheduler.placement.explain import explain_unschedulable
 from scheduler.state.demand import PodDemand, demand_for
 
 
-class Coming:
-    """Per demand, the single pods (no gang) allocate has yet to consider this cycle: `Session.holds_off`
-    weighs them against the room on GPUs shared where a pod waits for the device plugin. A pod counts
-    once, however often its job takes a turn."""
+class FillFirst:
+    """Allocate's use of `Session.fill_first` for single fractions (a gang's members are placed together,
+    never queued). A demand with no GPU in use to take stays so until something is bound or queued (the
+    GPU it starts is one): identical pods are not looked at again meanwhile."""
 
-    def __init__(self, jobs: Iterable[JobFacts]) -> None:
-        self._left: Counter[PodDemand] = Counter()
-        self._seen: set[str] = set()
-        for f in jobs:
-            if not f.job.is_gang:
-                self._left.update(demand_for(p) for p in f.pending)
+    def __init__(self) -> None:
+        self._none: set[PodDemand] = set()
 
-    def take(self, uid: str, d: PodDemand) -> int:
-        """How many pods of `d` are still to consider, this one included; it is considered now."""
-        left = self._left[d]
-        if uid not in self._seen:
-            self._seen.add(uid)
-            self._left[d] = max(left - 1, 0)
-        return max(left, 1)
+    def place(self, session: Session, d: PodDemand, pl: Placement | None) -> tuple[Placement, bool] | None:
+        if d in self._none or (pl is not None and session.shares(pl)):
+            return None
+        better = session.fill_first(d, pl)
+        if better is None:
+            self._none.add(d)
+        return better
+
+    def changed(self) -> None:
+        self._none.clear()
 
 
 def admissible(session: Session, job: Job) -> tuple[Reason, str] | None:
@@ -56,7 +54,7 @@ def try_place_job(
     tx: Transaction,
     unplaceable: dict[PodDemand, tuple[Reason, str]],
     limit: int | None = None,
-    coming: Coming | None = None,
+    handoff: FillFirst | None = None,
 ) -> tuple[int, tuple[PodDemand, str] | None]:
     """Place pending members in order, at most `limit` (all that fit without one); return how many, and
     the demand of the last one that did not fit with why it did not there and then (None: all fitted).
@@ -64,10 +62,9 @@ def try_place_job(
     `unplaceable` remembers demands that fit nowhere on the committed state (and why): allocate only ever
     fills the cluster and the nodes waiting for the device plugin only grow, so an identical demand will
     not fit later in the same action either. Failures seen while this transaction holds placements are not
-    remembered: those placements may yet be rolled back. `coming`: the single pods this action has yet to
-    consider (a fraction that would start a GPU while GPUs shared on nodes waiting for the device plugin
-    have room for all of its shape waits for those: `Session.holds_off`); None for a gang (its members
-    are placed together or not at all).
+    remembered: those placements may yet be rolled back. `handoff`: for a single pod (None: a gang's
+    members, placed together or not at all), a GPU in use rather than an unused one, behind the device
+    plugin on a node where a pod waits for it if need be (`Session.fill_first`); queued, it counts as placed.
     """
     placed = 0
     failure: tuple[PodDemand, str] | None = None
@@ -83,9 +80,15 @@ def try_place_job(
         pl = None if why is not None else session.place(d)
         t1 = time.perf_counter()
         session.add_time("scoring", t1 - t0)
-        left = coming.take(pod.uid, d) if coming is not None else 0
-        if pl is not None and left and session.holds_off(d, pl, left):
-            pl, why = None, session.why_unplaced(d, held_off=True)
+        better = handoff.place(session, d, pl) if handoff is not None else None
+        if better is not None and handoff is not None:
+            pl, behind = better
+            if behind:
+                tx.queue_behind(pod, f.job, pl)
+                handoff.changed()
+                session.add_time("commit", time.perf_counter() - t1)
+                placed += 1
+                continue
         if pl is None:
             if why is None:
                 why = session.why_unplaced(d)
@@ -173,9 +176,8 @@ class Allocate:
     def execute(self, session: Session, cluster: Cluster) -> None:
         unplaceable: dict[PodDemand, tuple[Reason, str]] = {}
         jobs = _schedulable(session)
-        coming = None
-        if session.cache.handoff.rule is not None:  # pods wait for a device plugin here (Session.holds_off)
-            coming = Coming(session.facts(job) for job in jobs)
+        # Pods wait for a device plugin here: a single fraction fills a GPU in use first (Session.fill_first)
+        handoff = FillFirst() if session.cache.handoff.rule is not None else None
         order = JobOrder(session, jobs)
         for job in order.jobs():
             f = session.facts(job)
@@ -192,7 +194,7 @@ class Allocate:
                     tx.rollback()
                     continue
             else:
-                single = None if job.is_gang else coming
+                single = None if job.is_gang else handoff
                 placed, failure = try_place_job(session, f, tx, unplaceable, f.place_now, single)
                 if placed == 0 or placed < f.need:
                     tx.rollback()
@@ -203,6 +205,8 @@ class Allocate:
             session.add_time("commit", time.perf_counter() - t0)
             for p in outcome.bound:
                 session.verdicts.clear(p)
+            if outcome.bound and handoff is not None:
+                handoff.changed()
             after = session.facts(job)
             if after.pending and (outcome.bound or len(after.reserved) > len(f.reserved)):
                 order.push(job)  # its next members take their turn

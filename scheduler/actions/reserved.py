@@ -1,10 +1,12 @@
 """`bind_reserved`: bind pods to the places reserved for them, once they may be bound there.
 
-First in the pipeline, so a reserved place is taken before anything else could. Two kinds of pods hold
+First in the pipeline, so a reserved place is taken before anything else could. Three kinds of pods hold
 one (`scheduler/cache/reservations.py`): pods consolidation moved (recreated under their name or as the same
-demand) and pipelined pods, placed where evicted pods were still terminating. A pipelined pod (a gang:
-all its members together) is bound once every pod it waits for is gone; until then it waits with its
-place kept and is left out of the other actions. A reservation that cannot be honoured is dropped with a
+demand), pipelined pods, placed where evicted pods were still terminating, and fractions queued behind the
+device plugin on a node where a pod bound by us waits for `Allocate`. A pipelined pod (a gang: all its
+members together) is bound once every pod it waits for is gone, a queued fraction once no pod waits on its
+node (one at a time per node: the one bound then waits in turn); until then it waits with its place kept
+and is left out of the other actions. A reservation that cannot be honoured is dropped with a
 reason and its pod scheduled again: nobody claimed it in time, its victims are still there when it
 expires, its pod is gone or was bound elsewhere. The binds are reported as the action that planned them.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 from scheduler.cache.cluster import Cluster
 from scheduler.cache.reservations import Reservation
 from scheduler.framework.session import Session
-from scheduler.framework.transaction import Transaction, pipelined_reason, pod_names
+from scheduler.framework.transaction import Transaction, handoff_reason, pipelined_reason, pod_names
 from scheduler.model.jobs import Job
 from scheduler.model.reasons import Reason
 from scheduler.model.resources import Resources
@@ -74,7 +76,7 @@ class BindReserved:
             places = "its place" if len(missing) == 1 else "their places"
             return f"{', '.join(missing)} of its gang can no longer take {places}"
         for pod, job, _, res in members:
-            if res.uid is not None and job.key != group:
+            if res.group is not None and job.key != group:
                 return f"{pod.key} is no longer a member of {group}"
             if pod.error is not None:
                 return f"{pod.key} is invalid: {pod.error}"
@@ -102,8 +104,10 @@ class BindReserved:
     ) -> None:
         """Bind a reservation's pods (a gang's together) if their victims are gone; else keep them waiting."""
         ledger = session.ledger
-        waits = frozenset().union(*(res.waits_for for _, _, _, res in members)) & ledger.releasing.keys()
         first = members[0][3]
+        if first.handoff and self._behind(session, members[0][0], first):
+            return
+        waits = frozenset().union(*(res.waits_for for _, _, _, res in members)) & ledger.releasing.keys()
         if waits and first.expires_s <= session.now:
             for _, _, key, res in members:
                 self._drop(session, key, res, "the pods it waited for are still terminating")
@@ -118,15 +122,32 @@ class BindReserved:
         tx = Transaction(session, first.action)
         for pod, job, key, res in members:
             ledger.unreserve(key)
-            message = (
-                f"moved here to make room for {res.beneficiary}"
-                if res.uid is None
-                else "its victims are gone"
-            )
+            if res.uid is None:
+                message = f"moved here to make room for {res.beneficiary}"
+            elif res.handoff:
+                message = "the device plugin has allocated the pod bound before it on this node"
+            else:
+                message = "its victims are gone"
             tx.place(pod, job, res.placement, message)
         outcome = tx.commit(cluster)
         for pod in outcome.bound:  # (pipelined again, behind pods evicted since: the transaction says so)
             session.verdicts.clear(pod)
+
+    def _behind(self, session: Session, pod: PodInfo, res: Reservation) -> bool:
+        """Whether a fraction queued behind the device plugin still waits: a pod waits for it on its node
+        (it is told why again), or it waited too long (`expires_s`: the plugin there may be down; dropped,
+        the pod is scheduled again, elsewhere if the policy finds as good a place)."""
+        waiting = session.cache.handoff.mask()
+        if waiting is None or not bool(waiting[res.placement.node]):
+            return False
+        if res.expires_s <= session.now:
+            self._drop(
+                session, res.pod_key, res, "the device plugin did not allocate the pod before it in time"
+            )
+        else:
+            session.set_reason(pod, *handoff_reason(session, res.placement))
+            session.pipelined.add(pod.uid)
+        return True
 
     def _drop(self, session: Session, key: str, res: Reservation, why: str) -> None:
         session.ledger.unreserve(key)

@@ -4,7 +4,9 @@ The kubelet does not tell the device plugin which pod it admits; the plugin find
 to its node that wait for it. The scheduler keeps that choice easy: at most one of its pods per node is
 bound and not yet allocated for a resource Tessera's device plugin serves, and the next such pod goes to the
 best other node instead of waiting behind it (`Session.excluded` masks the nodes listed here for it; the
-members of one job placed together may share a node, the plugin then asks the kubelet which one it admits).
+members of one job placed together may share a node, the plugin then asks the kubelet which one it admits),
+unless every other place would start an unused GPU while one in use there can take it: then it queues
+there, its place reserved and nothing bound until the pod waiting is allocated (`Session.fill_first`).
 
 Known from the pods' state in the cache, nothing else: a pod of ours that asks for GPUs Tessera's plugin
 serves there (a fraction always; whole GPUs where the plugin serves them too, `HandoffRule.whole_gpus`, on

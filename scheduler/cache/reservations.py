@@ -6,7 +6,11 @@ Two kinds of pods get one:
   pending pod of the same namespace and queue with the very same demand (Jobs and ReplicaSets name their
   replacement anew);
 - a pod placed where evicted pods are still terminating (pipelined, `uid` set): it is bound there once
-  the pods it `waits_for` are gone; a gang's members (`group`) are bound together.
+  the pods it `waits_for` are gone; a gang's members (`group`) are bound together;
+- a fraction queued behind the device plugin (`handoff`, `uid` set): its place shares a GPU on a node
+  where a pod bound by us waits for `Allocate` (at most one does per node, `scheduler/cache/handoff.py`),
+  and every place elsewhere would start an unused GPU; it is bound there once no pod waits on that node
+  (`Session.behind_handoff` says when a pod queues so).
 The place is a `RESERVED` holding in the ledger under the pod's namespace/name: its resources stay
 charged in the cluster state (nothing else can take them) and count to the pod's queue. First thing each
 cycle the `bind_reserved` action binds the pods whose reservations are ready. A reservation that cannot be
@@ -38,6 +42,7 @@ class Reservation:
     waits_for: frozenset[str] = frozenset()  # uids of releasing pods that must be gone first
     group: str | None = None  # a pipelined gang's key: its members are bound together
     action: str = "consolidate"  # the action that planned it (reported with the bind)
+    handoff: bool = False  # waits until no pod on its node waits for the device plugin (not for victims)
 
     @classmethod
     def of(
@@ -52,6 +57,15 @@ class Reservation:
     ) -> Reservation:  # fmt: skip
         return cls(pod.key, pod.namespace, queue, demand_for(pod), placement, job, expires_s,
                    uid=pod.uid, waits_for=waits_for, group=job, action=action)  # fmt: skip
+
+    @classmethod
+    def behind_handoff(
+        cls, pod: PodInfo, queue: str, placement: Placement, job: str, *, expires_s: float, action: str
+    ) -> Reservation:
+        """A single pod's place on a node whose pod waits for the device plugin: bound on its own (no group)
+        as soon as none does."""
+        return cls(pod.key, pod.namespace, queue, demand_for(pod), placement, job, expires_s,
+                   uid=pod.uid, action=action, handoff=True)  # fmt: skip
 
 
 def match_reservations(reservations: dict[str, Reservation], pending: Iterable[PodInfo]) -> dict[str, str]:

@@ -43,7 +43,8 @@ def print_e2e(console: Console, r: dict[str, Any]) -> None:
         f"{r['pods_per_cpu_s']} per CPU-second of scheduler + API server + etcd"
     )
     t = Table(title=f"API requests per pod ({r['api_requests_per_pod']}; the scheduler's "
-              f"{r['scheduler_requests_per_pod']})", title_justify="left")  # fmt: skip
+              f"{r['scheduler_requests_per_pod']}; binding it and handing it to the device plugin "
+              f"{r['bind_requests_per_pod']})", title_justify="left")  # fmt: skip
     t.add_column("request")
     t.add_column("per pod", justify="right")
     for k, v in r["api_requests"].items():

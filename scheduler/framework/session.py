@@ -7,8 +7,9 @@ the queue rules the actions check always see the cycle's changes so far.
 The actions place through the session (`place`, `place_one`, `feasible`), which leaves out the nodes a GPU
 pod may not use now without writing anything into the cluster state: a node where a pod bound by us waits
 for the device plugin's Allocate takes no other pod the plugin must recognise (`scheduler/cache/handoff.py`:
-the next goes to the best other node), and a node whose place could not be taken back after a failed
-action takes no GPU pod for the rest of the cycle.
+the next goes to the best other node, or queues behind that pod where every other place would start an
+unused GPU: `fill_first`), and a node whose place could not be taken back after a failed action takes no
+GPU pod for the rest of the cycle.
 """
 
 from __future__ import annotations
@@ -227,22 +228,23 @@ class Session:
             return {}
         return self.cache.handoff.rows()
 
-    def excluded(self, d: PodDemand) -> Array | None:
+    def excluded(self, d: PodDemand, *, handoff: bool = True) -> Array | None:
         """bool[C]: rows `d` may not use now (None when there are none): nodes whose GPUs are busy this
         cycle, nodes where a pod bound by us waits for the device plugin when `d` would too
-        (`cache/handoff.py`), and nodes the pod's inter-pod rules refuse with the pods placed so far
-        (affinity, anti-affinity, existing pods' anti-affinity, topology spread: `cache/pod_topology.py`)."""
+        (`cache/handoff.py`; `handoff=False`: those are not left out), and nodes the pod's inter-pod rules
+        refuse with the pods placed so far (affinity, anti-affinity, existing pods' anti-affinity, topology
+        spread: `cache/pod_topology.py`)."""
         interpod = self.cache.pod_mask(d)
-        locked = self._locked(d)
+        locked = self._locked(d, handoff)
         if interpod is None:
             return locked
         return ~interpod if locked is None else locked | ~interpod
 
-    def _locked(self, d: PodDemand) -> Array | None:
+    def _locked(self, d: PodDemand, handoff: bool = True) -> Array | None:
         """bool[C]: the rows whose GPUs `d` may not use now (None: none)."""
         if not d.uses_gpu:
             return None
-        waiting = self.cache.handoff.mask() if self._waits_for_plugin(d) else None
+        waiting = self.cache.handoff.mask() if handoff and self._waits_for_plugin(d) else None
         if not self.unavailable:
             return waiting
         masked = self._masked()
@@ -258,38 +260,52 @@ class Session:
             self._exclude = mask
         return self._exclude
 
-    def holds_off(self, d: PodDemand, pl: Placement, coming: int) -> bool:
-        """Whether a fraction placed at `pl` should rather wait for a node where a pod waits for the device
-        plugin: `pl` starts on an unused GPU, while GPUs already shared on those nodes, where `d` fits but
-        for the pod waiting there, have room for every pod of its shape still to place this cycle
-        (`coming`, this one included). Going elsewhere each time would leave those shared GPUs part-used
-        once the pods run out (a burst spread one per node); once the plugin has allocated the pod there,
-        the next cycle fills them, as the policy would have. More pods than that room: starting a GPU
-        elsewhere costs nothing (a later pod shares it)."""
-        if d.whole or d.num_gpus != 1 or d.gpu_milli <= 0 or not self._waits_for_plugin(d):
-            return False
-        waiting = self.cache.handoff.mask()
-        if waiting is None:
-            return False
-        s, xp = self.state, self.xp
-        if any(int(s.free_milli[pl.node, g.slot]) < MILLI_PER_GPU for g in pl.gpus):
-            return False  # it shares a GPU already: nothing to gain by waiting
-        rows, fit = self.placer.feasible(d)  # ignores the hand-off mask: the nodes it would wait for
-        rows = rows & waiting
-        if self.unavailable:
-            rows = rows & ~self._masked()
-        interpod = self.cache.pod_mask(d)
-        if interpod is not None:
-            rows = rows & interpod
-        free = s.free_milli
-        shared = fit & (free < MILLI_PER_GPU) & rows[:, None]
-        room = int(xp.sum(xp.where(shared, free // d.gpu_milli, xp.zeros_like(free))))
-        return room > 0 and room >= coming
+    def fill_first(self, d: PodDemand, pl: Placement | None) -> tuple[Placement, bool] | None:
+        """A better place for a single fraction than `pl` (the policy's best on nodes where no pod waits for
+        the device plugin; None: there is none) when `pl` would start an unused GPU: a GPU already in use
+        that it fits, and whether that place is behind the plugin (on a node where a pod waits: the pod
+        queues there, `Transaction.queue_behind`). None: `pl` it is.
 
-    def why_unplaced(self, d: PodDemand, *, held_off: bool = False) -> tuple[Reason, str]:
+        The rule (DESIGN.md step 3 says the next pod goes to the best other node rather than waiting behind
+        one a node waits for; waiting is right only where every other choice is worse for the policy): a
+        policy that fills GPUs in use before it starts one (`Capabilities.fills_gpus`) never starts one
+        while a GPU in use can take the pod, wherever that GPU is. The nodes' turns come in the order the
+        plugin's marks arrive, so without this a burst spread one pod per node would leave GPUs part-used
+        (each mark lets one node take its next pod, which starts a GPU while others wait half-used); with
+        it at most one GPU of a shape is part-used at a time, and a burst ends packed as the policy packs
+        it, whatever the order of the marks. Every pod that starts a GPU still goes to the best node where
+        none waits. One GPU per pod only (a pod over several GPUs goes to `pl`)."""
+        if d.whole or d.num_gpus != 1 or d.gpu_milli <= 0 or not self._waits_for_plugin(d):
+            return None
+        if not self.policy.capabilities.fills_gpus or (pl is not None and self.shares(pl)):
+            return None
+        s, xp = self.state, self.xp
+        rows, fit = feasible(s, d)
+        exclude = self.excluded(d, handoff=False)
+        if exclude is not None:
+            rows = rows & ~exclude
+        in_use = fit & (s.free_milli < MILLI_PER_GPU) & rows[:, None]
+        candidates = xp.any(in_use, axis=1)
+        if not bool(xp.any(candidates)):
+            return None
+        got = self.placer.place(d, exclude=~candidates, prefer=self._preference(d))
+        if got is None:
+            return None
+        if not self.shares(got):  # the policy's node, on a GPU in use there (the fullest that fits)
+            row = s.free_milli[got.node]
+            free = xp.where(in_use[got.node], row, xp.full_like(row, MILLI_PER_GPU + 1))
+            got = placement_at(s, got.node, [int(xp.argmin(free))], d)
+        waiting = self.cache.handoff.mask()
+        return got, waiting is not None and bool(waiting[got.node])
+
+    def shares(self, pl: Placement) -> bool:
+        """Whether `pl` takes only GPUs already in use (it starts none)."""
+        free = self.state.free_milli
+        return all(int(free[pl.node, g.slot]) < MILLI_PER_GPU for g in pl.gpus)
+
+    def why_unplaced(self, d: PodDemand) -> tuple[Reason, str]:
         """Why `d` fits nowhere it may go now: the nodes it fits all wait for the device plugin (it is placed
-        once one has allocated its pod), or what the cluster lacks. `held_off`: it fits elsewhere, but waits
-        to share a GPU on such a node (`holds_off`)."""
+        once one has allocated its pod), or what the cluster lacks."""
         waiting = self.handoff_rows(d)
         if waiting:
             mask, _ = feasible(self.state, d)
@@ -300,12 +316,6 @@ class Session:
                     pod = self.cache.pods.get(waiting[r])
                     names.append(f"{self.state.node_names[r]} ({pod.key if pod else 'a pod'})")
                 where = ", ".join(names) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
-                if held_off:
-                    return Reason.WAITING_FOR_DEVICE_PLUGIN, (
-                        f"{d.describe()} waits to share a GPU on a node where the device plugin has yet to "
-                        f"allocate the pod bound there before it ({where}): starting another GPU now would "
-                        "leave GPUs part-used; placed once it has (one such pod per node)"
-                    )
                 return Reason.WAITING_FOR_DEVICE_PLUGIN, (
                     f"{d.describe()} fits only on nodes where the device plugin has yet to allocate the pod bound "
                     f"there before it: {where}; placed once it has (one such pod per node)"

@@ -117,6 +117,21 @@ def pipelined_reason(node: str | None, names: list[str]) -> str:
     return f"its place on {node} is reserved; it is bound once {', '.join(names)} {verb} terminated"
 
 
+def handoff_reason(session: Session, placement: Placement) -> tuple[Reason, str]:
+    """Why a pod queued behind the device plugin waits (`Transaction.queue_behind`): written when it is
+    queued and, in the same words, every cycle it still waits (`bind_reserved`)."""
+    row = placement.node
+    node = session.state.node_names[row]
+    waiting = next((uid for uid, r in session.cache.handoff.waiting.items() if r == row), None)
+    pod = session.cache.pods.get(waiting) if waiting is not None else None
+    gpus = ", ".join(str(g.slot) for g in placement.gpus)
+    return Reason.WAITING_FOR_DEVICE_PLUGIN, (
+        f"its place on {node} (GPU {gpus}, shared) is reserved: the device plugin has yet to allocate "
+        f"{pod.key if pod is not None else 'the pod bound there before it'} (one such pod per node), and "
+        "every other place would start an unused GPU; it is bound once the plugin has"
+    )
+
+
 class Transaction:
     def __init__(self, session: Session, action: str) -> None:
         self.session = session
@@ -143,6 +158,17 @@ class Transaction:
         expires = self.session.now + self.session.eviction.terminates_within(pod) + RESERVATION_TTL_S
         self.ledger.reserve(Reservation.of(pod, job.queue, placement, beneficiary, expires_s=expires))
         self.ops.append(Op(OpKind.RESERVE, pod, placement, owner_of(job), self.action, "", beneficiary))
+
+    def queue_behind(self, pod: PodInfo, job: Job, placement: Placement) -> None:
+        """Keep `placement` for `pod` on a node where a pod bound by us waits for the device plugin
+        (`Session.behind_handoff`): charged now, so that nothing else takes it, and bound by `bind_reserved`
+        once no pod waits there. Nothing to tell the cluster at commit."""
+        s = self.session
+        expires = s.now + RESERVATION_TTL_S
+        self.ledger.reserve(Reservation.behind_handoff(pod, job.queue, placement, job.key, expires_s=expires,
+                                                       action=self.action))  # fmt: skip
+        s.pipelined.add(pod.uid)
+        s.set_reason(pod, *handoff_reason(s, placement))
 
     def checkpoint(self) -> tuple[int, int]:
         return len(self.ops), self.ledger.checkpoint()

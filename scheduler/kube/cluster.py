@@ -40,7 +40,7 @@ from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
 from scheduler.kube.recorder import EventRecorder
 from scheduler.kube.status import PendingPodReporter, StatusPublisher
-from scheduler.kube.translate import WatchTranslator, wakes_cycle
+from scheduler.kube.translate import WatchTranslator, newly_allocated, wakes_cycle
 from scheduler.kube.volume_prebind import VolumePrebind
 from scheduler.model.reasons import Reason
 from scheduler.model.types import PodInfo
@@ -136,6 +136,7 @@ class KubeCluster:
         self.writable = True
         # Set when something arrived that a cycle should act on soon (see `wait_for_work`).
         self._work = threading.Event()
+        self._marked = threading.Event()  # the device plugin marked a pod allocated (see `wait_for_mark`)
         self.binder = Binder(self.core)
         self.binds = AsyncBinds(
             self.binder,
@@ -209,10 +210,20 @@ class KubeCluster:
         self.events.put(ev)
         if wakes_cycle(ev, self.scheduler_name):
             self._work.set()
+            if newly_allocated(ev):
+                self._marked.set()
 
     def wake(self) -> None:
-        """End a `wait_for_work` now (the loop is stopping)."""
+        """End a `wait_for_work` or `wait_for_mark` now (the loop is stopping)."""
         self._work.set()
+        self._marked.set()
+
+    def wait_for_mark(self, timeout_s: float) -> bool:
+        """Block until the device plugin marked a pod allocated (since the last call) or `timeout_s` passed;
+        whether it did."""
+        marked = self._marked.wait(timeout_s)
+        self._marked.clear()
+        return marked
 
     def wait_for_work(self, timeout_s: float) -> bool:
         """Block until something a cycle should act on arrived (a pending pod of ours, a bind outcome...) or

@@ -45,7 +45,8 @@ class RunnerConfig:
     sync_timeout_s: float = 60.0
     backoff_initial_s: float = 0.2
     # Cycles run every `cycle_interval_s`, and sooner when a pod of ours waits (or a bind failed), but no
-    # sooner than `min_cycle_gap_s` after the last one (None: on the period only).
+    # sooner than `min_cycle_gap_s` after the last one (None: on the period only), unless the device plugin
+    # marked a pod allocated while pods are queued behind it (`_pause`).
     min_cycle_gap_s: float | None = 0.05
     bind_workers: int = 8  # threads carrying out binds (asynchronous binding)
     # Tessera's device plugin serves whole GPUs too (the chart's devicePlugin.wholeGPUResource): whole-GPU
@@ -156,12 +157,20 @@ class SchedulerRunner:
             self._pause()
 
     def _pause(self) -> None:
-        """Until the next cycle: the cycle period, or less once there is work and the minimum gap passed."""
+        """Until the next cycle: the cycle period, or less once there is work and the minimum gap passed.
+        While pods are queued behind the device plugin (`Transaction.queue_behind`) a mark it writes ends
+        the gap at once: the next pod of that node is bound first thing in the cycle (`bind_reserved`), so
+        each node's turn costs the round trips, not the gap (a burst of fractions drains node by node)."""
         cfg = self.config
         if cfg.min_cycle_gap_s is None or cfg.min_cycle_gap_s >= cfg.cycle_interval_s:
             self._stop.wait(cfg.cycle_interval_s)
-        elif not self._stop.wait(cfg.min_cycle_gap_s):
-            self.cluster.wait_for_work(cfg.cycle_interval_s - cfg.min_cycle_gap_s)
+            return
+        if self.scheduler.queued_behind_plugin():
+            if self.cluster.wait_for_mark(cfg.min_cycle_gap_s) or self._stop.is_set():
+                return
+        elif self._stop.wait(cfg.min_cycle_gap_s):
+            return
+        self.cluster.wait_for_work(cfg.cycle_interval_s - cfg.min_cycle_gap_s)
 
     def rebuild(self) -> None:
         """A fresh scheduler fed with everything the watch caches hold (a cycle that failed half-way may

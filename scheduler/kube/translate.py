@@ -49,7 +49,7 @@ def wakes_cycle(ev: ResourceEvent, scheduler_name: str) -> bool:
         return (
             ev.type == "DELETED"
             or (spec.get("schedulerName") == scheduler_name and not spec.get("nodeName"))
-            or (ev.type == "MODIFIED" and _newly_allocated(ev))
+            or newly_allocated(ev)
         )
     if ev.kind == "Node":
         return ev.type != "MODIFIED"
@@ -57,7 +57,10 @@ def wakes_cycle(ev: ResourceEvent, scheduler_name: str) -> bool:
     return ev.kind in ("Queue", "PodGroup", "PersistentVolumeClaim", "PersistentVolume")
 
 
-def _newly_allocated(ev: ResourceEvent) -> bool:
+def newly_allocated(ev: ResourceEvent) -> bool:
+    """A pod the device plugin has just marked allocated (its node may take the next pod)."""
+    if ev.kind != "Pod" or ev.type != "MODIFIED":
+        return False
     new = (ev.obj.get("metadata") or {}).get("annotations") or {}
     old = ((ev.old or {}).get("metadata") or {}).get("annotations") or {}
     return GPU_ALLOCATED in new and GPU_ALLOCATED not in old

@@ -61,3 +61,4 @@ class SpreadPolicy(LevelPolicy):
     node_level: Level = "spread"
     gpu_level: Level = "spread"
     name: ClassVar[str] = "spread"
+    capabilities: ClassVar[Capabilities] = Capabilities(row_local=True, fills_gpus=False)

@@ -31,12 +31,16 @@ class Capabilities:
         (trace replay and benchmarks take it from their pod list), else it learns one from the pods.
     workload_coverage: the share of the pod list that workload should cover (most popular types first).
     seeded: draws random numbers; `reseed` makes a run reproducible.
+    fills_gpus: a fraction goes to a GPU already in use rather than to an unused one where it can (the GPU
+        level packs); under the device plugin's hand-off a fraction then waits for a GPU in use on a node
+        whose pod the plugin has yet to allocate rather than start one (`Session.fill_first`).
     """
 
     row_local: bool = False
     typical_workload: bool = False
     workload_coverage: float = DEFAULT_COVERAGE
     seeded: bool = False
+    fills_gpus: bool = True
 
 
 class PlacementPolicy(Protocol):

@@ -15,7 +15,7 @@ from scheduler.state.node_arrays import NodeArrays
 
 class RandomPolicy(BasePolicy):
     name: ClassVar[str] = "random"
-    capabilities: ClassVar[Capabilities] = Capabilities(seeded=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(seeded=True, fills_gpus=False)
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)

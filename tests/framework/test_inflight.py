@@ -304,21 +304,24 @@ def test_a_synchronous_gang_bind_failing_part_way_evicts_the_bound_members() -> 
 def test_a_burst_of_fractions_shares_gpus_rather_than_spreading_over_nodes() -> None:
     """Four halves, three empty nodes, one pod per node waiting for the device plugin: the first two start
     a GPU each on two nodes; the other two would start a third GPU, though the two shared GPUs have room
-    for both once their pods are allocated: they wait for them (WaitingForDevicePlugin), and the halves
-    end two to a GPU, as without the hand-off (the bench's `packing`)."""
+    for both once their pods are allocated: they queue for them (WaitingForDevicePlugin, their places
+    reserved), are bound there once the plugin's marks come, and the halves end two to a GPU, as without
+    the hand-off (the bench's `packing`)."""
     stub, sched = world(*(half(f"h{i}") for i in range(4)), handoff=HandoffRule(), nodes=3)
     first = cycle(stub, sched)
     assert len(stub.asked) == 2
     for name in [p.name for p in sched.cache.pods.values() if p.name not in stub.asked]:
         uid = next(p.uid for p in sched.cache.pods.values() if p.name == name)
         assert first.reasons[uid].reason is Reason.WAITING_FOR_DEVICE_PLUGIN
-        assert "waits to share a GPU" in first.reasons[uid].message
+        assert "is reserved" in first.reasons[uid].message
+    state = sched.cache.state
+    charged = state.host(state.free_milli)
+    assert sorted(int(charged[r, j]) for r in range(3) for j in range(2)) == [0, 0, 1000, 1000, 1000, 1000]
     for name in sorted(stub.asked):
         stub.answer(name, started=False)
         touch(stub, name, **{GPU_ALLOCATED: '{"gpus": []}'})
     cycle(stub, sched)
     assert len(stub.asked) == 2
-    state = sched.cache.state
     free = state.host(state.free_milli)
     assert sorted(int(free[r, j]) for r in range(3) for j in range(2)) == [0, 0, 1000, 1000, 1000, 1000]
 

@@ -217,3 +217,42 @@ def test_a_pod_is_movable_only_when_a_controller_owns_it(scene: Scene) -> None:
     assert pods is not None
     assert parse_pod(pods["owned"]).controlled
     assert not parse_pod(pods["bare"]).controlled
+
+
+def test_a_device_plugin_mark_ends_the_pause_while_pods_are_queued_behind_the_plugin() -> None:
+    """While fractions are queued behind the device plugin (their places reserved on nodes whose pod it has
+    yet to allocate), the plugin's mark ends the pause between cycles at once, not after `min_cycle_gap_s`:
+    the node's next pod is bound first thing in the next cycle. Without pods queued, the gap holds."""
+    import copy
+    import threading
+    import time
+
+    from scheduler.api.keys import GPU_ALLOCATED
+    from scheduler.kube.event_queue import ResourceEvent
+    from scheduler.kube.runner import RunnerConfig, SchedulerRunner
+
+    runner = SchedulerRunner(
+        _offline(), RunnerConfig(leader_elect=False, cycle_interval_s=4, min_cycle_gap_s=2)
+    )
+    old = pod_body("a", node="gpu-1", annotations={"gpu-fraction": "0.5"})
+    old["metadata"]["uid"] = "uid-a"
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][GPU_ALLOCATED] = '{"gpus": [{"index": 0}]}'
+
+    def pause_with_mark_after(delay_s: float) -> float:
+        mark = ResourceEvent("Pod", "MODIFIED", new, old)
+        timer = threading.Timer(delay_s, runner.cluster._received, [mark])
+        t0 = time.monotonic()
+        timer.start()
+        runner._pause()
+        timer.join()
+        return time.monotonic() - t0
+
+    assert not runner.scheduler.queued_behind_plugin()
+    assert pause_with_mark_after(0.1) >= 2.0  # nothing queued: the gap holds (the mark wakes it after)
+    runner.cluster.wait_for_mark(0)
+    runner.scheduler.queued_behind_plugin = lambda: True  # type: ignore[method-assign]
+    assert pause_with_mark_after(0.1) < 1.5
+    unchanged = ResourceEvent("Pod", "MODIFIED", new, new)  # the mark was there already: not a new one
+    runner.cluster._received(unchanged)
+    assert not runner.cluster.wait_for_mark(0)

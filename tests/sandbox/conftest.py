@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,11 +34,10 @@ from scheduler.sandbox.processes import ProcessTable, alive
 from scheduler.sandbox.sandbox import Sandbox, SandboxError
 from tests.controlplane.fixtures import _assets, _required
 from tests.sandbox.env import SandboxEnv
+from tests.sandbox.start_times import START_TIMES  # "N real kubelets: ready in X s", printed at the end
 
 NODES = 2
 GPUS = "2xA100-40GB"
-# "N real kubelets: up in X s", reported at the end of the run (pytest_terminal_summary)
-START_TIMES: list[str] = []
 
 
 def tessera(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -72,10 +72,28 @@ def _go_available() -> bool:
     return shutil.which("go") is not None
 
 
+def data_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A sandbox's data folder: short, in the system's temp folder, for its device plugins' Unix socket paths
+    to fit in 108 bytes (pytest's folders, an xdist worker's `popen-gwN/` added, are too deep for that).
+    `tessera sandbox down` removes it; `stop` keeps its logs in pytest's folder (`logs_of`)."""
+    data_dir = Path(tempfile.mkdtemp(prefix=f"tessera-{name}-"))
+    _LOGS[data_dir] = tmp_path_factory.mktemp(f"{name}-logs")
+    return data_dir
+
+
+_LOGS: dict[Path, Path] = {}
+
+
+def logs_of(data_dir: Path) -> Path:
+    """Where a sandbox's logs are kept after it stops (pytest's temp folder; next to it, for one not made
+    by `data_folder`)."""
+    return _LOGS.get(data_dir, data_dir.with_name(data_dir.name + "-logs"))
+
+
 @pytest.fixture(scope="session")
 def sandbox_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     folder = real_kubelet_assets()
-    data_dir = tmp_path_factory.mktemp("sandbox")
+    data_dir = data_folder(tmp_path_factory, "sandbox")
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(folder)}
     yield data_dir, env
 
@@ -97,9 +115,9 @@ def start_real(
 
 def stop(data_dir: Path, env: dict[str, str], tunables: dict[str, str]) -> None:
     """`tessera sandbox down`, and what it must leave: no process, no folder, no mount, the host's tunables.
-    The logs (and each node's fakecri records and kubelet checkpoint) are kept next to the data folder, in
-    `<data folder>-logs/`, for a failure to be read after the run."""
-    keep = data_dir.with_name(data_dir.name + "-logs")
+    The logs (and each node's fakecri records and kubelet checkpoint) are kept in pytest's temp folder
+    (`logs_of`), for a failure to be read after the run."""
+    keep = logs_of(data_dir)
     shutil.copytree(data_dir / "logs", keep, dirs_exist_ok=True, ignore_dangling_symlinks=True)
     for node in (data_dir / "nodes").glob("*"):
         for name in ("containers.jsonl", "device-plugins/kubelet_internal_checkpoint"):
@@ -139,7 +157,7 @@ def new_sandbox(
     module)."""
     folder = real_kubelet_assets()
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(folder)}
-    data_dir = tmp_path_factory.mktemp("sandbox")
+    data_dir = data_folder(tmp_path_factory, "sandbox")
     started: list[SandboxEnv] = []
 
     def make(nodes: int, gpus: str, max_pods: int | None = None) -> SandboxEnv:
@@ -160,7 +178,7 @@ def standin_sandbox(
 ) -> Iterator[SandboxEnv]:
     """2 stand-in nodes, started with the real command (detached, as a user's)."""
     folder = _assets()
-    data_dir = tmp_path_factory.mktemp("standin")
+    data_dir = data_folder(tmp_path_factory, "standin")
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(folder)}
     began = time.monotonic()
     up = tessera("sandbox", "up", "--kubelet=standin", f"--nodes={NODES}", f"--gpus={GPUS}",
@@ -174,10 +192,3 @@ def standin_sandbox(
         yield SandboxEnv(state, folder / "kubectl")
     finally:
         stop(data_dir, env, host_tunables)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if START_TIMES:
-        terminalreporter.write_sep("-", "tessera sandbox start times")
-        for line in START_TIMES:
-            terminalreporter.write_line(line)

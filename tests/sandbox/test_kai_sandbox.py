@@ -16,7 +16,7 @@ import pytest
 from scheduler.sandbox.processes import ProcessTable, alive
 from scheduler.sandbox.sandbox import Sandbox
 from tests.controlplane.fixtures import _assets
-from tests.sandbox.conftest import tessera
+from tests.sandbox.conftest import data_folder, tessera
 from tests.sandbox.env import SandboxEnv, wait_for
 
 pytestmark = pytest.mark.apiserver
@@ -30,7 +30,7 @@ EXPECTED = {("default", "cpu-only-pod"): 1, ("default", "gpu-pod"): 1, ("default
 
 @pytest.fixture(scope="module")
 def kai_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SandboxEnv, dict[str, str], str]]:
-    data_dir = tmp_path_factory.mktemp("kai-sandbox")
+    data_dir = data_folder(tmp_path_factory, "kai")
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(_assets())}
     # Stand-in kubelets: team-training's workers ask 4 CPUs and 16Gi each, more than a real kubelet on this
     # machine offers (the host's CPUs).

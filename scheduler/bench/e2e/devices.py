@@ -32,6 +32,7 @@ class DevicePluginStandIn:
         self.requests = 0
         self.served = 0
         self.errors: list[str] = []
+        self.marked: dict[str, float] = {}  # pod name -> when its mark was written (perf_counter)
         self._pending = 0
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers)
@@ -73,6 +74,8 @@ class DevicePluginStandIn:
             path = rawapi.pod_path(meta["namespace"], meta["name"])
             rawapi.request(self.api, "PATCH", path, body, content_type=rawapi.MERGE_PATCH)
             served = 1
+            with self._lock:
+                self.marked[meta["name"]] = time.perf_counter()
         except (ApiException, ValueError) as exc:
             self.errors.append(f"{meta.get('name')}: {str(exc).splitlines()[0]}")
         with self._lock:
