@@ -120,6 +120,7 @@ class JobIndex:
         self._dirty: dict[str, None] = {}
         self._active: dict[str, None] = {}  # jobs with members not placed: rebuilt every cycle
         self._admitted: dict[str, Admitted] = {}  # running jobs: what they were admitted with
+        self._admissions: dict[tuple[str, int, bool], Admitted] = {}  # each distinct one, shared
 
     def touch(self, key: str, *, changed: bool = True) -> None:
         """Job `key` changed (a pod, its PodGroup, what a pod holds): rebuild it next time (and try it
@@ -227,9 +228,13 @@ class JobIndex:
         scheduler reads each one once, at the relist), for `_pin`; what this scheduler built the job with
         comes first."""
         if admission.job not in self._jobs and admission.job not in self._admitted:
-            self._admitted[admission.job] = Admitted(
-                admission.queue, admission.priority, admission.preemptible
-            )
+            what = (admission.queue, admission.priority, admission.preemptible)
+            shared = self._admissions.get(what)
+            if shared is None:  # a relist's jobs were admitted with a few (queue, priority) pairs: shared
+                if len(self._admissions) >= 4096:
+                    self._admissions.clear()
+                shared = self._admissions[what] = Admitted(*what)
+            self._admitted[admission.job] = shared
 
     def _pin(self, job: Job) -> Job:
         """A running job keeps the queue, priority and preemptibility it was admitted with: those of the

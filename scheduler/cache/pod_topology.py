@@ -102,7 +102,7 @@ class CountKey:
         return self._hash
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per running pod
 class _Record:
     """What was counted for one holding (so that it is uncounted exactly, whatever changed since)."""
 

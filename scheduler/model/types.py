@@ -155,7 +155,7 @@ class PodOverlay:
     priority: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per running pod
 class GPUShare:
     """Part of one GPU given to a pod: slot index on the node, milli and MiB."""
 
@@ -164,7 +164,7 @@ class GPUShare:
     mib: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per running pod
 class Placement:
     """One pod's place: it takes its GPU shares, CPU, memory, its other resources and one pod slot."""
 

@@ -208,3 +208,19 @@ def test_a_relist_of_running_pods_without_gpus_is_written_to_the_arrays_at_once(
     cache.apply(pods)
     assert writes == [40]
     assert int(cache.state.host(cache.state.free_cpu)[:4].sum()) == 4 * 64_000 - 40 * 1000
+
+
+def test_absent_maps_are_one_shared_read_only_map() -> None:
+    """A relist of pods without labels, annotations or a node selector makes no map per pod: they share
+    one, which refuses writes (a `PodInfo` is never written to); a copy of it is a plain, writable map."""
+    a, b = (parse.parse_pod({"metadata": {"name": n}, "spec": {"containers": [{"name": "c"}]}}) for n in "ab")
+    assert a.labels is b.labels is a.annotations is a.node_selector == {}
+    try:
+        a.labels["x"] = "y"
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("the shared empty map took a write")
+    for copied in (copy.copy(a.labels), copy.deepcopy(a.labels)):
+        copied["x"] = "y"
+        assert type(copied) is dict and a.labels == {}
