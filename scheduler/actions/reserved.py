@@ -17,7 +17,7 @@ from scheduler.cache.cluster import Cluster
 from scheduler.cache.reservations import Reservation
 from scheduler.framework.session import Session
 from scheduler.framework.transaction import Transaction, handoff_reason, pipelined_reason, pod_names
-from scheduler.model.jobs import Job
+from scheduler.model.jobs import Job, job_key
 from scheduler.model.reasons import Reason
 from scheduler.model.resources import Resources
 from scheduler.model.types import PodInfo
@@ -42,11 +42,16 @@ class BindReserved:
                 self._drop(session, key, res, lost[res.group or key])
                 for uid in [u for u, k in session.reserved.items() if k == key]:
                     del session.reserved[uid]
-        job_of = {p.uid: job for job in session.pending_jobs for p in session.facts(job).unplaced}
+        # The pending job each reserved pod is an unplaced member of (only theirs are looked at: a backlog
+        # of pending jobs is not walked for the few pods holding a reservation).
+        pending_by_key = {job.key: job for job in session.pending_jobs}
         groups: dict[str, list[tuple[PodInfo, Job, str, Reservation]]] = {}
         reservations = ledger.reservations()
         for uid, key in session.reserved.items():
-            pod, job, found = pods_by_uid.get(uid), job_of.get(uid), reservations.get(key)
+            pod, found = pods_by_uid.get(uid), reservations.get(key)
+            job = pending_by_key.get(job_key(pod)) if pod is not None else None
+            if job is not None and not any(p.uid == uid for p in session.facts(job).unplaced):
+                job = None
             if pod is None or job is None or found is None:
                 continue  # its group (if any) misses it: dropped whole below
             groups.setdefault(found.group or key, []).append((pod, job, key, found))

@@ -114,11 +114,12 @@ class JobIndex:
         self.generation = 0  # calls of `jobs()`: one a cycle
         self.usage = QueueUsage()
         ledger.add_listener(self.usage)
+        ledger.add_pod_listener(self)  # a member placed, bound, evicted or rolled back: rebuild its job
         # Keys in first-seen order, as build_jobs gives them.
         self._members: dict[str, dict[str, PodInfo]] = {}
         self._jobs: dict[str, Job] = {}
         self._dirty: dict[str, None] = {}
-        self._active: dict[str, None] = {}  # jobs with members not placed: rebuilt every cycle
+        self._active: dict[str, None] = {}  # jobs with members not placed (`pending_jobs`)
         self._admitted: dict[str, Admitted] = {}  # running jobs: what they were admitted with
         self._admissions: dict[tuple[str, int, bool], Admitted] = {}  # each distinct one, shared
 
@@ -128,6 +129,15 @@ class JobIndex:
         self._dirty[key] = None
         if changed:
             self.quarantined.pop(key, None)
+
+    def moved(self, key: str, old: Holding | None, new: Holding | None) -> None:
+        """The ledger's word that a holding changed (a pod placed, bound, released; a reservation): the job
+        it is charged to is rebuilt next time, since what a job is pinned to and whether it has members to
+        place follow its members' places (`_pin`, `_active`). Not a change of the job itself: a quarantine
+        stays. (A holding only re-owned, which `_rebuild` does, is not told.)"""
+        owner = (new.owner if new is not None else None) or (old.owner if old is not None else None)
+        if owner is not None:
+            self._dirty[owner.job] = None
 
     def touch_queue(self, name: str) -> None:
         """Queue `name` came, changed or went: its jobs are charged again (`default` takes a gone
@@ -171,15 +181,15 @@ class JobIndex:
         self._dirty.update(dict.fromkeys(self._members))
 
     def jobs(self) -> list[Job]:
-        """All jobs, as `build_jobs(pods, podgroups)` gives them, rebuilding only the jobs whose pods
-        changed or that have pending pods; the owners of their pods' holdings follow along. Quarantined
+        """All jobs, as `build_jobs(pods, podgroups)` gives them, rebuilding only the jobs whose pods,
+        PodGroup, queue or members' places changed (`touch`, `moved`); the owners of their pods' holdings follow along. Quarantined
         jobs are left out."""
         self.generation += 1
         for key, q in list(self.quarantined.items()):
             if q.until <= self.generation:  # its backoff is over: try it again
                 self._dirty[key] = None
-        with paused_gc(len(self._dirty) + len(self._active)):
-            self._rebuild(list({**self._dirty, **self._active}))
+        with paused_gc(len(self._dirty)):
+            self._rebuild(list(self._dirty))
         self._dirty.clear()
         return [job for key, job in self._jobs.items() if not self._left_out(key)]
 

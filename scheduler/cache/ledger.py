@@ -110,6 +110,9 @@ class Ledger:
         self._journal: list[_Entry] | None = None  # open while a transaction is
         # Pods the open transaction told the cluster to bind: an abort keeps their places (see `abort`).
         self._bound: dict[str, None] = {}  # in bind order
+        # Bumped by every change (a rollback's too): what was read of the holdings since is still true
+        # while it is the same (the session's job facts are kept on it).
+        self.changes = 0
 
     # --------------------------------------------------------------------------------- the primitive
     def _swap(
@@ -119,6 +122,7 @@ class Ledger:
         """Replace what `key` holds with `new`: arrays, table and listeners together; journalled while a
         transaction is open. Raises OvercommitError (changing nothing) when `new` does not fit. `moved=False`:
         only its owner changes (same place, same kind), which the pod listeners do not read."""
+        self.changes += 1
         old = table.get(key)
         was = old.placement if old is not None and old.kind.in_arrays else None
         now = new.placement if new is not None and new.kind.in_arrays else None

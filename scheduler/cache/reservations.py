@@ -82,6 +82,8 @@ def match_reservations(reservations: dict[str, Reservation], pending: Iterable[P
         if key is not None:
             matched[p.uid] = key
             taken.add(key)
+    if all(res.uid is not None for res in reservations.values()):  # only pods' own places (pipelined,
+        return matched  # queued behind the plugin): none to match by name or by kind
     pods = [p for p in pending if p.group is None and p.error is None and p.uid not in matched]
     for p in pods:
         res = reservations.get(p.key)

@@ -14,7 +14,7 @@ from scheduler.bench.events import EventsConfig, run_events
 from scheduler.bench.runner import PHASES, BenchConfig, run_repeated
 from scheduler.bench.topology import TopologySpec, run_with_peer
 from scheduler.bench.workload import CORES_PER_GPU, mean_demand
-from scheduler.cli import bench_e2e, bench_failover
+from scheduler.cli import bench_e2e, bench_failover, bench_handoff
 from scheduler.placement.registry import DEFAULT_POLICY, policy_names
 from scheduler.state.backend import BACKENDS, BackendError
 
@@ -299,4 +299,5 @@ def register(app: typer.Typer) -> None:
 
     bench_e2e.register(bench_app)
     bench_failover.register(bench_app)
+    bench_handoff.register(bench_app)
     app.add_typer(bench_app, name="bench", short_help=short)

@@ -90,6 +90,8 @@ class Session:
     # Pods with a place reserved that are not bound yet (pipelined): no action places them again.
     pipelined: set[str] = field(default_factory=set)
     memo: Memo = field(default_factory=Memo)  # per-cycle results the actions share (typed keys)
+    # job key -> (the job, the ledger's change count, how many pods were pipelined, its facts): `facts`
+    _facts: dict[str, tuple[Job, int, int, JobFacts]] = field(default_factory=dict, repr=False)
     group_reasons: dict[str, PendingReason] = field(default_factory=dict)  # gangs with no pending pod
     unavailable: set[int] = field(
         default_factory=set
@@ -195,7 +197,16 @@ class Session:
     def facts(self, job: Job) -> JobFacts:
         """Where `job`'s members are now: running (the ledger holds their places), pipelined, or still to
         place (`model.jobs.job_facts`, the one rule; actions place and evict, the facts follow)."""
-        return job_facts(job, self.cache.ledger, self.pipelined)
+        # Kept while nothing they read changed (the holdings, the pipelined pods: pipelined only grows in a
+        # session): the actions ask it for every pending job, several times a cycle.
+        ledger = self.cache.ledger
+        found = self._facts.get(job.key)
+        key = (ledger.changes, len(self.pipelined))
+        if found is not None and found[0] is job and found[1:3] == key:
+            return found[3]
+        facts = job_facts(job, ledger, self.pipelined)
+        self._facts[job.key] = (job, *key, facts)
+        return facts
 
     def retry_by(self, epoch_s: float) -> None:
         """Ask for a cycle by `epoch_s` at the latest (see `retry_at`)."""

@@ -122,6 +122,9 @@ class PodInfo:
     # A controller owns it (recreates it when evicted): consolidation moves only such pods, since a move
     # is an eviction and a recreation. Parsed pods say; pods built by hand in tests default to movable.
     controlled: bool = True
+    # Its PodDemand, worked out on first use (scheduler/state/demand.py: a function of this version alone;
+    # a backlog of pending pods is looked at by several actions every cycle). Not part of the pod.
+    demand_memo: object = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:  # equal pods have the same uid (the maps it holds cannot be hashed)
         return hash(self.uid)

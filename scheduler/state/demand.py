@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from scheduler.api.keys import GPU_PRODUCT_LABEL, MILLI_PER_GPU
 from scheduler.model.constraints import PodScope
@@ -56,6 +57,16 @@ class PodDemand:
 
 
 def demand_for(pod: PodInfo) -> PodDemand:
+    """What `pod` asks and where it may go; worked out once per version of the pod (a PodInfo is never
+    changed: a new version is a new object), kept on it (`PodInfo.demand_memo`)."""
+    d = pod.demand_memo
+    if d is None:
+        d = _demand_for(pod)
+        object.__setattr__(pod, "demand_memo", d)  # frozen: a cache of its own fields, not a change
+    return cast(PodDemand, d)
+
+
+def _demand_for(pod: PodInfo) -> PodDemand:
     req = pod.request
     return PodDemand(
         cpu_milli=pod.cpu_milli,

@@ -16,7 +16,7 @@ import pytest
 
 from scheduler.api.keys import GPU_ALLOCATED, MILLI_PER_GPU
 from scheduler.cache.handoff import HandoffRule
-from scheduler.cycle import Scheduler
+from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.model.reasons import Reason
 from tests.framework.test_inflight import AsyncStub, cycle, half, touch, world
 
@@ -100,3 +100,72 @@ def test_a_fraction_queued_behind_the_plugin_is_bound_as_soon_as_its_node_is_fre
     told = cycle(stub, sched)
     (scheduled,) = [e for e in told.events if e["type"] == "Scheduled"]
     assert scheduled["pod"] == "q/b" and "device plugin has allocated" in scheduled["message"]
+
+
+def restarted(stub: AsyncStub) -> Scheduler:
+    """A scheduler started afresh over the same cluster (a restart, a failover): every object as ADDED.
+    What the old one kept in memory alone (a fraction queued behind the plugin is only a pending pod
+    on the API server) is gone; binds of the old one not answered yet are dropped with it."""
+    stub.asked.clear()
+    sched = Scheduler(stub, SchedulerConfig(backend="numpy", handoff=HandoffRule()))
+    stub.sim.relist()
+    return sched
+
+
+def gpu_used(sched: Scheduler) -> list[list[int]]:
+    state = sched.cache.state
+    free = state.host(state.free_milli)
+    return [[MILLI_PER_GPU - int(free[r, j]) for j in range(2)] for r in range(len(state.nodes))]
+
+
+def test_a_restart_while_a_fraction_is_queued_behind_the_plugin_queues_it_again() -> None:
+    """The old scheduler bound a (awaiting Allocate on n0) and queued b behind it; it dies. The new one
+    sees a bound with its assignment and no mark, so n0 still has a pod awaiting the plugin: b is queued
+    behind it again (charged on a's GPU, not bound, not started on an unused GPU), and bound to n0's
+    GPU 0 once the plugin marks a. No GPU is over-committed at any point."""
+    stub, old = world(half("a"), half("b"), handoff=HandoffRule())
+    cycle(stub, old)
+    assert sorted(stub.asked) == ["a"] and old.queued_behind_plugin()
+    stub.answer("a", started=False)
+
+    sched = restarted(stub)
+    first = cycle(stub, sched)
+    assert not stub.asked  # nothing bound while a awaits Allocate on n0, and b not sent to n1
+    b = next(p for p in sched.cache.pods.values() if p.name == "b")
+    assert first.reasons[b.uid].reason is Reason.WAITING_FOR_DEVICE_PLUGIN
+    assert gpu_used(sched) == [[MILLI_PER_GPU, 0], [0, 0]]  # a's half and b's reserved half, nothing else
+    touch(stub, "a", **{GPU_ALLOCATED: '{"gpus": []}'})
+    cycle(stub, sched)
+    assert sorted(stub.asked) == ["b"] and stub.asked["b"][1].node == "n0"
+    assert [g.index for g in stub.asked["b"][1].gpus] == [0]
+    stub.answer("b", started=False)
+    cycle(stub, sched)
+    assert gpu_used(sched) == [[MILLI_PER_GPU, 0], [0, 0]]
+
+
+def test_a_restart_after_the_mark_binds_the_queued_fraction_in_its_first_cycle() -> None:
+    """The plugin's mark for a arrives while no scheduler runs: the new one sees n0 free of pods awaiting
+    Allocate and binds b next to a at once (one GPU for both halves)."""
+    stub, old = world(half("a"), half("b"), handoff=HandoffRule())
+    cycle(stub, old)
+    stub.answer("a", started=False)
+    touch(stub, "a", **{GPU_ALLOCATED: '{"gpus": []}'})
+
+    sched = restarted(stub)
+    cycle(stub, sched)
+    assert sorted(stub.asked) == ["b"] and stub.asked["b"][1].node == "n0"
+    assert [g.index for g in stub.asked["b"][1].gpus] == [0]
+    assert gpu_used(sched) == [[MILLI_PER_GPU, 0], [0, 0]]
+
+
+def test_a_restart_with_the_first_bind_unanswered_places_each_fraction_once() -> None:
+    """The old scheduler dies with a's bind sent but not carried out (the API server never got it) and b
+    queued: the new one sees two pending halves and places them as a fresh burst: a bound, b queued
+    behind it, then both on one GPU; never two of them awaiting Allocate on a node."""
+    stub, old = world(half("a"), half("b"), handoff=HandoffRule())
+    cycle(stub, old)
+    assert sorted(stub.asked) == ["a"]
+
+    sched = restarted(stub)  # a's bind is lost with the old process
+    used = [u for u in drain(stub, sched, ORDERS["all at once"], 0, 2) if u]
+    assert used == [MILLI_PER_GPU]

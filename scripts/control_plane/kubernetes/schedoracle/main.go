@@ -40,7 +40,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
@@ -144,14 +143,15 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 		objects = append(objects, o)
 	}
 	client := fake.NewClientset(objects...)
-	informerFactory := informers.NewSharedInformerFactory(client, 0)
+	handlers := &handlerTracker{}
+	informerFactory := trackedFactory{informers.NewSharedInformerFactory(client, 0), handlers}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	var draManager framework.SharedDRAManager
 	if utilfeature.DefaultFeatureGate.Enabled(features.DynamicResourceAllocation) {
 		logger := klog.FromContext(ctx)
-		claimInformer := informerFactory.Resource().V1().ResourceClaims().Informer()
+		claimInformer := trackedInformer{informerFactory.Resource().V1().ResourceClaims().Informer(), handlers}
 		claimCache := assumecache.NewAssumeCache(logger, claimInformer, "ResourceClaim", "", nil)
 		opts := tracker.Options{
 			EnableDeviceTaints:       utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaints),
@@ -188,24 +188,15 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("framework: %w", err)
 	}
-	// The volume binder reads claims and volumes from caches its event handlers fill, after the
-	// informers' stores. A handler of ours on the same informers, registered after the plugins', is told
-	// of every object too: once it has been (its registration synced), theirs very nearly have; the rest
-	// is waited for below.
-	var registrations []toolscache.ResourceEventHandlerRegistration
-	for _, inf := range []toolscache.SharedIndexInformer{
-		informerFactory.Core().V1().PersistentVolumes().Informer(),
-		informerFactory.Core().V1().PersistentVolumeClaims().Informer(),
-		informerFactory.Storage().V1().StorageClasses().Informer(),
-	} {
-		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{})
-		if err != nil {
-			return nil, err
-		}
-		registrations = append(registrations, reg)
-	}
 	// client-go's WaitForCacheSync polls every 100 ms, most of a case's time: ask it with a closed stop
-	// channel (one immediate check of every informer the plugins started) until all have synced.
+	// channel (one immediate check of every informer the plugins started) until all have synced, and
+	// every handler registered on the claim and volume informers (the volume binder's and DRA's assume
+	// caches: tracked.go) has been told of every object.
+	if handlers.count() < 2 {
+		// The volume binder no longer takes its informers from the factory's typed accessors: the wait
+		// below would not cover its caches, and a case could be judged before they are filled.
+		return nil, fmt.Errorf("the volume binder registered %d handlers on the tracked informers, want 2", handlers.count())
+	}
 	informerFactory.Start(ctx.Done())
 	checkOnce := make(chan struct{})
 	close(checkOnce)
@@ -214,9 +205,7 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 		for _, ok := range informerFactory.WaitForCacheSync(checkOnce) {
 			all = all && ok
 		}
-		for _, reg := range registrations {
-			all = all && reg.HasSynced()
-		}
+		all = all && handlers.synced()
 		if all {
 			break
 		}
@@ -225,7 +214,6 @@ func evaluate(ctx context.Context, req *request) (*answer, error) {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	time.Sleep(2 * time.Millisecond)
 
 	if !req.Sequence {
 		return filterNodes(ctx, f, lister, req.Pods, req.Nodes, req.Pod)
