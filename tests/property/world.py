@@ -48,6 +48,7 @@ from scheduler.api.keys import (
 from scheduler.cache.cluster import BindResult
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.framework.eviction import EvictionPolicy
+from scheduler.model.jobs import job_facts
 from scheduler.model.parse import cpu_milli, memory_mib
 from scheduler.model.types import PodInfo
 from scheduler.sim.builtin import node, pod, podgroup, queue
@@ -410,6 +411,7 @@ class World:
         holdings = [h.placement for h in (*ledger.pods.values(), *ledger.reserved.values())]
         assert arrays_agree(ledger.state, holdings)  # the check a contained failure is followed by
         self._check_cpu_memory()
+        self._check_jobs()
         self._check_gangs(new)
         self._check_limits(new)
         self._check_told(result.reasons)
@@ -462,6 +464,23 @@ class World:
         return [r.obj for r in self.sim.pods.values()
                 if r.obj["spec"].get("nodeName") and (r.obj.get("status") or {}).get("phase") == "Running"
                 and (terminating or not r.obj["metadata"].get("deletionTimestamp"))]  # fmt: skip
+
+    def _check_jobs(self) -> None:
+        """The job index rebuilds a job only when told something of it changed (its pods, its PodGroup, its
+        queue, its members' places): every job it will not rebuild next cycle is as a rebuild would make
+        it: the cache's current pods as members, and listed with the pending jobs exactly when some member
+        has no place in the ledger."""
+        index, ledger = self.sched.cache.index, self.sched.cache.ledger
+        for key, job in index._jobs.items():
+            if key in index._dirty or key in index.quarantined:
+                continue
+            members = index._members.get(key, {})
+            assert {p.uid: p for p in job.members} == members, f"job {key}: members not rebuilt"
+            assert all(members[p.uid] is p for p in job.members), f"job {key}: an old version of a member"
+            unplaced = bool(job_facts(job, ledger).unplaced)
+            assert unplaced == (key in index._active), (
+                f"job {key}: pending {key in index._active}, should be {unplaced}"
+            )
 
     def _check_cpu_memory(self) -> None:
         state = self.sched.cache.state
