@@ -560,7 +560,7 @@ def _parse_pod(
     )
 
 
-_CONSTRAINT_FIELDS = ("affinity", "topologySpreadConstraints", "volumes", "hostNetwork")
+_CONSTRAINT_FIELDS = ("affinity", "topologySpreadConstraints", "hostNetwork")
 
 
 def _has_constraints(spec: Obj) -> bool:
@@ -569,6 +569,16 @@ def _has_constraints(spec: Obj) -> bool:
     for f in _CONSTRAINT_FIELDS:
         if spec.get(f):
             return True
+    # Almost every pod has volumes (the service account token's projected one at least), but only claims
+    # (a PVC, or an ephemeral volume's) constrain where it goes: the others skip the walk, which doubled
+    # a real pod's parse. Volumes that are not a list of maps are left to the walk to refuse.
+    volumes = spec.get("volumes")
+    if volumes:
+        if type(volumes) is not list:
+            return True
+        for v in volumes:
+            if type(v) is not dict or "persistentVolumeClaim" in v or "ephemeral" in v:
+                return True
     for kind in ("containers", "initContainers"):
         for c in spec.get(kind) or ():
             if (type(c) is dict or isinstance(c, Mapping)) and c.get("ports"):

@@ -411,8 +411,20 @@ def volumes(draw: st.DrawFn, cluster: Cluster, pod: Obj) -> None:
             )
         cluster.pvcs.append(pvc)
     pod["spec"]["volumes"] = [
-        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)
+        SERVICE_ACCOUNT_VOLUME,  # as admission adds it to nearly every pod: next to the claims, never one
+        *({"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)),
     ]
+
+
+# The volume the API server's ServiceAccount admission gives a pod (its token, the cluster CA, its namespace).
+SERVICE_ACCOUNT_VOLUME: Obj = {
+    "name": "kube-api-access-x7k2q",
+    "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+    ]},
+}  # fmt: skip
 
 
 def tessera_feasible(cluster: Cluster, pod: Obj, backend: str = "numpy") -> tuple[set[str], list[str]]:

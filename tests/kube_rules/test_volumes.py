@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.model.constraints import NO_CONSTRAINTS
+from scheduler.model.parse import parse_pod
 from tests.framework.helpers import A100, cluster, node, phase, pod, queue, run
+from tests.kube_rules.clusters import SERVICE_ACCOUNT_VOLUME
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -62,3 +65,19 @@ def test_a_missing_claim_keeps_its_pod_pending_with_the_reason() -> None:
     run(sim, sched, cycles=2)
     reason = sim.pods["team/db-0"].reason
     assert reason is not None and 'persistentvolumeclaim "nothing" not found' in reason[1], reason
+
+
+def test_only_claims_among_a_pods_volumes_constrain_it() -> None:
+    """Nearly every pod has volumes (its service account token, config maps, secrets, scratch space):
+    none of those says where it may go; a claim does, whatever volumes come with it; volumes that are not
+    maps make the pod invalid, as before."""
+    p = pod("web", "team", arrival_s=0, duration_s=600, cpu="1")
+    p["spec"]["volumes"] = [SERVICE_ACCOUNT_VOLUME, {"name": "cfg", "configMap": {"name": "c"}},
+                            {"name": "tmp", "emptyDir": {}}, {"name": "s", "secret": {"secretName": "s"}}]  # fmt: skip
+    assert parse_pod(p).constraints == NO_CONSTRAINTS
+    p["spec"]["volumes"].append({"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}})
+    p["spec"]["volumes"].append({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
+    assert parse_pod(p).constraints.claims == ("data-0", "web-scratch")
+    p["spec"]["volumes"] = [SERVICE_ACCOUNT_VOLUME, "data"]
+    error = parse_pod(p).error
+    assert error is not None and "volume" in error  # the pod is told; it is never placed as it is
