@@ -113,8 +113,8 @@ def _world(cfg: FailoverConfig, nodes: list[dict[str, Any]], pods: list[dict[str
 
 def run_failover_in_memory(cfg: FailoverConfig) -> dict[str, Any]:
     nodes = make_nodes(cfg.nodes, cfg.gpus_per_node)
-    pods = running_pods(EventsConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, pods=cfg.pods,
-                                     seed=cfg.seed), nodes)  # fmt: skip
+    pods, _ = running_pods(EventsConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, pods=cfg.pods,
+                                        seed=cfg.seed), nodes)  # fmt: skip
     sched_cfg = SchedulerConfig(policy=cfg.policy, backend=cfg.backend, max_gpus_per_node=cfg.gpus_per_node,
                                 expected_nodes=cfg.nodes)  # fmt: skip
     # The old leader: it holds every running pod.

@@ -121,6 +121,16 @@ def settle_heap() -> None:
     gc.freeze()
 
 
+def current_rss_mib() -> float | None:
+    """The process's resident memory now (Linux: /proc/self/statm); None where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(pages * resource.getpagesize() / (1024 * 1024), 1)
+
+
 def peak_rss_mib() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere

@@ -245,6 +245,13 @@ def register(app: typer.Typer) -> None:
             int, typer.Option(min=1, help="Pod events (running pods, as after a relist).")
         ] = 150_000,
         seed: Annotated[int, typer.Option(help="Workload seed.")] = 1,
+        api_fields: Annotated[
+            bool,
+            typer.Option(
+                help="Pods as the API server returns them (service account volume, default tolerations, "
+                "owner reference, times); default: the bare pods."
+            ),
+        ] = False,
         output: Annotated[
             str, typer.Option("--output", "-o", metavar="FORMAT", help="table or json.")
         ] = "table",
@@ -255,7 +262,8 @@ def register(app: typer.Typer) -> None:
         """Apply --pods pod events and one update per node to the scheduler's state; report the time."""
         _check_output(output)
         _check_backend(backend)
-        cfg = EventsConfig(nodes=nodes, gpus_per_node=gpus_per_node, pods=pods, backend=backend, seed=seed)
+        cfg = EventsConfig(nodes=nodes, gpus_per_node=gpus_per_node, pods=pods, backend=backend, seed=seed,
+                           api_fields=api_fields)  # fmt: skip
         try:
             r = run_events(cfg)
         except BackendError as exc:

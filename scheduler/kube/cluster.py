@@ -33,7 +33,7 @@ from scheduler.kube.bind_pool import AsyncBinds
 from scheduler.kube.binder import Binder
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
-from scheduler.kube.informer import Informer, WatchTarget, slim
+from scheduler.kube.informer import Informer, WatchTarget, slim, slim_pod
 from scheduler.kube.kai_compat import KaiCompat
 from scheduler.kube.podgrouper.book import GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
@@ -70,7 +70,7 @@ class KubeCluster:
         # Every cache keeps its objects slimmed (`informer.slim`): no managedFields, strings shared.
         targets = [
             WatchTarget("Node", self.core.list_node, transform=slim),
-            WatchTarget("Pod", self.core.list_pod_for_all_namespaces, transform=slim),
+            WatchTarget("Pod", self.core.list_pod_for_all_namespaces, transform=slim_pod),
             WatchTarget(
                 "Queue", self.custom.list_cluster_custom_object, (GROUP, VERSION, "queues"), transform=slim
             ),

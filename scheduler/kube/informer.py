@@ -10,7 +10,8 @@ Like client-go's transform (`SetTransform`, which kube-scheduler uses to drop `m
 passes through the target's `transform` before it enters the cache or reaches a consumer. The scheduler's
 `slim` drops `metadata.managedFields`, which nothing reads, and interns the strings repeated across objects
 (keys, namespaces, node names, images, condition types...): at 50,000 pods the watch caches were most of
-the scheduler's memory (docs/performance.md). Nothing the scheduler writes is built from a cached object
+the scheduler's memory (docs/performance.md); `slim_pod` also drops what the scheduler never reads of a
+pod's containers and their statuses. Nothing the scheduler writes is built from a cached object
 (every write is a patch, a Binding or an eviction), so what a transform drops is never written back.
 """
 
@@ -247,6 +248,44 @@ def slim(obj: Obj) -> Obj:
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
     return _interned(obj)
+
+
+# What of a container the scheduler reads: its name (in messages), resources (requests, limits, claims),
+# ports (host ports) and restartPolicy (a sidecar). The rest (image, command, env, mounts, probes, security
+# context...) is most of a pod's spec and is left out of the cache; so are volumes other than claims (the
+# service account token's, config maps, secrets, scratch space) and the kubelet's per-container statuses,
+# the largest part of a running pod's status (kube-scheduler reads those for in-place resizes only, which
+# Tessera does not follow: docs/differences-from-kube-scheduler.md).
+_CONTAINER_FIELDS = frozenset({"name", "resources", "ports", "restartPolicy"})
+_CONTAINER_LISTS = ("containers", "initContainers")
+_CLAIM_VOLUMES = frozenset({"persistentVolumeClaim", "ephemeral"})
+_UNREAD_POD_STATUS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+
+
+def slim_pod(obj: Obj) -> Obj:
+    """`slim` for a pod, which also leaves out what the scheduler never reads of its containers (their
+    image, command, environment, mounts, probes...), its volumes other than claims and its containers'
+    statuses, which a relist of 150,000 pods otherwise keeps for every one (`tessera bench events
+    --api-fields`). Anything not a map or a list of maps where one is expected is kept as it came (the
+    parser tells what is wrong with it)."""
+    spec = obj.get("spec")
+    if type(spec) is dict:
+        for kind in _CONTAINER_LISTS:
+            containers = spec.get(kind)
+            if type(containers) is list:
+                spec[kind] = [
+                    {k: v for k, v in c.items() if k in _CONTAINER_FIELDS} if type(c) is dict else c
+                    for c in containers
+                ]
+        spec.pop("ephemeralContainers", None)  # debugging containers: no requests, never scheduled
+        volumes = spec.get("volumes")
+        if type(volumes) is list:  # only claims say where a pod may go (its service account token does not)
+            spec["volumes"] = [v for v in volumes if type(v) is not dict or _CLAIM_VOLUMES & v.keys()]
+    status = obj.get("status")
+    if type(status) is dict:
+        for key in _UNREAD_POD_STATUS:
+            status.pop(key, None)
+    return slim(obj)
 
 
 # String values this long or longer are kept as they came (keys are always interned): long values are rarely
