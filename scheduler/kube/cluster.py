@@ -33,8 +33,9 @@ from scheduler.kube.bind_pool import AsyncBinds
 from scheduler.kube.binder import Binder
 from scheduler.kube.event_queue import EventQueue, ResourceEvent
 from scheduler.kube.evictor import Evictor
-from scheduler.kube.informer import Informer, WatchTarget, slim, slim_pod
+from scheduler.kube.informer import Informer, WatchTarget, slim
 from scheduler.kube.kai_compat import KaiCompat
+from scheduler.kube.pod_decoder import pod_watch
 from scheduler.kube.podgrouper.book import GroupBook
 from scheduler.kube.podgrouper.owners import OwnerReader
 from scheduler.kube.podgrouper.reconciler import PodGroupReconciler
@@ -70,7 +71,7 @@ class KubeCluster:
         # Every cache keeps its objects slimmed (`informer.slim`): no managedFields, strings shared.
         targets = [
             WatchTarget("Node", self.core.list_node, transform=slim),
-            WatchTarget("Pod", self.core.list_pod_for_all_namespaces, transform=slim_pod),
+            pod_watch(self.core.list_pod_for_all_namespaces),
             WatchTarget(
                 "Queue", self.custom.list_cluster_custom_object, (GROUP, VERSION, "queues"), transform=slim
             ),
