@@ -123,12 +123,14 @@ def as_served(obj: Obj, i: int) -> None:
     meta, spec = obj["metadata"], obj["spec"]
     rs = f"train-{i // 30:05d}"  # ReplicaSets of 30 pods
     meta["creationTimestamp"] = "2026-12-04T10:00:00Z"
-    meta["managedFields"] = [
-        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": "2026-12-04T10:00:00Z",
-         "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}, "f:ownerReferences": {}},
-                                                "f:spec": {"f:containers": {'k:{"name":"main"}': {".": {}, "f:image": {}}}}}},
+    meta["managedFields"] = [  # what the API server records of who wrote which field
+        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+         "time": "2026-12-04T10:00:00Z", "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}, "f:ownerReferences": {}},
+                      "f:spec": {"f:containers": {'k:{"name":"main"}': {".": {}, "f:image": {}}}}}},
         {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": "2026-12-04T10:00:06Z",
-         "fieldsType": "FieldsV1", "subresource": "status", "fieldsV1": {"f:status": {"f:conditions": {}, "f:phase": {}}}},
+         "fieldsType": "FieldsV1", "subresource": "status",
+         "fieldsV1": {"f:status": {"f:conditions": {}, "f:phase": {}}}},
     ]  # fmt: skip
     meta["labels"] = {"app": "train", "pod-template-hash": f"{i // 30:08x}"}
     meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs,

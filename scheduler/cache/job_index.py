@@ -182,8 +182,8 @@ class JobIndex:
 
     def jobs(self) -> list[Job]:
         """All jobs, as `build_jobs(pods, podgroups)` gives them, rebuilding only the jobs whose pods,
-        PodGroup, queue or members' places changed (`touch`, `moved`); the owners of their pods' holdings follow along. Quarantined
-        jobs are left out."""
+        PodGroup, queue or members' places changed (`touch`, `moved`); the owners of their pods' holdings
+        follow along. Quarantined jobs are left out."""
         self.generation += 1
         for key, q in list(self.quarantined.items()):
             if q.until <= self.generation:  # its backoff is over: try it again

@@ -4,13 +4,14 @@ A relist of 150,000 running pods is 150,000 objects of ~3 KB of JSON each, most 
 never reads: the containers' image, command, environment, mounts and probes, their statuses, the server's
 managedFields. `json.loads` builds all of it and `informer.slim_pod` then throws it away (43 us a pod, two
 thirds of a relist's time in the watch thread). msgspec decodes against a schema instead, in C, skipping
-every field the schema does not name without building it (8 us a pod): the schema below names every field
-of ObjectMeta, PodSpec and PodStatus (API v1.34 and the Kubernetes client's) except those `slim_pod` drops, so `slim_pod` of its result
-is `slim_pod` of `json.loads`' (tests/kube/test_pod_decoder.py checks it on every field the generators
-write). A field a later API version adds is not kept until it is named here.
+every field the schema does not name without building it (8 us a pod). The schema below names every field
+of ObjectMeta, PodSpec and PodStatus (API v1.34, and those the Kubernetes client knows) except those
+`slim_pod` drops, so `slim_pod` of its result is `slim_pod` of `json.loads`' (tests/kube/test_pod_decoder.py
+checks it on every field the generators write). A field a later API version adds is not kept until it is
+named here.
 
 Anything the schema does not expect (a value of another type, an object that is not a pod: a watch's
-ERROR status, a bookmark) falls back to `json.loads`: nothing is refused here that would have been read.
+ERROR status) falls back to `json.loads`: nothing is refused here that would have been read.
 """
 
 from __future__ import annotations
