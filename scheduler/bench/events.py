@@ -118,8 +118,8 @@ def _list_page(page: list[Obj], into: list[Obj]) -> float:
 
 
 def as_served(obj: Obj, i: int) -> None:
-    """Add to a pod what the API server's admission and the pod's controller add (each pod its own copy,
-    as decoded from a watch)."""
+    """Add to a pod what the API server (admission, managedFields), its controller (owner, labels) and its
+    kubelet (statuses, addresses) add; `i` makes each pod's own values."""
     meta, spec = obj["metadata"], obj["spec"]
     rs = f"train-{i // 30:05d}"  # ReplicaSets of 30 pods
     meta["creationTimestamp"] = "2026-12-04T10:00:00Z"

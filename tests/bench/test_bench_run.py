@@ -68,6 +68,13 @@ def test_cli_bench_json_and_events():
     assert ev["node_updates"] == 5 and ev["state_apply_s"] >= 0 and ev["cache_apply_s"] > 0
     res = runner.invoke(app(), ["bench", "events", "--nodes", "5", "--pods", "50"])
     assert res.exit_code == 0 and "pod events" in res.output
+    # Pods as served (1,200: three pages of the list and a part), decoded by the scheduler's pod watch.
+    args = ["bench", "events", "--nodes", "40", "--pods", "1200", "--api-fields", "-o", "json"]
+    res = runner.invoke(app(), args)
+    assert res.exit_code == 0, res.output
+    ev = json.loads(res.output)
+    assert ev["config"]["api_fields"] and ev["accounted"] == 1200 and ev["errors"] == 0
+    assert ev["watch_decode_cpu_s"] > 0 and ev["rss_after_apply_mib"] > 0
 
 
 def test_cli_rejects_bad_options_in_one_line():
