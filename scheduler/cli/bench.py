@@ -281,6 +281,13 @@ def register(app: typer.Typer) -> None:
             f"cache (parse + validate + account): {r['cache_apply_s']:.3f} s "
             f"({r['cache_events_per_s']:.0f} events/s); node updates: {r['node_updates_s']:.3f} s"
         )
+        if r["watch_decode_cpu_s"] is not None:
+            console.print(
+                f"pod watch (decode the list's pages, keep what is read): {r['watch_decode_cpu_s']:.3f} s CPU"
+            )
+        if r["rss_before_apply_mib"] is not None:
+            console.print(f"memory: {r['rss_before_apply_mib']:.0f} MiB before the pod events, "
+                          f"{r['rss_after_apply_mib']:.0f} MiB after")  # fmt: skip
         if r["errors"]:
             console.print(f"[yellow]{r['errors']} events could not be applied[/]")
 

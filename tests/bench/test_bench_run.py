@@ -75,6 +75,8 @@ def test_cli_bench_json_and_events():
     ev = json.loads(res.output)
     assert ev["config"]["api_fields"] and ev["accounted"] == 1200 and ev["errors"] == 0
     assert ev["watch_decode_cpu_s"] > 0 and ev["rss_after_apply_mib"] > 0
+    res = runner.invoke(app(), args[:-2])
+    assert res.exit_code == 0 and "pod watch (decode" in res.output and "MiB after" in res.output
 
 
 def test_cli_rejects_bad_options_in_one_line():
