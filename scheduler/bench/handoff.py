@@ -58,7 +58,7 @@ class PluginCluster(BenchCluster):
     def bind(self, pod: PodInfo, assignment: GPUAssignment) -> BindResult:
         result = super().bind(pod, assignment)
         obj = self.pods[pod.key]
-        if GPU_ASSIGNMENT in obj["metadata"].get("annotations", {}) and pod.request.is_fractional:
+        if pod.request.is_fractional:  # Tessera's plugin serves it: Pending until its Allocate is done
             obj["status"] = {"phase": "Pending"}  # the event just queued carries this same object
             self.waiting.append(pod.key)
         return result
@@ -99,9 +99,13 @@ def _burst(cfg: HandoffConfig, fractional: bool) -> dict[str, Any]:
         marked = cluster.mark(cfg.marks_per_cycle)
         idle = 0 if marked or len(cluster.bound_at) > before else idle + 1  # stuck: reported, not looped
     wall_s = time.perf_counter() - t0
-    state = sched.cache.state
-    free = state.host(state.free_milli)
-    used = [int(MILLI_PER_GPU - free[r, j]) for r in range(cfg.nodes) for j in range(cfg.gpus_per_node)]
+    # The GPUs as the bound pods' assignments say (the cluster's view, not the scheduler's own arrays).
+    used: Counter[tuple[str, int]] = Counter()
+    for obj in cluster.pods.values():
+        text = obj["metadata"].get("annotations", {}).get(GPU_ASSIGNMENT)
+        if text:
+            a = GPUAssignment.from_annotation(text)
+            used.update({(a.node, g.index): g.milli for g in a.gpus})
     return {
         "bound": len(cluster.bound_at),
         "cycles": cycles,
@@ -110,9 +114,9 @@ def _burst(cfg: HandoffConfig, fractional: bool) -> dict[str, Any]:
         "pods_per_scheduler_cpu_s": round(len(cluster.bound_at) / cpu_s, 1) if cpu_s else 0.0,
         "wall_s": round(wall_s, 3),
         "most_waiting_on_a_node": most_waiting,
-        "gpus_used": sum(1 for u in used if u > 0),
-        "gpus_partly_used": sum(1 for u in used if 0 < u < MILLI_PER_GPU),
-        "backend": backend_label(state.xp),
+        "gpus_used": sum(1 for u in used.values() if u > 0),
+        "gpus_partly_used": sum(1 for u in used.values() if 0 < u < MILLI_PER_GPU),
+        "backend": backend_label(sched.cache.state.xp),
     }
 
 
