@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar, dataclass_transform
 
 from scheduler.api.gpu_request import GPURequest
 from scheduler.api.keys import GPU_ALLOCATED
 from scheduler.model.constraints import NO_CONSTRAINTS, PodConstraints
+
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def frozen_for_the_checker(cls: type[_T]) -> type[_T]:
+    """A frozen slotted dataclass to the type checker (mypy refuses every write to one), whose writes are not
+    trapped at run time: a frozen dataclass's `__init__` sets each field through `object.__setattr__`,
+    which made building a `PodInfo` (27 fields) four times dearer: 0.36 s of a 150,000-pod relist."""
+    return dataclass(slots=True)(cls)
 
 
 @dataclass(frozen=True)
@@ -79,12 +90,12 @@ class PodPhase(StrEnum):
     FAILED = "Failed"
 
 
-@dataclass(frozen=True, slots=True)  # slots: 150,000 of them after a relist
+@frozen_for_the_checker  # slots: 150,000 of them after a relist
 class PodInfo:
     """One pod as the watch shows it, parsed once (`scheduler/model/parse.py` makes every one). `error`
     holds why its request is invalid (then never placed).
 
-    Frozen: what the scheduler does to a pod is not written on it. A pod it bound holds its place in the
+    Frozen (`frozen_for_the_checker`): what the scheduler does to a pod is not written on it. A pod it bound holds its place in the
     ledger (ASSUMED while the bind is in flight, then BOUND) until the watch shows it bound; a newer
     version of the pod is a new `PodInfo` (the mirror replaces the old one)."""
 
