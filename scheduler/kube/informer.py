@@ -33,6 +33,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from scheduler.cache.gc_pause import BULK, paused_gc
 from scheduler.kube.backoff import Backoff
 from scheduler.kube.event_queue import ResourceEvent, object_key
+from scheduler.kube.shared_values import SharedValues
 
 log = logging.getLogger(__name__)
 
@@ -268,19 +269,30 @@ def slim(obj: Obj) -> Obj:
 # context...) is most of a pod's spec and is left out of the cache; so are volumes other than claims (the
 # service account token's, config maps, secrets, scratch space) and the kubelet's per-container statuses,
 # the largest part of a running pod's status (kube-scheduler reads those for in-place resizes only, which
-# Tessera does not follow: docs/differences-from-kube-scheduler.md).
+# Tessera does not follow: docs/differences-from-kube-scheduler.md), the pod's addresses and QoS class, and
+# when each condition last changed (the scheduler reads a condition's type, status, reason and message).
 _CONTAINER_FIELDS = frozenset({"name", "resources", "ports", "restartPolicy"})
 _CONTAINER_LISTS = ("containers", "initContainers")
 _CLAIM_VOLUMES = frozenset({"persistentVolumeClaim", "ephemeral"})
-_UNREAD_POD_STATUS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+_UNREAD_POD_STATUS = (
+    "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "podIP", "podIPs", "hostIP",
+    "hostIPs", "qosClass",
+)  # fmt: skip
+_CONDITION_TIMES = frozenset({"lastTransitionTime", "lastProbeTime"})
+# What the pods of one controller have alike, kept once (`shared_values.py`): of the metadata, the labels,
+# owners and finalizers (not the annotations: Tessera's assignment makes those of a running pod its own);
+# every list and map of the spec; the conditions.
+_SHARED_META = frozenset({"labels", "ownerReferences", "finalizers"})
+_SHARED_STATUS = frozenset({"conditions"})
 
 
-def slim_pod(obj: Obj) -> Obj:
+def slim_pod(obj: Obj, shared: SharedValues | None = None) -> Obj:
     """`slim` for a pod, which also leaves out what the scheduler never reads of its containers (their
-    image, command, environment, mounts, probes...), its volumes other than claims and its containers'
-    statuses, which a relist of 150,000 pods otherwise keeps for every one (`tessera bench events
-    --api-fields`). Anything not a map or a list of maps where one is expected is kept as it came (the
-    parser tells what is wrong with it)."""
+    image, command, environment, mounts, probes...), its volumes other than claims, its containers'
+    statuses, addresses and the times of its conditions, which a relist of 150,000 pods otherwise keeps
+    for every one (`tessera bench events --api-fields`). Anything not a map or a list of maps where one is
+    expected is kept as it came (the parser tells what is wrong with it). With `shared`, the parts pods
+    have alike are the same objects in every pod that has them (the pod watch's cache: `PodSlimmer`)."""
     spec = obj.get("spec")
     if type(spec) is dict:
         for kind in _CONTAINER_LISTS:
@@ -298,7 +310,66 @@ def slim_pod(obj: Obj) -> Obj:
     if type(status) is dict:
         for key in _UNREAD_POD_STATUS:
             status.pop(key, None)
-    return slim(obj)
+        conditions = status.get("conditions")
+        if type(conditions) is list:
+            status["conditions"] = [
+                {k: v for k, v in c.items() if k not in _CONDITION_TIMES} if type(c) is dict else c
+                for c in conditions
+            ]
+    if shared is None:
+        return slim(obj)
+    meta = obj.get("metadata")
+    if type(meta) is dict:
+        meta.pop("managedFields", None)
+    return {sys.intern(key): _pod_part(key, value, shared) for key, value in obj.items()}
+
+
+def _pod_part(name: str, part: Any, shared: SharedValues) -> Any:
+    """`_interned(part)`, with the parts pods have alike shared (each copied only when first seen)."""
+    if type(part) is not dict:
+        return _interned_item(part)
+    if name == "spec":
+        return _pod_spec(part, shared)
+    if name == "metadata":
+        keys = _SHARED_META
+    elif name == "status":
+        keys = _SHARED_STATUS
+    else:
+        return _interned(part)
+    intern = sys.intern
+    out: Obj = {}
+    for key, value in part.items():
+        kind = type(value)
+        if kind is str:
+            if len(value) < _INTERN_MAX:
+                value = intern(value)
+        elif kind is dict or kind is list:
+            value = shared.share(value, _interned_item) if value and key in keys else _interned_item(value)
+        out[intern(key)] = value
+    return out
+
+
+def _pod_spec(spec: Obj, shared: SharedValues) -> Obj:
+    """The pods of a controller have the same spec but for the node they are bound to (once `slim_pod` left
+    out the per-pod volumes): all of it but `nodeName` is shared, each pod's spec a map of its own."""
+    node = spec.pop("nodeName", None)
+    out: Obj = dict(shared.share(spec, _interned))
+    if node is not None:
+        out[_NODE_NAME] = sys.intern(node) if type(node) is str else node
+    return out
+
+
+_NODE_NAME = sys.intern("nodeName")
+
+
+class PodSlimmer:
+    """The pod watch's transform: `slim_pod`, the parts its pods have alike shared within its cache."""
+
+    def __init__(self) -> None:
+        self.shared = SharedValues()
+
+    def __call__(self, obj: Obj) -> Obj:
+        return slim_pod(obj, self.shared)
 
 
 # String values this long or longer are kept as they came (keys are always interned): long values are rarely
@@ -329,6 +400,8 @@ def _interned_item(item: Any) -> Any:
     kind = type(item)
     if kind is dict:
         return _interned(item)
+    if kind is list:
+        return [_interned_item(x) for x in item]
     if kind is str and len(item) < _INTERN_MAX:
         return sys.intern(item)
     return item

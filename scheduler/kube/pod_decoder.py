@@ -22,7 +22,7 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from scheduler.kube.informer import WatchTarget, slim_pod
+from scheduler.kube.informer import PodSlimmer, WatchTarget
 
 
 class _Container(TypedDict, total=False):  # what `slim_pod` keeps of a container
@@ -94,19 +94,14 @@ class _Spec(TypedDict, total=False):  # PodSpec without ephemeralContainers, con
     evictionResponders: Any
 
 
-class _Status(TypedDict, total=False):  # PodStatus without the containers' statuses
+class _Status(TypedDict, total=False):  # PodStatus without the containers' statuses, addresses, QoS class
     observedGeneration: Any
     phase: Any
     conditions: Any
     message: Any
     reason: Any
     nominatedNodeName: Any
-    hostIP: Any
-    hostIPs: Any
-    podIP: Any
-    podIPs: Any
     startTime: Any
-    qosClass: Any
     resize: Any
     resourceClaimStatuses: Any
     extendedResourceClaimStatus: Any
@@ -164,5 +159,5 @@ def pod_watch(list_fn: Callable[..., Any]) -> WatchTarget:
     """The scheduler's pod watch over `list_fn` (the client's list of pods of all namespaces): decoded
     against the schema, kept as `slim_pod` keeps them."""
     return WatchTarget(
-        "Pod", list_fn, transform=slim_pod, decode_list=decode_pod_list, decode_event=decode_pod_event
+        "Pod", list_fn, transform=PodSlimmer(), decode_list=decode_pod_list, decode_event=decode_pod_event
     )

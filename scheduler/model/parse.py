@@ -49,6 +49,7 @@ from scheduler.api.limits import (
 from scheduler.api.priority import resolve_priority
 from scheduler.api.quantity import InvalidQuantity, parse_quantity
 from scheduler.model.constraints import NO_CONSTRAINTS, PodConstraints, parse_constraints
+from scheduler.model.frozen import ByIdentity, is_frozen
 from scheduler.model.gpu_memory import memory_from_product
 from scheduler.model.requests import aggregate, container_requests, pod_requests
 from scheduler.model.selectors import InvalidSelector
@@ -128,25 +129,34 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class _NoStrings(dict[str, str]):
-    """The empty map every pod without a node selector (most), labels or annotations shares: a new `{}`
-    each was 24 MiB of a 150,000-pod relist. A `PodInfo` is never written to; this one refuses it."""
+    """A read-only map of strings: the empty one every pod without a node selector (most), labels or
+    annotations shares (a new `{}` each was 24 MiB of a 150,000-pod relist), and the label maps of the pods
+    whose labels the watch shares. A `PodInfo` is never written to; these refuse it."""
 
     def _refuse(self, *args: object, **kwargs: object) -> None:
         raise TypeError("a parsed pod's maps are read-only")
 
     __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
 
-    def __reduce__(self) -> tuple[type[dict[str, str]], tuple[()]]:
-        return dict, ()  # a copy (copy, deepcopy, pickle) is a plain map of its own: writable
+    def __reduce__(self) -> tuple[type[dict[str, str]], tuple[dict[str, str]]]:
+        return dict, (dict(self),)  # a copy (copy, deepcopy, pickle) is a plain map of its own: writable
 
 
 NO_STRINGS: dict[str, str] = _NoStrings()
 
 
+# Label maps the pod watch shares between pods (model/frozen.py), checked once: one read-only map for them all.
+_SHARED_STRINGS: ByIdentity[dict[str, str]] = ByIdentity()
+
+
 def _strings(value: object, what: str) -> dict[str, str]:
     if not value and (value is None or type(value) is dict):
         return NO_STRINGS  # most pods have no node selector, many no labels
-    return {str(k): str(v) for k, v in _mapping(value, what).items()}
+    found = _SHARED_STRINGS.get(value)
+    if found is not None:
+        return found
+    out = {str(k): str(v) for k, v in _mapping(value, what).items()}
+    return _SHARED_STRINGS.put(value, _NoStrings(out)) if is_frozen(value) else out
 
 
 def _meta(obj: Obj) -> Obj:
@@ -325,8 +335,29 @@ def _resources_key(spec: Obj) -> bytes | None:
         return None
 
 
+# The same, found by the identity of a containers list the pod watch shares (model/frozen.py): for the pods
+# with nothing else that `pod_resources` reads (no init containers, pod-level resources or overhead).
+_DECLARED_BY_CONTAINERS: ByIdentity[tuple[Resources, Sizes]] = ByIdentity()
+_OTHER_RESOURCE_FIELDS = ("initContainers", "resources", "overhead")
+
+
 def _declared(spec: Obj) -> tuple[Resources, Sizes]:
     """`pod_resources` and the sizes read from it, shared between pods that declare the same resources."""
+    containers = spec.get("containers")
+    alone = True
+    for f in _OTHER_RESOURCE_FIELDS:
+        if f in spec:
+            alone = False
+            break
+    if alone:
+        found = _DECLARED_BY_CONTAINERS.get(containers)
+        if found is not None:
+            return found
+        return _DECLARED_BY_CONTAINERS.put(containers, _declared_by_key(spec))
+    return _declared_by_key(spec)
+
+
+def _declared_by_key(spec: Obj) -> tuple[Resources, Sizes]:
     key = _resources_key(spec)
     found = _RESOURCES_MEMO.get(key) if key is not None else None
     if found is None:
@@ -363,6 +394,23 @@ def _created_s(meta: Obj) -> float:
 def timestamp_s(raw: object) -> float | None:
     """An RFC 3339 time from an object (a string, or a datetime from the client) as Unix time; None when
     absent or unreadable."""
+    if type(raw) is str:
+        found = _TIMES.get(raw, _UNSEEN)
+        if found is not _UNSEEN:
+            return found  # type: ignore[return-value]
+        if len(_TIMES) >= 8192:
+            _TIMES.clear()
+        _TIMES[raw] = found = _timestamp_s(raw)
+        return found
+    return _timestamp_s(raw)
+
+
+# Times repeat (the pods a controller made in one second, their start times): each text read once.
+_TIMES: dict[str, float | None] = {}
+_UNSEEN = object()
+
+
+def _timestamp_s(raw: object) -> float | None:
     try:
         if isinstance(raw, datetime):
             return raw.timestamp()
@@ -436,7 +484,17 @@ def _grace_s(spec: Obj) -> float:
 _TOLERATIONS: dict[tuple[str, str, str, str], Toleration] = {}
 
 
+_SHARED_TOLERATIONS: ByIdentity[tuple[Toleration, ...]] = ByIdentity()
+
+
 def _tolerations(raw: object) -> tuple[Toleration, ...]:
+    found = _SHARED_TOLERATIONS.get(raw)  # a list the pod watch shares (model/frozen.py): read once
+    if found is not None:
+        return found
+    return _SHARED_TOLERATIONS.put(raw, _read_tolerations(raw))
+
+
+def _read_tolerations(raw: object) -> tuple[Toleration, ...]:
     out = []
     for t in _items(raw, "spec.tolerations"):
         key = (str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from scheduler.kube import pod_decoder
+from scheduler.kube import informer, pod_decoder
 from scheduler.kube.informer import slim_pod
 from scheduler.kube.pod_decoder import decode_pod_event, decode_pod_list
 from tests.kube.test_slim_pod import as_served
@@ -42,7 +42,7 @@ def test_the_schema_keeps_every_field_the_client_knows_but_those_slim_pod_drops(
         pod_decoder._Spec: (client.V1PodSpec, {"ephemeralContainers"}),
         pod_decoder._Status: (
             client.V1PodStatus,
-            {"containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"},
+            set(informer._UNREAD_POD_STATUS),
         ),
     }
     for schema, (model, dropped) in known.items():

@@ -7,10 +7,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.kube.informer import slim_pod
+from scheduler.kube.informer import PodSlimmer, slim_pod
 from scheduler.model.parse import InvalidObject, parse_pod
 from tests.kube_rules.clusters import SERVICE_ACCOUNT_VOLUME, pod_object
 
@@ -89,3 +90,47 @@ def test_what_is_left_out_and_what_is_kept() -> None:
     assert slim_pod(served)["spec"]["volumes"] == [claim, scratch, "bad"]
     broken = {"metadata": {"name": "b"}, "spec": {"containers": "not a list"}, "status": []}
     assert slim_pod(copy.deepcopy(broken)) == broken  # left for the parser to refuse, as it came
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(
+    st.lists(
+        st.tuples(pod_object("p", rich=True), st.sampled_from([None, "n1", "n2"])), min_size=2, max_size=5
+    )
+)
+def test_pods_slimmed_by_one_watch_read_as_served_whatever_they_share(
+    pods: list[tuple[Obj, str | None]],
+) -> None:
+    watch = PodSlimmer()  # one cache: what the pods have alike is the same object in each
+    served = [as_served(pod, node) for pod, node in pods]
+    # Each twice, as a relist after the first list delivers them again: the second reading finds shared parts.
+    kept = [watch(copy.deepcopy(s)) for s in served + served]
+    assert [reading(k) for k in kept] == [reading(s) for s in served + served]
+
+
+def template_pod(name: str, node: str) -> Obj:
+    return {"metadata": {"name": name, "namespace": "ns", "labels": {"app": "train"},
+                         "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}]},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"requests": {"cpu": "2"}}}],
+                     "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+            "status": {"phase": "Running", "podIP": f"10.0.0.{len(name)}",
+                       "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": f"2026-12-04T10:00:0{len(name) % 10}Z"}]}}  # fmt: skip
+
+
+def test_the_pods_of_one_template_share_what_they_have_alike() -> None:
+    watch = PodSlimmer()
+    a, b = watch(template_pod("a", "n1")), watch(template_pod("bb", "n2"))
+    for path in (("spec", "containers"), ("spec", "tolerations"), ("metadata", "labels"),
+                 ("metadata", "ownerReferences"), ("status", "conditions")):  # fmt: skip
+        assert a[path[0]][path[1]] is b[path[0]][path[1]], path
+    assert a["spec"] is not b["spec"] and (a["spec"]["nodeName"], b["spec"]["nodeName"]) == ("n1", "n2")
+    assert a["metadata"] is not b["metadata"] and a["metadata"]["name"] == "a"
+    assert a["status"]["conditions"] == [{"type": "Ready", "status": "True"}]  # its time is left out
+    assert "podIP" not in a["status"]
+    # The parser reads the shared parts once: the pods' label maps are one read-only map.
+    pa, pb = parse_pod(a), parse_pod(b)
+    assert (
+        pa.labels is pb.labels and pa.tolerations is pb.tolerations and pa.cpu_milli == pb.cpu_milli == 2000
+    )
+    with pytest.raises(TypeError):
+        pa.labels["app"] = "other"
