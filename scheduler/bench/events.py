@@ -27,7 +27,7 @@ from scheduler.bench.workload import NODE_KINDS, PodShape, draw_shape, make_node
 from scheduler.cache.cache import Cache
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.gc_pause import BULK, paused_gc
-from scheduler.kube.informer import list_page
+from scheduler.kube.informer import WatchTarget, list_page
 from scheduler.kube.pod_decoder import pod_watch
 from scheduler.model.types import Placement
 from scheduler.state.backend import get_namespace
@@ -47,7 +47,8 @@ class EventsConfig:
     # account's projected volume, the default NoExecute tolerations, the owner reference, labels, times,
     # the containers' image, command, environment, mounts and probes, their statuses), kept as the
     # scheduler's pod watch keeps them (a list's pages of JSON decoded by `kube/pod_decoder.py`, then
-    # `informer.slim_pod`; timed apart as `watch_decode_cpu_s`). False: the bare pods.
+    # `informer.slim_pod`; timed apart as `watch_decode_cpu_s`). False: the bare pods (through the pod
+    # watch's transform alone, as every pod the cache sees is).
     api_fields: bool = False
 
 
@@ -55,6 +56,7 @@ def running_pods(cfg: EventsConfig, nodes: list[Obj]) -> tuple[list[Obj], float]
     """Pods bound round-robin over the nodes, each with an assignment that fits (first-fit per node); and
     the CPU seconds the pod watch took to decode and slim them (`api_fields`)."""
     rng = random.Random(cfg.seed)
+    watch = pod_watch(lambda **_: None)  # the scheduler's pod watch, its pages handed to it here
     free = [[1000] * cfg.gpus_per_node for _ in nodes]
     mib = {model: m for model, m, _ in NODE_KINDS}
     pods: list[Obj] = []
@@ -95,25 +97,29 @@ def running_pods(cfg: EventsConfig, nodes: list[Obj]) -> tuple[list[Obj], float]
         if cfg.api_fields:  # served in pages of a list, decoded and kept as the pod watch does (a relist)
             as_served(obj, i)
             page.append(obj)
-            if len(page) == LIST_PAGE or len(pods) + len(page) == cfg.pods:
-                decode_s += _list_page(page, pods)
-                page = []
-        else:
-            pods.append(obj)
+        else:  # bare: only the watch's transform
+            page.append(obj)
+        if len(page) == LIST_PAGE or len(pods) + len(page) == cfg.pods:
+            decode_s += _list_page(watch, page, pods, cfg.api_fields)
+            page = []
     return pods, decode_s
 
 
 LIST_PAGE = 500  # the informer's page size
-_POD_WATCH = pod_watch(lambda **_: None)  # the scheduler's pod watch, its pages handed to it here
 
 
-def _list_page(page: list[Obj], into: list[Obj]) -> float:
-    """A page of the pod list as the API server sends it, decoded by the scheduler's pod watch into `into`;
-    the CPU seconds the watch took."""
-    data = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": page}).encode()
+def _list_page(watch: WatchTarget, page: list[Obj], into: list[Obj], served: bool) -> float:
+    """A page of the pod list, kept by the scheduler's pod watch into `into`: as the API server sends it
+    (`served`: JSON, decoded by the watch), else the objects through the watch's transform alone; the CPU
+    seconds the watch took."""
+    data = b"" if not served else json.dumps({"kind": "PodList", "items": page}).encode()
     c0 = time.process_time()
     with paused_gc(BULK):  # as `Informer._list` does
-        list_page(_POD_WATCH, data, into)
+        if served:
+            list_page(watch, data, into)
+        else:
+            assert watch.transform is not None
+            into.extend(map(watch.transform, page))
     return time.process_time() - c0
 
 
@@ -177,7 +183,7 @@ def run_events(cfg: EventsConfig) -> dict[str, Any]:
     xp = get_namespace(cfg.backend, problem_gpus=cfg.nodes * cfg.gpus_per_node)
     nodes = make_nodes(cfg.nodes, cfg.gpus_per_node)
     pods, transform_s = running_pods(cfg, nodes)
-    decode_cpu_s = round(transform_s, 4) if cfg.api_fields else None  # the watch's cost, not the cache's
+    decode_cpu_s = round(transform_s, 4)  # the watch's cost, not the cache's
     settle_heap()
     cache = Cache.create(xp, max_gpus=cfg.gpus_per_node, capacity=cfg.nodes)
     t0 = time.perf_counter()
