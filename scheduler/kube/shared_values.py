@@ -67,10 +67,20 @@ class SharedValues:
         return value
 
     def _sweep(self) -> None:
-        """Forget the values only the table holds (their objects are gone)."""
+        """Forget the values no cached object holds any more, itself or a part of it (a pod's spec is a map
+        of its own holding the shared spec's parts)."""
         table = self._table
-        # getrefcount counts the table's reference, the promise's (model/frozen.py) and its own argument's:
-        # 3 when nothing else holds it.
-        for key in [k for k in table if sys.getrefcount(table[k]) <= 3]:
+        for key in [k for k in table if _unheld(table[k])]:
             _promise(table.pop(key), thaw)
         self._sweep_at = max(_FIRST_SWEEP, 2 * len(table))
+
+
+def _unheld(value: Any) -> bool:
+    # getrefcount counts the table's reference (or, for a part, its value's), the promise's (model/frozen.py),
+    # this frame's (`value`, `part`) and its own argument's: 4 when nothing else holds it.
+    if sys.getrefcount(value) > 4:
+        return False
+    for part in value.values() if type(value) is dict else value if type(value) is list else ():
+        if (type(part) is dict or type(part) is list) and sys.getrefcount(part) > 4:
+            return False
+    return True

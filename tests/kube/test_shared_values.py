@@ -67,3 +67,14 @@ def test_what_marshal_cannot_write_is_copied_and_not_kept() -> None:
     odd = {"when": object()}
     out = shared.share(odd, dict)
     assert out == odd and out is not odd and len(shared) == 0 and not is_frozen(out)
+
+
+def test_a_value_whose_parts_pods_still_hold_is_kept() -> None:
+    shared = SharedValues()
+    # A pod's spec is a map of its own holding the shared spec's parts (informer._pod_spec), not the shared map.
+    pod_spec = dict(shared.share({"containers": [{"name": "main"}], "schedulerName": "tessera"}))
+    shared._sweep()
+    assert len(shared) == 1 and is_frozen(pod_spec["containers"])
+    assert shared.share({"containers": [{"name": "main"}], "schedulerName": "tessera"})["containers"] is (
+        pod_spec["containers"]
+    )
