@@ -430,9 +430,8 @@ def started_s(obj: Obj) -> float | None:
     )
 
 
-def _phase(obj: Obj) -> PodPhase:
-    status_phase = str(_mapping(obj.get("status"), "status").get("phase") or "Pending")
-    node = _mapping(obj.get("spec"), "spec").get("nodeName")
+def _phase(status: Mapping[str, Any], node: str | None) -> PodPhase:
+    status_phase = str(status.get("phase") or "Pending")
     if status_phase in ("Succeeded", "Failed"):
         return PodPhase(status_phase)
     if status_phase == "Running":
@@ -580,9 +579,17 @@ def _parse_pod(
             constraints = parse_constraints(spec, namespace, name, labels)
         except InvalidSelector as exc:
             error = error or str(exc)
-    models = gpu_models(selector, constraints)
+    models = gpu_models(selector, constraints) if selector or constraints is not NO_CONSTRAINTS else None
     raw_tolerations = spec.get("tolerations")
     tolerations = _tolerations(raw_tolerations) if raw_tolerations else ()
+    raw_gates = spec.get("schedulingGates")
+    gates = (
+        tuple(str(g.get("name") or "") for g in _items(raw_gates, "spec.schedulingGates"))
+        if raw_gates is not None
+        else ()
+    )
+    status = _mapping(obj.get("status"), "status")
+    node = _text(spec.get("nodeName"))
     return PodInfo(
         uid=str(meta.get("uid") or f"{namespace}/{name}"),
         namespace=namespace,
@@ -597,18 +604,16 @@ def _parse_pod(
         node_selector=selector,
         tolerations=tolerations,
         constraints=constraints,
-        gates=tuple(
-            str(g.get("name") or "") for g in _items(spec.get("schedulingGates"), "spec.schedulingGates")
-        ),
+        gates=gates,
         labels=labels,
         gpu_models=models,
         group=f"{namespace}/{overlay.group}"
         if overlay is not None and overlay.group
         else pod_group(namespace, annotations),
         created_s=_created_s(meta),
-        started_s=started_s(obj),
-        phase=_phase(obj),
-        node=_text(spec.get("nodeName")),
+        started_s=timestamp_s(status.get("startTime")),
+        phase=_phase(status, node),
+        node=node,
         ours=spec.get("schedulerName") == scheduler_name,
         error=error,
         annotations=annotations,
