@@ -75,6 +75,7 @@ def test_a_value_whose_parts_pods_still_hold_is_kept() -> None:
     pod_spec = dict(shared.share({"containers": [{"name": "main"}], "schedulerName": "tessera"}))
     shared._sweep()
     assert len(shared) == 1 and is_frozen(pod_spec["containers"])
-    assert shared.share({"containers": [{"name": "main"}], "schedulerName": "tessera"})["containers"] is (
-        pod_spec["containers"]
+    assert (
+        shared.share({"containers": [{"name": "main"}], "schedulerName": "tessera"})["containers"]
+        is (pod_spec["containers"])
     )
