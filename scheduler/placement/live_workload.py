@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -73,17 +73,29 @@ class WorkloadLearner:
             # Forget the pods that are gone (else the set grows forever); a pod comes back only as a new uid.
             self._known = set(pods.keys())
         mib_per_gpu: dict[frozenset[str] | None, float | None] = {}
-        for uid in sorted(new):  # sorted: the same window whatever the dict's order
-            pod = pods[uid]
+
+        def gpu_mib_total(models: frozenset[str] | None) -> float | None:
+            if models not in mib_per_gpu:
+                mib_per_gpu[models] = _median_gpu_mib(state, models)
+            return mib_per_gpu[models]
+
+        def counted(pod: PodInfo) -> bool:
             if pod.error is not None or not pod.ours:
+                return False
+            req = pod.request  # a size in MiB with no GPU it may use here (yet): no evidence of a size
+            return not (req.kind == "memory" and req.memory_mib and gpu_mib_total(pod.gpu_models) is None)
+
+        order = sorted(new)  # sorted: the same window whatever the dict's order
+        if len(order) > self.window:
+            order = self._burst(order, pods, counted)
+        for uid in order:
+            pod = pods[uid]
+            if not counted(pod):
                 continue
             d = size_of(pod)  # (not demand_for: only its size is counted)
             if d.gpu_mib:
-                if d.models not in mib_per_gpu:
-                    mib_per_gpu[d.models] = _median_gpu_mib(state, d.models)
-                total = mib_per_gpu[d.models]
-                if total is None:
-                    continue  # no GPU it may use is here (yet): no evidence of a size
+                total = gpu_mib_total(d.models)
+                assert total is not None  # (counted)
                 d = replace(d, gpu_milli=min(MILLI_PER_GPU, math.ceil(d.gpu_mib * MILLI_PER_GPU / total)))
             self._add(d)
         if self._seen < self.min_pods:
@@ -94,6 +106,25 @@ class WorkloadLearner:
         base = TypicalWorkload.from_counts(self._counts, self.coverage)
         memory = self._memory / self._gpus if self._gpus > 0 else None
         return TypicalWorkload(base.types, base.popularity, memory)
+
+    def _burst(
+        self, order: list[str], pods: Mapping[str, PodInfo], counted: Callable[[PodInfo], bool]
+    ) -> list[str]:
+        """More new pods than the window holds (a restarted scheduler counts every running pod): only the last
+        `window` counted ones stay in it, so only those are sized; the others are counted as seen. The window
+        is then theirs alone (what it held before would have left it)."""
+        kept = 0
+        cut = len(order)
+        while cut > 0 and kept < self.window:
+            cut -= 1
+            kept += counted(pods[order[cut]])
+        if kept < self.window:
+            return order  # (not enough counted ones to fill it)
+        self._seen += sum(1 for uid in order[:cut] if counted(pods[uid]))
+        self._recent.clear()
+        self._counts.clear()
+        self._memory = self._gpus = 0.0
+        return order[cut:]
 
     def _add(self, d: PodDemand) -> None:
         # Pods repeat a few sizes: one sample per size (immutable, shared), not a TaskType and a sample a pod

@@ -11,6 +11,7 @@ import pytest
 from scheduler.api.gpu_request import GPURequest
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.model.types import GPUShare, NodeInfo, Placement, PodInfo
+from scheduler.placement import live_workload
 from scheduler.placement.live_workload import WorkloadLearner
 from scheduler.placement.placer import place_one
 from scheduler.placement.registry import make_policy
@@ -177,6 +178,45 @@ def test_the_window_keeps_the_most_recent_pods_and_gone_pods_are_forgotten() -> 
     invalid = replace(_pod("bad", _fraction(500)), error="gpu-fraction must be in (0, 1]")
     learner.observe(pods | {"bad": invalid}, state)
     assert learner.seen == 20
+
+
+def test_a_burst_larger_than_the_window_learns_what_the_pods_one_by_one_teach(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restarted scheduler counts every running pod at once: only the last `window` counted ones are
+    sized (the rest would have left the window), and the outcome is that of counting them one by one."""
+    state = _state()
+    rng = random.Random(3)
+    kinds = [_fraction(250), _fraction(500), _whole(1), _whole(2), GPURequest(),
+             GPURequest(kind="memory", num_devices=1, memory_mib=10_000)]  # fmt: skip
+    pods: dict[str, PodInfo] = {}
+    for i in range(300):
+        p = _pod(f"p{i:03d}", rng.choice(kinds), cpu=rng.choice([1000, 4000]))
+        if i % 17 == 0:
+            p = replace(p, error="invalid")
+        elif i % 19 == 0:
+            p = replace(p, ours=False)
+        elif i % 23 == 0:  # a size in MiB with no GPU it may use here: no evidence
+            p = replace(p, request=kinds[-1], gpu_models=frozenset({"NVIDIA-A100-SXM4-80GB"}))
+        pods[p.uid] = p
+    one_by_one = WorkloadLearner(coverage=1.0, min_pods=1, window=50, relearn_every=10**6)
+    one_by_one.observe({"old": _pod("old", _whole(8))}, state)  # what the window held before the burst
+    seen: dict[str, PodInfo] = {}
+    for uid in sorted(pods):
+        seen[uid] = pods[uid]
+        one_by_one.observe(seen, state)
+    burst = WorkloadLearner(coverage=1.0, min_pods=1, window=50, relearn_every=10**6)
+    burst.observe({"old": _pod("old", _whole(8))}, state)
+    sized: list[PodInfo] = []
+    real_size_of = live_workload.size_of
+    monkeypatch.setattr(live_workload, "size_of", lambda pod: sized.append(pod) or real_size_of(pod))
+    burst.observe(pods, state)
+    assert len(sized) == 50
+    assert burst.seen == one_by_one.seen and burst._counts == one_by_one._counts
+    assert list(burst._recent) == list(one_by_one._recent)
+    assert burst._memory == pytest.approx(one_by_one._memory) and burst._gpus == pytest.approx(
+        one_by_one._gpus
+    )
 
 
 # --------------------------------------------------------------------------------- the scheduler
