@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from scheduler.cache.reservations import Reservation
+from scheduler.model.frozen import frozen_for_the_checker
 from scheduler.model.types import Placement, PodInfo
 from scheduler.state.cluster_state import ClusterState, OvercommitError
 
@@ -45,7 +46,7 @@ class HoldKind(StrEnum):
         return self is not HoldKind.RELEASING
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_for_the_checker  # (model/frozen.py: one per running pod)
 class Owner:
     """Whom a holding is charged to: a queue, on behalf of a job."""
 
@@ -54,7 +55,7 @@ class Owner:
     nonpreemptible: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_for_the_checker
 class Holding:
     kind: HoldKind
     placement: Placement

@@ -26,6 +26,7 @@ from typing import Any
 
 from scheduler.cache.ledger import Holding, HoldKind
 from scheduler.model.constraints import PodAffinityTerm, PodScope, SpreadConstraint
+from scheduler.model.frozen import frozen_for_the_checker
 from scheduler.model.selectors import LabelSelector
 from scheduler.model.types import PodInfo
 from scheduler.placement.interpod import (
@@ -102,7 +103,7 @@ class CountKey:
         return self._hash
 
 
-@dataclass(frozen=True, slots=True)  # slots: one per running pod
+@frozen_for_the_checker  # (model/frozen.py) slots: one per running pod
 class _Record:
     """What was counted for one holding (so that it is uncounted exactly, whatever changed since)."""
 

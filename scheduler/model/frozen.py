@@ -1,6 +1,13 @@
-"""Objects promised never to be written again, and what is worked out from them, kept by identity.
+"""Objects never written again: records frozen for the type checker, and parts promised frozen whose
+readings are kept by identity.
 
-The pod watch keeps the parts the pods of one controller have alike once (`kube/shared_values.py`): the
+Records (`frozen_for_the_checker`): the scheduler's per-pod records (a `PodInfo`, its `Placement`, the
+ledger's `Holding`, a `Job`...) are immutable: a change is a new record (`dataclasses.replace`). mypy
+enforces it; at run time a write is not trapped, because a frozen dataclass's `__init__` sets each field
+through `object.__setattr__`: building a `PodInfo` (27 fields) cost four times as much, and a restart
+builds some 150,000 of each of them.
+
+Parts promised frozen: the pod watch keeps the parts the pods of one controller have alike once (`kube/shared_values.py`): the
 same containers, tolerations and labels objects in 150,000 pods of a relist. What the parser works out of
 them (the pod's resources, its tolerations, its labels checked) is the same for every pod holding the same
 object, so it is worked out once, found by the object's identity. Identity is only a key for an object that
@@ -11,9 +18,18 @@ another object's.
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, dataclass_transform
 
 T = TypeVar("T")
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def frozen_for_the_checker(cls: type[T]) -> type[T]:
+    """A slotted dataclass, frozen to the type checker (mypy refuses every write to one), hashed by its
+    fields as a frozen one is (unless it says how), whose writes are not trapped at run time (above)."""
+    return dataclass(slots=True, unsafe_hash="__hash__" not in cls.__dict__)(cls)
+
 
 _FROZEN: dict[int, object] = {}
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.priority import resolve_priority
 from scheduler.api.topology import TopologyConstraint, constraint_from_annotations
+from scheduler.model.frozen import frozen_for_the_checker
 from scheduler.model.types import PodInfo, PodPhase
 
 
-@dataclass(frozen=True)
+@frozen_for_the_checker  # (model/frozen.py: one per running job after a relist)
 class Job:
     """A job as its pods and PodGroup define it: who its members are and what they ask together. It does
     not change during a cycle; where its members are now (running, pipelined, still to place) is derived
@@ -43,7 +43,7 @@ class Places(Protocol):
     def releasing(self) -> Mapping[str, object]: ...  # evicted or being deleted, still terminating
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_for_the_checker
 class JobFacts:
     """Where a job's members are at one moment of the cycle (`job_facts`). Each member is in at most one
     of the lists, each list in the job's member order; a member evicted (or being deleted) that still
