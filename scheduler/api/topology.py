@@ -124,9 +124,23 @@ class TopologyConstraint(BaseModel):
         return ", ".join(parts)
 
 
+_ANNOTATIONS = frozenset(
+    {
+        TOPOLOGY,
+        KAI_TOPOLOGY,
+        TOPOLOGY_REQUIRED,
+        KAI_TOPOLOGY_REQUIRED,
+        TOPOLOGY_PREFERRED,
+        KAI_TOPOLOGY_PREFERRED,
+    }
+)
+
+
 def constraint_from_annotations(annotations: Mapping[str, str]) -> TopologyConstraint | None:
     """The constraint a pod (or its workload) states in annotations, Tessera's keys first, then KAI's;
     None when it states none."""
+    if _ANNOTATIONS.isdisjoint(annotations):  # (most pods: asked of every job a restart builds)
+        return None
 
     def get(ours: str, kai: str) -> str | None:
         value = annotations.get(ours) or annotations.get(kai)

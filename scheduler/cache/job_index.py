@@ -238,13 +238,20 @@ class JobIndex:
         scheduler reads each one once, at the relist), for `_pin`; what this scheduler built the job with
         comes first."""
         if admission.job not in self._jobs and admission.job not in self._admitted:
-            what = (admission.queue, admission.priority, admission.preemptible)
-            shared = self._admissions.get(what)
-            if shared is None:  # a relist's jobs were admitted with a few (queue, priority) pairs: shared
-                if len(self._admissions) >= 4096:
-                    self._admissions.clear()
-                shared = self._admissions[what] = Admitted(*what)
-            self._admitted[admission.job] = shared
+            self._admitted[admission.job] = self._shared(
+                admission.queue, admission.priority, admission.preemptible
+            )
+
+    def _shared(self, queue: str, priority: int, preemptible: bool) -> Admitted:
+        """One `Admitted` per distinct admission: a relist's jobs were admitted with a few (queue, priority)
+        pairs."""
+        what = (queue, priority, preemptible)
+        shared = self._admissions.get(what)
+        if shared is None:
+            if len(self._admissions) >= 4096:
+                self._admissions.clear()
+            shared = self._admissions[what] = Admitted(*what)
+        return shared
 
     def _pin(self, job: Job) -> Job:
         """A running job keeps the queue, priority and preemptibility it was admitted with: those of the
@@ -267,12 +274,12 @@ class JobIndex:
     def _admission(self, job: Job, running: list[PodInfo]) -> Admitted:
         before = self._jobs.get(job.key)
         if before is not None:
-            return Admitted(before.queue, before.priority, before.preemptible)
+            return self._shared(before.queue, before.priority, before.preemptible)
         for pod in running:
             if (admission := admitted_with(pod)) is not None and admission.job == job.key:
-                return Admitted(admission.queue, admission.priority, admission.preemptible)
+                return self._shared(admission.queue, admission.priority, admission.preemptible)
         owner = next((h.owner for p in running if (h := self.ledger.pods.get(p.uid)) and h.owner), None)
-        return Admitted(owner.queue if owner is not None else job.queue, job.priority, job.preemptible)
+        return self._shared(owner.queue if owner is not None else job.queue, job.priority, job.preemptible)
 
     def pending_jobs(self) -> list[Job]:
         """The jobs with members not placed (pending or invalid), as of the last `jobs()`, in the same

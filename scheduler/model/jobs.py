@@ -169,7 +169,8 @@ def build_job(
 ) -> Job:
     """The job of `key` from its member pods (at least one). A PodGroup's priorityClassName is looked up in
     the cluster's PriorityClasses (`priority_classes`, name -> value) before the built-in table."""
-    group_pods.sort(key=lambda p: (p.created_s, p.name))
+    if len(group_pods) > 1:
+        group_pods.sort(key=lambda p: (p.created_s, p.name))
     pg = podgroups.get(key)
     first = group_pods[0]
     if pg is not None:
@@ -181,8 +182,11 @@ def build_job(
             pg.spec.stale_grace_seconds,
         )
     else:
-        priority = max(p.priority for p in group_pods)
-        preemptible = all(p.preemptible for p in group_pods)
+        if len(group_pods) == 1:  # (most jobs: a restart builds 150,000 of them)
+            priority, preemptible = first.priority, first.preemptible
+        else:
+            priority = max(p.priority for p in group_pods)
+            preemptible = all(p.preemptible for p in group_pods)
         queue = first.queue
         # A pod-group annotation without its PodGroup: all annotated pods seen so far form the gang.
         min_member = len(group_pods) if first.group else 1
