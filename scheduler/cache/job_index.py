@@ -20,6 +20,7 @@ until one of its pods or its PodGroup changes, its pending pods told why.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -56,6 +57,22 @@ class Admitted:
     preemptible: bool
 
 
+def claimed_usage(pod: PodInfo) -> Usage:
+    """What a running pod the ledger holds no place for uses (its node unknown to this scheduler, or its
+    GPUs not accountable there): the GPU shares its assignment names, else its request's."""
+    raw = pod.annotations.get(GPU_ASSIGNMENT)
+    if raw:
+        with contextlib.suppress(ValueError):  # unreadable: its request says
+            return (
+                sum(g.milli for g in GPUAssignment.from_annotation(raw).gpus),
+                pod.cpu_milli,
+                pod.memory_mib,
+            )
+    req = pod.request
+    milli = req.milli * req.num_devices if req.kind in ("whole", "fraction") and not pod.error else 0
+    return (milli, pod.cpu_milli, pod.memory_mib)
+
+
 def admitted_with(pod: PodInfo) -> Admission | None:
     """What the scheduler that bound `pod` recorded in its assignment (None: nothing, or unreadable)."""
     raw = pod.annotations.get(GPU_ASSIGNMENT)
@@ -74,6 +91,17 @@ class QueueUsage:
     def __init__(self) -> None:
         self.all: dict[str, list[int]] = {}
         self.nonpreemptible: dict[str, list[int]] = {}
+        # Running pods with no place in the ledger, by job: charged to its owner all the same (`unheld`).
+        self._unheld: dict[str, tuple[Owner, tuple[Usage, ...]]] = {}
+
+    def unheld(self, job: str, owner: Owner | None, usages: list[Usage]) -> None:
+        """What job `job`'s running pods that hold no place in the ledger use, charged to `owner`: pods on a
+        node this scheduler does not know (deleted before it started: no row to hold them in) or whose GPUs
+        it could not account. They run, so they count toward their queue's share and limit all the same."""
+        if owner is None or not usages:
+            self._unheld.pop(job, None)
+        else:
+            self._unheld[job] = (owner, tuple(usages))
 
     def changed(self, old: Holding | None, new: Holding | None) -> None:
         if same_charge(old, new):
@@ -91,7 +119,15 @@ class QueueUsage:
 
     def by_queue(self, *, nonpreemptible: bool = False) -> dict[str, Usage]:
         book = self.nonpreemptible if nonpreemptible else self.all
-        return {q: (u[0], u[1], u[2]) for q, u in book.items() if any(u)}
+        out = {q: (u[0], u[1], u[2]) for q, u in book.items() if any(u)}
+        for owner, usages in self._unheld.values():
+            if nonpreemptible and not owner.nonpreemptible:
+                continue
+            milli, cpu, mem = out.get(owner.queue, (0, 0, 0))
+            for u in usages:
+                milli, cpu, mem = milli + u[0], cpu + u[1], mem + u[2]
+            out[owner.queue] = (milli, cpu, mem)
+        return out
 
 
 class JobIndex:
@@ -202,6 +238,7 @@ class JobIndex:
                 self._active.pop(key, None)
                 self._admitted.pop(key, None)
                 self.quarantined.pop(key, None)
+                self.usage.unheld(key, None, [])
                 continue
             if key in self.quarantined and self.quarantined[key].until > self.generation:
                 continue
@@ -222,8 +259,14 @@ class JobIndex:
             owner = Owner(job.queue, job.key, not job.preemptible)
             if key in self.quarantined:  # tried again after its backoff: it stays on probation (strikes)
                 self.quarantined[key] = replace(self.quarantined[key], until=self.generation)
+            held, releasing = self.ledger.pods, self.ledger.releasing
+            unheld = []
             for p in job.members:
-                self.ledger.reown(p.uid, owner)
+                if p.uid in held:
+                    self.ledger.reown(p.uid, owner)
+                elif p.holds_resources and p.uid not in releasing:
+                    unheld.append(claimed_usage(p))
+            self.usage.unheld(key, owner, unheld)
             if job_facts(job, self.ledger).unplaced:
                 self._active[key] = None
             else:

@@ -8,7 +8,9 @@ Before an informer's event reaches the cycle (`KubeCluster.drain_events`) the tr
   eviction counts a member that succeeded (a pod whose group says nothing more than the pod itself gets no
   PodGroup object: it is its own job, whose queue or priority class the group may still give);
 - gives the priority of the pod's PriorityClass when the API server left `spec.priority` out;
-- holds a bound pod or a GPUNodeReport back until its node has reached the cycle (`NodeGate`);
+- holds a GPUNodeReport back until its node has reached the cycle (`NodeGate`); a bound pod goes on at
+  once, even before its node: the cycle holds no place for it until the node comes (the mirror's
+  `awaiting_node`) but charges it to its queue, and a node deleted before a restart never comes;
 - hands KAI Scheduler's kinds to `KaiCompat` (docs/kai-compat.md).
 What it adds to a pod travels beside the object, typed (`PodOverlay`, applied by the parser): the object
 itself is passed on as the watch has it.
@@ -67,25 +69,21 @@ def newly_allocated(ev: ResourceEvent) -> bool:
 
 
 class NodeGate:
-    """Forwards a pod's or a GPUNodeReport's event, or parks it until its node has reached the cycle: a bound
-    pod seen before its node could not be accounted on it (its GPU share would be given away twice), a
-    report before its node would be dropped (an unhealthy GPU used). Watches arrive in any order."""
+    """Forwards a GPUNodeReport's event, or parks it until its node has reached the cycle: a report before its
+    node would be dropped (an unhealthy GPU used). Watches arrive in any order. (A bound pod is not parked:
+    one seen before its node is accounted there when the node comes, `ClusterMirror.awaiting_node`.)"""
 
     def __init__(self) -> None:
         self._known: set[str] = set()  # nodes the cycle has been given
-        self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> pod uid -> its latest event
-        self._parked_at: dict[str, str] = {}  # pod uid -> node it is parked under
+        self._parked: dict[str, dict[str, WatchEvent]] = {}  # node -> report key -> its latest event
+        self._parked_at: dict[str, str] = {}  # report key -> node it is parked under
 
     def route(self, event: WatchEvent, out: list[WatchEvent]) -> None:
-        if event.kind == "GPUNodeReport":
-            uid = f"GPUNodeReport/{(event.obj.get('metadata') or {}).get('name')}"
-            node = (event.obj.get("spec") or {}).get("node")
-        elif event.kind == "Pod":
-            uid = str((event.obj.get("metadata") or {}).get("uid", ""))
-            node = (event.obj.get("spec") or {}).get("nodeName")
-        else:
+        if event.kind != "GPUNodeReport":
             out.append(event)
             return
+        uid = f"GPUNodeReport/{(event.obj.get('metadata') or {}).get('name')}"
+        node = (event.obj.get("spec") or {}).get("node")
         earlier = self._parked_at.pop(uid, None)
         if earlier is not None:
             self._parked.get(earlier, {}).pop(uid, None)
@@ -157,8 +155,7 @@ class WatchTranslator:
             self._on_priority_class(ev)
             out.append(WatchEvent("PriorityClass", ev.type, ev.obj))  # PodGroups name them too
         elif ev.kind == "Pod":
-            for event in self._pod_events(ev):
-                self.gate.route(event, out)
+            out.extend(self._pod_events(ev))
         elif ev.kind == "Node":
             name = str((ev.obj.get("metadata") or {}).get("name"))
             if ev.type == "DELETED":
@@ -168,7 +165,7 @@ class WatchTranslator:
                 out.append(WatchEvent("Node", ev.type, ev.obj))
                 self.gate.node_seen(name, out)
         elif ev.kind == "GPUNodeReport" and ev.type != "DELETED":
-            # Like a bound pod, a node's report waits for its node: applied before it, it would be lost.
+            # A node's report waits for its node: applied before it, it would be lost.
             self.gate.route(WatchEvent("GPUNodeReport", ev.type, ev.obj), out)
         elif ev.kind in FORWARDED:
             if ev.kind == "PodGroup" and self.podgroups is not None:  # re-created if deleted, an edit undone

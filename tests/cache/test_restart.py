@@ -12,9 +12,10 @@ from typing import Any
 
 from scheduler.api.keys import GPU_ASSIGNMENT, GPU_FRACTION
 from scheduler.cycle import Scheduler, SchedulerConfig
-from scheduler.sim.cluster import SimCluster
+from scheduler.sim.builtin import node, queue
+from scheduler.sim.cluster import DEFAULT_GRACE_S, SimCluster
 from tests.cache.test_gpu_identity import agent_report, unlabelled
-from tests.framework.helpers import assert_arrays_match_world, cluster, phase, pod, run
+from tests.framework.helpers import A100, assert_arrays_match_world, cluster, phase, pod, run
 
 PODS_FIRST = ("Node", "PriorityClass", "Queue", "PodGroup", "Topology", "Pod", "GPUNodeReport")
 
@@ -92,3 +93,51 @@ def test_a_gpu_whose_running_pod_cannot_be_charged_takes_no_new_pod() -> None:
     run(sim, sched, cycles=40)  # a's grace period: then b is charged and the GPU takes pods again
     assert bool(state.healthy[row, gpu]) and not state.blocked
     assert_arrays_match_world(sim, sched)
+
+
+def test_pods_of_a_node_deleted_before_the_restart_count_toward_their_queue() -> None:
+    """A Node deleted while its pods run (kubectl delete node), then the scheduler restarted: the new one
+    never saw the node, so it holds no place for them, but they run and count toward their queue's limit,
+    once (not again when the node registers again), until they are gone."""
+    n1, n2 = node("n1", A100, 2, 64, 512), node("n2", A100, 2, 64, 512)
+    sim, sched = cluster([n1, n2, queue("a", None, 2, limit=2)])
+    for i in range(2):
+        sim.submit_pod(_in_a(f"a-{i}", gpus=1, fraction=None))
+    sim.submit_pod(_in_a("half", gpus=0, fraction="0.5"))  # 0.5 of the limit's 2 GPUs... over: pending
+    run(sim, sched, cycles=2)
+    where = {sim.pods[f"a/a-{i}"].obj["spec"]["nodeName"] for i in range(2)}
+    assert phase(sim, "a/half") == "Pending" and len(where) == 1  # binpack: both on one node
+    (gone,) = where
+    sim.delete_object("Node", sim.nodes[gone])
+    sched = restart(sim)
+    run(sim, sched, cycles=2)
+    assert phase(sim, "a/half") == "Pending"  # the limit counts the pods of the node it never saw
+    assert sched.cache.index.usage.by_queue()["a"][0] == 2000
+    assert sched.last_session is not None and sched.last_session.tree.nodes["a"].allocated.gpu == 2.0
+    sim.add_object("Node", node(gone, A100, 2, 64, 512))  # registered again: held there, counted once
+    run(sim, sched, cycles=2)
+    assert sched.cache.index.usage.by_queue()["a"][0] == 2000 and phase(sim, "a/half") == "Pending"
+    assert_arrays_match_world(sim, sched)
+
+
+def test_pods_of_a_deleted_node_stop_counting_when_they_are_gone() -> None:
+    n1, n2 = node("n1", A100, 2, 64, 512), node("n2", A100, 2, 64, 512)
+    sim, sched = cluster([n1, n2, queue("a", None, 2, limit=2)])
+    sim.submit_pod(_in_a("a-0", gpus=2, fraction=None))
+    run(sim, sched, cycles=2)
+    gone = sim.pods["a/a-0"].obj["spec"]["nodeName"]
+    sim.delete_object("Node", sim.nodes[gone])
+    sched = restart(sim)
+    sim.submit_pod(_in_a("next", gpus=1, fraction=None))
+    run(sim, sched, cycles=2)
+    assert phase(sim, "a/next") == "Pending"
+    uid = sim.pods["a/a-0"].obj["metadata"]["uid"]
+    sim.evict(sched.cache.pods[uid], action="test", message="the pod garbage collector")
+    run(sim, sched, cycles=3, dt=DEFAULT_GRACE_S)
+    assert "a" not in sched.cache.index.usage.by_queue() or sched.cache.index.usage.by_queue()["a"][0] == 1000
+    assert phase(sim, "a/next") == "Running"
+
+
+def _in_a(name: str, *, gpus: int, fraction: str | None) -> dict[str, Any]:
+    annotations = {GPU_FRACTION: fraction} if fraction else {}
+    return pod(name, "a", arrival_s=0, duration_s=100_000, cpu="1", gpus=gpus, annotations=annotations)

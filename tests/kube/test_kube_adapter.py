@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from scheduler.api.keys import GROUP, POD_GROUP, QUEUE_LABEL, VERSION
+from scheduler.api.assignment import AssignedGPU, GPUAssignment
+from scheduler.api.keys import GPU_ASSIGNMENT, GROUP, POD_GROUP, QUEUE_LABEL, VERSION
 from scheduler.cache.cache import Cache
 from scheduler.kube.cluster import KubeCluster
 from scheduler.kube.queue_index import informer_queue_lookup
@@ -107,22 +108,37 @@ def test_queue_lookup_from_the_watch_cache(scene: Scene) -> None:
     wait_until(lambda: lookup("team-lookup") == "parent")
 
 
-def test_bound_pod_waits_for_its_node() -> None:
-    """Events arrive from independent watches in any order: a bound pod must reach the cycle after its node
-    (else its GPU share is never accounted). The objects pass as the watch has them: no node is shown
-    otherwise than it is (no bind lock, no taint of ours)."""
+def test_a_bound_pod_seen_before_its_node_is_accounted_there_when_it_comes() -> None:
+    """Events arrive from independent watches in any order: a bound pod may reach the cycle before its node
+    (or its node never comes: deleted before a restart). It is passed on as the watch has it, charged to its
+    queue at once, and its GPU share is held on the node as soon as the node comes, before anything could be
+    placed there. No node is shown otherwise than it is (no bind lock, no taint of ours)."""
     from scheduler.kube.event_queue import ResourceEvent
 
     cluster = KubeCluster(_offline())
-    running = pod_body("a", node="gpu-1", annotations={"gpu-fraction": "0.5"})
+    cache = Cache.create(get_namespace("numpy"))
+    placed = GPUAssignment(
+        node="gpu-1", gpus=[AssignedGPU(index=0, uuid="GPU-0", milli=500, memory_mib=40960)]
+    )
+    running = pod_body(
+        "a", node="gpu-1", annotations={"gpu-fraction": "0.5", GPU_ASSIGNMENT: placed.to_annotation()}
+    )
     running["metadata"]["uid"] = "uid-a"
+    running["status"] = {"phase": "Running"}
     cluster.events.put(ResourceEvent("Pod", "ADDED", running))
-    assert cluster.drain_events() == []
+    events = cluster.drain_events()
+    assert [(e.kind, e.obj["metadata"]["name"]) for e in events] == [("Pod", "a")]
+    assert events[0].obj is running
+    cache.apply(events)
+    assert "uid-a" not in cache.placements and cache.mirror.awaiting_node == {"gpu-1": {"uid-a"}}
     node = node_body("gpu-1", gpus=1)
     cluster.events.put(ResourceEvent("Node", "ADDED", node))
     events = cluster.drain_events()
-    assert [(e.kind, e.obj["metadata"]["name"]) for e in events] == [("Node", "gpu-1"), ("Pod", "a")]
-    assert events[0].obj is node and events[1].obj is running
+    assert [(e.kind, e.obj["metadata"]["name"]) for e in events] == [("Node", "gpu-1")]
+    assert events[0].obj is node
+    cache.apply(events)
+    held = cache.placements["uid-a"]
+    assert [g.milli for g in held.gpus] == [500] and cache.state.node_names[held.node] == "gpu-1"
 
 
 def test_a_configured_scheduler_name_is_what_the_cycle_calls_ours() -> None:

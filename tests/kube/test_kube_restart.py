@@ -94,3 +94,26 @@ def test_a_restart_keeps_every_running_pods_hold(scene: Scene, gpu_labels: bool)
     wait_until(lambda: _allocated(scene) == before, timeout=15)
     pending = [p for p in scene.pods() if not p["spec"].get("nodeName")]
     assert len(pending) == 5 and all(p["status"].get("conditions") for p in pending)
+
+
+def test_a_restart_charges_the_pods_of_a_node_deleted_while_it_was_down(scene: Scene) -> None:
+    """`kubectl delete node` while the scheduler is down, its pods still running (the pod garbage collector
+    deletes them some 40 s later): the new scheduler never sees the node, yet the queue's limit counts
+    them, so a pod of the same queue waits rather than passing the limit on the node that is left."""
+    for node in ("gpu-1", "gpu-2"):
+        scene.node(node, gpus=2)
+    scene.queue(QUEUE, {"resources": {"gpu": {"quota": 2, "limit": 2}}})
+    kubelet = scene.kubelet()
+    first = scene.scheduler(runner_config("sched-a"))
+    scene.create_pod(_pod("two", gpus=2))
+    wait_until(lambda: len(kubelet.allocated) == 1, timeout=30)
+    wait_until(lambda: _allocated(scene).get("gpu") == pytest.approx(2), timeout=15)
+    first.stop()
+    where = scene.pod("two")["spec"]["nodeName"]
+    scene.core.delete_node(where)
+
+    second = scene.scheduler(runner_config("sched-b"))
+    scene.create_pod(_pod("one", gpus=1))
+    wait_until(lambda: second.cycles >= 5, timeout=30)
+    assert not scene.pod("one")["spec"].get("nodeName")  # the node left has room, the queue's limit none
+    assert _allocated(scene).get("gpu") == pytest.approx(2)
