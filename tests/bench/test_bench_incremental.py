@@ -250,7 +250,8 @@ def test_state_reports_changed_rows_from_versions():
     assert s.changed_rows(s.version) == [] and s.changed_rows(-1) is None
 
 
-def test_job_usage_follows_a_pod_whose_node_arrives_later():
+def test_job_usage_counts_a_pod_whose_node_arrives_later_once_before_and_after():
+    """It runs before its node is known (no place held for it: `unheld`), and is held there once it is."""
     xp = get_namespace("numpy")
     cache = Cache.create(xp, max_gpus=8, capacity=2)
     p = make_pods("late", 1, gang_fraction=0.0, rng=random.Random(0)).pods[0]
@@ -262,7 +263,7 @@ def test_job_usage_follows_a_pod_whose_node_arrives_later():
     p["spec"]["nodeName"], p["status"] = "node-00000", {"phase": "Running"}
     cache.apply([WatchEvent("Pod", "ADDED", p)])
     cache.index.jobs()
-    assert cache.index.usage.by_queue() == {}
+    assert cache.index.usage.by_queue() == {"default": (2000, 2000, 1024)} and not cache.placements
     cache.apply([WatchEvent("Node", "ADDED", n) for n in make_nodes(1, 8)])
     cache.index.jobs()
-    assert cache.index.usage.by_queue() == {"default": (2000, 2000, 1024)}
+    assert cache.index.usage.by_queue() == {"default": (2000, 2000, 1024)} and len(cache.placements) == 1
