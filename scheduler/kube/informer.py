@@ -282,8 +282,10 @@ _CONDITION_TIMES = frozenset({"lastTransitionTime", "lastProbeTime"})
 # What the pods of one controller have alike, kept once (`shared_values.py`): of the metadata, the labels,
 # owners and finalizers (not the annotations: Tessera's assignment makes those of a running pod its own);
 # every list and map of the spec; the conditions.
-_SHARED_META = frozenset({"labels", "ownerReferences", "finalizers"})
-_SHARED_STATUS = frozenset({"conditions"})
+_SHARED_PARTS = {
+    "metadata": frozenset({"labels", "ownerReferences", "finalizers"}),
+    "status": frozenset({"conditions"}),
+}
 
 
 def slim_pod(obj: Obj, shared: SharedValues | None = None) -> Obj:
@@ -330,23 +332,7 @@ def _pod_part(name: str, part: Any, shared: SharedValues) -> Any:
         return _interned_item(part)
     if name == "spec":
         return _pod_spec(part, shared)
-    if name == "metadata":
-        keys = _SHARED_META
-    elif name == "status":
-        keys = _SHARED_STATUS
-    else:
-        return _interned(part)
-    intern = sys.intern
-    out: Obj = {}
-    for key, value in part.items():
-        kind = type(value)
-        if kind is str:
-            if len(value) < _INTERN_MAX:
-                value = intern(value)
-        elif kind is dict or kind is list:
-            value = shared.share(value, _interned_item) if value and key in keys else _interned_item(value)
-        out[intern(key)] = value
-    return out
+    return _interned(part, shared, _SHARED_PARTS.get(name, frozenset()))
 
 
 def _pod_spec(spec: Obj, shared: SharedValues) -> Obj:
@@ -378,9 +364,9 @@ class PodSlimmer:
 _INTERN_MAX = 64
 
 
-def _interned(obj: Obj) -> Obj:
-    """A copy of `obj` with its keys and short string values interned (lists of lists are kept as they are:
-    Kubernetes objects have none worth it)."""
+def _interned(obj: Obj, shared: SharedValues | None = None, keys: frozenset[str] = frozenset()) -> Obj:
+    """A copy of `obj` with its keys and short string values interned; with `shared`, its lists and maps at
+    `keys` are the equal ones kept before (`SharedValues.share`)."""
     intern = sys.intern
     out: Obj = {}
     for key, value in obj.items():
@@ -388,10 +374,11 @@ def _interned(obj: Obj) -> Obj:
         if kind is str:
             if len(value) < _INTERN_MAX:
                 value = intern(value)
-        elif kind is dict:
-            value = _interned(value)
-        elif kind is list:
-            value = [_interned_item(item) for item in value]
+        elif kind is dict or kind is list:
+            if shared is not None and value and key in keys:
+                value = shared.share(value, _interned_item)
+            else:
+                value = _interned_item(value)
         out[intern(key)] = value
     return out
 
