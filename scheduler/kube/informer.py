@@ -281,7 +281,7 @@ _UNREAD_POD_STATUS = (
 _CONDITION_TIMES = frozenset({"lastTransitionTime", "lastProbeTime"})
 # What the pods of one controller have alike, kept once (`shared_values.py`): of the metadata, the labels,
 # owners and finalizers (not the annotations: Tessera's assignment makes those of a running pod its own);
-# every list and map of the spec; the conditions.
+# all of the spec but the node it is bound to (`_pod_spec`); the conditions.
 _SHARED_PARTS = {
     "metadata": frozenset({"labels", "ownerReferences", "finalizers"}),
     "status": frozenset({"conditions"}),
