@@ -6,10 +6,11 @@ those lists and maps 150,000 times (a third of the watch cache's memory: `tesser
 --api-fields`). `SharedValues.share` hands back the first equal value it kept instead.
 
 Sharing is safe because nothing writes into a cached object (informer.py: every write of the scheduler is
-a patch, a Binding or an eviction built afresh); a kept value is promised never to change (`model/frozen.py`:
-the parser then works out what it says once, for every pod holding it). Equal means the same marshalled bytes (so `1`, `1.0` and
-`True`, equal in Python, are not confused), which are the table's key: a value held by one pod alone costs
-its marshalled bytes besides (~100-300 bytes; the parts shared are those controllers' pods have alike).
+a patch, a Binding or an eviction built afresh); a kept value is promised never to change
+(`model/frozen.py`: the parser then works out what it says once, for every pod holding it). Equal means
+the same marshalled bytes (so `1`, `1.0` and `True`, equal in Python, are not confused), which are the
+table's key: a value held by one pod alone costs its marshalled bytes besides (~100-300 bytes; the parts
+shared are those controllers' pods have alike).
 Values no cached object holds any more are dropped as the table grows (amortised: the table is swept
 when it doubled since the last sweep).
 """

@@ -7,13 +7,13 @@ enforces it; at run time a write is not trapped, because a frozen dataclass's `_
 through `object.__setattr__`: building a `PodInfo` (27 fields) cost four times as much, and a restart
 builds some 150,000 of each of them.
 
-Parts promised frozen: the pod watch keeps the parts the pods of one controller have alike once (`kube/shared_values.py`): the
-same containers, tolerations and labels objects in 150,000 pods of a relist. What the parser works out of
-them (the pod's resources, its tolerations, its labels checked) is the same for every pod holding the same
-object, so it is worked out once, found by the object's identity. Identity is only a key for an object that
-cannot change: `freeze` is the promise (made by the pod watch for what it shares, which nothing writes
-into), and a memo keeps a reference to each object it has a result for, so an identity it holds is never
-another object's.
+Parts promised frozen: the pod watch keeps the parts the pods of one controller have alike once
+(`kube/shared_values.py`): the same containers, tolerations and labels objects in 150,000 pods of a
+relist. What the parser works out of them (the pod's resources, its tolerations, its labels checked) is the
+same for every pod holding the same object, so it is worked out once, found by the object's identity.
+Identity is only a key for an object that cannot change: `freeze` is the promise (made by the pod watch for
+what it shares, which nothing writes into), and a memo keeps a reference to each object it has a result
+for, so an identity it holds is never another object's.
 """
 
 from __future__ import annotations

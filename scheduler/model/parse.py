@@ -145,7 +145,7 @@ class _NoStrings(dict[str, str]):
 NO_STRINGS: dict[str, str] = _NoStrings()
 
 
-# Label maps the pod watch shares between pods (model/frozen.py), checked once: one read-only map for them all.
+# Label maps the pod watch shares between pods (model/frozen.py), checked once: one read-only map for all.
 _SHARED_STRINGS: ByIdentity[dict[str, str]] = ByIdentity()
 
 

@@ -85,9 +85,9 @@ class PodInfo:
     """One pod as the watch shows it, parsed once (`scheduler/model/parse.py` makes every one). `error`
     holds why its request is invalid (then never placed).
 
-    Frozen (`frozen_for_the_checker`): what the scheduler does to a pod is not written on it. A pod it bound holds its place in the
-    ledger (ASSUMED while the bind is in flight, then BOUND) until the watch shows it bound; a newer
-    version of the pod is a new `PodInfo` (the mirror replaces the old one)."""
+    Frozen (`frozen_for_the_checker`): what the scheduler does to a pod is not written on it. A pod it
+    bound holds its place in the ledger (ASSUMED while the bind is in flight, then BOUND) until the watch
+    shows it bound; a newer version of the pod is a new `PodInfo` (the mirror replaces the old one)."""
 
     uid: str
     namespace: str

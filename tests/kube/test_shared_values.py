@@ -71,7 +71,7 @@ def test_what_marshal_cannot_write_is_copied_and_not_kept() -> None:
 
 def test_a_value_whose_parts_pods_still_hold_is_kept() -> None:
     shared = SharedValues()
-    # A pod's spec is a map of its own holding the shared spec's parts (informer._pod_spec), not the shared map.
+    # A pod's spec is a map of its own holding the shared spec's parts (informer._pod_spec), not the map.
     pod_spec = dict(shared.share({"containers": [{"name": "main"}], "schedulerName": "tessera"}))
     shared._sweep()
     assert len(shared) == 1 and is_frozen(pod_spec["containers"])

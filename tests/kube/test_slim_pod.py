@@ -109,12 +109,15 @@ def test_pods_slimmed_by_one_watch_read_as_served_whatever_they_share(
 
 
 def template_pod(name: str, node: str) -> Obj:
-    return {"metadata": {"name": name, "namespace": "ns", "labels": {"app": "train"},
-                         "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}]},
-            "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"requests": {"cpu": "2"}}}],
-                     "tolerations": [{"key": "gpu", "operator": "Exists"}]},
-            "status": {"phase": "Running", "podIP": f"10.0.0.{len(name)}",
-                       "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": f"2026-12-04T10:00:0{len(name) % 10}Z"}]}}  # fmt: skip
+    """A pod of a ReplicaSet's template: its own name, node, address and condition times."""
+    owner = {"kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": f"2026-12-04T10:00:0{len(name) % 10}Z"}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": {"app": "train"}, "ownerReferences": [owner]},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"requests": {"cpu": "2"}}}],
+                 "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+        "status": {"phase": "Running", "podIP": f"10.0.0.{len(name)}", "conditions": [ready]},
+    }  # fmt: skip
 
 
 def test_the_pods_of_one_template_share_what_they_have_alike() -> None:
