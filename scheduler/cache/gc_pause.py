@@ -5,6 +5,11 @@ they are made, every 700 allocations start a collection and each older generatio
 scanned again, all of the cache's objects with it: 28% of a relist's time (2.2 of 7.7 s). None of these
 objects form reference cycles, so reference counting frees them as before; the collector only resumes
 afterwards (a cycle made meanwhile waits until then). Small batches are left alone: collections amortise.
+
+When it resumes, what the batch made is promoted to the oldest generation at once (`gc.freeze` then
+`gc.unfreeze`: two list splices), instead of being scanned as young objects by the first collection after
+it (0.25 s of the relist above), then again as middle-aged ones. Nothing is left frozen: a cycle among them
+that becomes garbage is found by the next full collection, as any long-lived object's is.
 """
 
 from __future__ import annotations
@@ -26,4 +31,6 @@ def paused_gc(count: int) -> Iterator[None]:
     try:
         yield
     finally:
+        gc.freeze()  # every tracked object, out of the generations...
+        gc.unfreeze()  # ...back into the oldest one: no young collection scans the batch's objects
         gc.enable()
