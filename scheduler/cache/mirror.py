@@ -180,8 +180,7 @@ class ClusterMirror:
                 else:
                     self._held(pod, pl)
         else:
-            for _, (pod, pl) in items:
-                self._held(pod, pl)
+            self._held_many([held for _, held in items])
         if self.handoff.rule is not None:
             for uid, _ in items:
                 self.handoff.refresh(self.pods.get(uid), uid)
@@ -556,6 +555,27 @@ class ClusterMirror:
         self._told_uncharged.pop(pod.uid, None)
         if pod.node is not None and unsized(self.state, placement):
             self.unsized.setdefault(pod.node, set()).add(pod.uid)
+
+    def _held_many(self, held: list[tuple[PodInfo, Placement]]) -> None:
+        """`_held` for a batch (a relist): the memory of every GPU they hold read in one gather."""
+        told = self._told_uncharged
+        if told:
+            for pod, _ in held:
+                told.pop(pod.uid, None)
+        shares = [(pod, pl) for pod, pl in held if pl.gpus and pod.node is not None]
+        if not shares:
+            return
+        rows = [pl.node for _, pl in shares for _ in pl.gpus]
+        slots = [g.slot for _, pl in shares for g in pl.gpus]
+        xp = self.state.xp
+        known = self.state.host(self.state.total_mib[xp.asarray(rows), xp.asarray(slots)] > 0).tolist()
+        i = 0
+        for pod, pl in shares:
+            n = len(pl.gpus)
+            if not all(known[i : i + n]):
+                assert pod.node is not None
+                self.unsized.setdefault(pod.node, set()).add(pod.uid)
+            i += n
 
     def _uncharged(self, pod: PodInfo, placement: Placement | None, why: str) -> None:
         """A running pod whose GPUs could not be charged: they take no new pod until it is charged or gone
