@@ -117,6 +117,11 @@ class QueueUsage:
                 acc[1] += sign * cpu
                 acc[2] += sign * mem
 
+    def arrived(self, holdings: list[Holding]) -> None:
+        for h in holdings:
+            if h.owner is not None:  # (a relist's pods are charged to nobody until their jobs are built)
+                self.changed(None, h)
+
     def by_queue(self, *, nonpreemptible: bool = False) -> dict[str, Usage]:
         book = self.nonpreemptible if nonpreemptible else self.all
         out = {q: (u[0], u[1], u[2]) for q, u in book.items() if any(u)}
@@ -216,6 +221,11 @@ class JobIndex:
         if owner is not None:
             self._dirty[owner.job] = None
 
+    def arrived(self, items: list[tuple[str, Holding]]) -> None:
+        for _, h in items:
+            if h.owner is not None:
+                self._dirty[h.owner.job] = None
+
     def touch_queue(self, name: str) -> None:
         """Queue `name` came, changed or went: its jobs are charged again (`default` takes a gone
         queue's running pods)."""
@@ -227,11 +237,13 @@ class JobIndex:
         """`pod` was added or changed (`old`: its previous version)."""
         # A status the scheduler wrote itself (a pod condition) comes back as an event too: it changes
         # nothing read here, so it does not lift a quarantine.
-        same = old == pod
+        same = old is not None and old == pod
         if old is not None:
             self.unindex(old, changed=not same)
         key = job_key(pod)
-        self.touch(key, changed=not same)
+        self._dirty[key] = None  # `touch`, inlined: once per pod of a relist
+        if not same and self.quarantined:
+            self.quarantined.pop(key, None)
         if is_job_member(pod):
             self._members.add(key, pod)
         elif pod.terminating and pod.holds_resources:

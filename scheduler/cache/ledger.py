@@ -78,11 +78,19 @@ class UsageListener(Protocol):
         """A holding was replaced (None: there was none, or there is none now)."""
         ...
 
+    def arrived(self, holdings: list[Holding]) -> None:
+        """Holdings came where there were none (`changed(None, h)` for each: a relist's, in one call)."""
+        ...
+
 
 class PodListener(Protocol):
     def moved(self, key: str, old: Holding | None, new: Holding | None) -> None:
         """What `key` (a pod's uid, or a reserved place's namespace/name) holds was replaced (a holding
         only re-owned, the same place and kind, is not told: `Ledger.reown`)."""
+        ...
+
+    def arrived(self, items: list[tuple[str, Holding]]) -> None:
+        """Pods' holdings came where they held nothing (`moved(key, None, h)` for each, in one call)."""
         ...
 
 
@@ -165,14 +173,25 @@ class Ledger:
         """`hold` for many pods at once, the arrays written in one array program (a relist). All or
         nothing: raises OvercommitError, changing nothing, when one of them does not fit."""
         items = list(items)
-        fresh = [(uid, pl) for uid, pl in items if uid not in self.pods]
-        if len(fresh) != len(items):  # some are held already: one by one, each replacing what it held
-            for uid, pl in items:
+        table = self.pods
+        fresh = [(uid, pl) for uid, pl in items if uid not in table]
+        if len(fresh) != len(items) or len({uid for uid, _ in fresh}) != len(fresh):
+            for uid, pl in items:  # some are held already (or twice): one by one, each replacing the last
                 self.hold(uid, pl)
             return
         self.state.write_many([pl for _, pl in fresh])
-        for uid, pl in fresh:
-            self._swap(self.pods, uid, Holding(HoldKind.BOUND, pl), arrays=False)
+        # What `_swap` does for each, once for all: none of them held anything, so nothing is uncounted.
+        held = [(uid, Holding(HoldKind.BOUND, pl)) for uid, pl in fresh]
+        table.update(held)
+        self.changes += len(held)
+        if self._journal is not None:
+            self._journal.extend((table, uid, None) for uid, _ in held)
+        if self._listeners:
+            holdings = [h for _, h in held]
+            for listener in self._listeners:
+                listener.arrived(holdings)
+        for pod_listener in self._pod_listeners:
+            pod_listener.arrived(held)
 
     def release(self, uid: str, *, arrays: bool = True) -> Holding | None:
         """Pod `uid` holds nothing any more (finished, deleted, or gone after its eviction). `arrays=False`:

@@ -368,36 +368,40 @@ class ClusterMirror:
         self._take_pod(ev, pod)
 
     def _take_pod(self, ev: WatchEvent, pod: PodInfo) -> None:
-        if pod.uid in self._deferred:
+        # (once per pod of a relist: what is read twice is read into a local)
+        uid = pod.uid
+        if uid in self._deferred:
             self._flush()  # this pod's earlier event must be in the arrays before this one is applied
         if ev.type == "DELETED":
-            self.forget_pod(pod.uid)
+            self.forget_pod(uid)
             return
-        old = self.pods.get(pod.uid)
-        if old is not None and self.ledger.on_node(old) and pod.holds_resources:
+        old = self.pods.get(uid)
+        holds = pod.holds_resources  # (where it is and its phase: the versions below keep them)
+        held, releasing = self.ledger.pods, self.ledger.releasing
+        if old is not None and holds and self.ledger.on_node(old):
             pod = self._as_admitted(pod, old)
-        elif old is None and pod.holds_resources:
+        elif old is None and holds:
             pod = self._in_admitted_job(pod)
         self.index.index(pod, old)
-        self.pods[pod.uid] = pod
-        self.uid_by_key[pod.key] = pod.uid
+        self.pods[uid] = pod
+        self.uid_by_key[pod.key] = uid
         if old is not None and old.labels != pod.labels:  # inter-pod rules count it by its labels
-            for table in (self.ledger.pods, self.ledger.releasing):
-                if pod.uid in table:
-                    self.pod_topology.refresh(pod.uid, table[pod.uid])
-        if pod.holds_resources:
-            if pod.uid in self.ledger.releasing:
+            for table in (held, releasing):
+                if uid in table:
+                    self.pod_topology.refresh(uid, table[uid])
+        if holds:
+            if uid in releasing:
                 pass  # evicted, still terminating: it stays releasing until it is gone
             elif pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
                 self._account_found(pod)
-            elif pod.uid not in self.ledger:
+            elif uid not in held:
                 self._account_running(pod, defer=True)
             else:
                 self._follow_allocation(pod)
-        elif pod.phase is PodPhase.PENDING and (pod.uid in self.ledger or pod.uid in self.ledger.releasing):
+        elif pod.phase is PodPhase.PENDING and (uid in held or uid in releasing):
             pass  # a version older than our bind (the watch is behind it): it keeps its place
-        elif pod.uid in self.ledger or pod.uid in self.ledger.releasing:
-            self.ledger.release(pod.uid)
+        elif uid in held or uid in releasing:
+            self.ledger.release(uid)
         self.handoff.refresh(pod)
 
     def _as_admitted(self, pod: PodInfo, old: PodInfo) -> PodInfo:
@@ -430,12 +434,14 @@ class ClusterMirror:
         admission = admitted_with(pod)
         if admission is None:
             return pod
-        if admission.job != job_key(pod):
+        key = job_key(pod)
+        if admission.job != key:
             group = None if admission.job.startswith("pod:") else admission.job
             if group is not None and not group.startswith(f"{pod.namespace}/"):
                 return pod  # not a group of its namespace: not ours to believe
             pod = replace(pod, group=group)
-        if job_key(pod) == admission.job:  # read once here: its job is pinned to it without reading again
+            key = job_key(pod)
+        if key == admission.job:  # read once here: its job is pinned to it without reading again
             self.index.admitted_as(admission)
         return pod
 

@@ -212,6 +212,21 @@ class PodTopology:
                 self._by_label.setdefault(pair, set()).add(key)
         self.version += 1
 
+    def arrived(self, items: list[tuple[str, Holding]]) -> None:
+        """`moved(key, None, h)` for each (a relist's holdings): deferred, but those of pods with
+        anti-affinity."""
+        unrecorded, records, lookup = self._unrecorded, self.records, self.lookup
+        for key, holding in items:
+            if key in records or key in unrecorded:
+                self.moved(key, None, holding)
+                continue
+            pod = lookup(key, holding)
+            if pod is not None and pod.constraints.anti_affinity:
+                self.moved(key, None, holding)
+            else:
+                unrecorded[key] = holding
+        self.version += 1
+
     def _defer(self, key: str, holding: Holding) -> bool:
         """Leave `key`'s holding to be counted later, unless its pod's own anti-affinity must be known now
         (the existing pods' terms every pod is checked against). The counts read later take it into account
@@ -237,6 +252,11 @@ class PodTopology:
             for pair in rec.labels:
                 self._by_label.setdefault(pair, set()).add(key)
         self.version += 1
+
+    def recorded(self) -> dict[str, _Record]:
+        """What is counted for each holding, once every holding left to count is counted."""
+        self._settle()
+        return dict(self.records)
 
     def refresh(self, key: str, holding: Holding | None) -> None:
         """The pod of `key` changed (its labels): count it again."""

@@ -66,6 +66,11 @@ class TreeUsage:
                 if h.owner.nonpreemptible:
                     node.allocated_np = node.allocated_np + delta
 
+    def arrived(self, holdings: list[Holding]) -> None:
+        for h in holdings:
+            if h.owner is not None:  # the others belong to no queue
+                self.changed(None, h)
+
 
 @dataclass
 class Session:

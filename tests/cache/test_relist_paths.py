@@ -120,7 +120,7 @@ def _picture(cache: Cache) -> dict[str, Any]:
         "jobs": {j.key: j for j in cache.index.jobs()},
         "uncharged": sorted(cache.mirror.uncharged),
         "unsized": {k: sorted(v) for k, v in cache.mirror.unsized.items() if v},
-        "topology": dict(cache.pod_topology.records),
+        "topology": cache.pod_topology.recorded(),
         "errors": sorted(cache.errors),
     }
 

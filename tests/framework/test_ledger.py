@@ -24,6 +24,9 @@ class Recorder:
     def changed(self, old: Holding | None, new: Holding | None) -> None:
         self.seen.append((old, new))
 
+    def arrived(self, holdings: list[Holding]) -> None:
+        self.seen.extend((None, h) for h in holdings)
+
 
 def ledger() -> Ledger:
     state = ClusterState(get_namespace("numpy"), max_gpus=2, capacity=2)
@@ -145,3 +148,22 @@ def test_a_failing_action_leaves_no_half_transaction() -> None:
     assert sched.cache.ledger.pods == {} and sched.cache.state.allocated_milli() == 0
     assert {why.reason for why in result.reasons.values()} == {Reason.INVALID_REQUEST}
     assert all("boom" in why.message for why in result.reasons.values())
+
+
+def test_holding_many_at_once_tells_the_listeners_and_the_journal_what_holding_each_does() -> None:
+    one, many = ledger(), ledger()
+    seen_one, seen_many = Recorder(), Recorder()
+    one.add_listener(seen_one)
+    many.add_listener(seen_many)
+    items = [("a", half(0, 0)), ("b", half(1, 0)), ("c", half(0, 1))]
+    for uid, pl in items:
+        one.hold(uid, pl)
+    cp = many.begin()
+    many.hold_many(items)
+    assert many.pods == one.pods and free(many) == free(one) and seen_many.seen == seen_one.seen
+    assert many.changes == one.changes
+    many.rollback(cp)  # journalled like the holds one by one
+    many.commit()
+    assert many.pods == {} and free(many) == [[1000, 1000], [1000, 1000]]
+    many.hold_many([("a", half(0, 0)), ("a", half(1, 1))])  # twice in one batch: the last one holds
+    assert many.pods["a"].placement == half(1, 1) and free(many) == [[1000, 1000], [1000, 500]]
