@@ -112,14 +112,13 @@ def whole_gpus_taken(pod: PodInfo) -> int:
 def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
     """Whole GPUs on the node's free slots for a pod without an assignment; None when too few are free."""
     n = whole_gpus_taken(pod)
-    free = [
-        j for j in range(state.max_gpus)
-        if bool(state.present[row, j]) and int(state.free_milli[row, j]) == MILLI_PER_GPU
-    ] if n else []  # fmt: skip
-    if len(free) < n:
-        return None
-    shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])
-    return Placement(
-        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars,
-        ports=pod.constraints.host_ports,
-    )  # fmt: skip
+    shares: tuple[GPUShare, ...] = ()
+    if n:  # (most pods found running without an assignment ask for no GPU: a relist's 100,000)
+        free = [
+            j for j in range(state.max_gpus)
+            if bool(state.present[row, j]) and int(state.free_milli[row, j]) == MILLI_PER_GPU
+        ]  # fmt: skip
+        if len(free) < n:
+            return None
+        shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])
+    return Placement(row, shares, pod.cpu_milli, pod.memory_mib, pod.scalars, pod.constraints.host_ports)

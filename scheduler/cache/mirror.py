@@ -107,13 +107,17 @@ class ClusterMirror:
         self._max_mem_key = -1
 
     def apply(self, events: list[WatchEvent]) -> None:
+        pods: list[WatchEvent] = []  # consecutive pod events, taken together (`_on_pods`)
         for ev in events:
+            if ev.kind == "Pod":
+                pods.append(ev)
+                continue
+            if pods:
+                self._on_pods(pods)
+                pods = []
             try:
-                if ev.kind != "Pod":
-                    self._flush()
-                if ev.kind == "Pod":
-                    self._on_pod(ev)
-                elif ev.kind == "Node":
+                self._flush()
+                if ev.kind == "Node":
                     self._on_node(ev)
                 elif ev.kind == "GPUNodeReport":
                     self._on_gpunodereport(ev)
@@ -127,6 +131,8 @@ class ClusterMirror:
                 Exception
             ) as exc:  # one object, whatever went wrong with it: see scheduler/cache/containment.py
                 self._unusable(ev, exc)
+        if pods:
+            self._on_pods(pods)
         try:
             self._flush()
             if self.uncharged or self.state.blocked:
@@ -307,6 +313,24 @@ class ClusterMirror:
             return self.pods.get(uid) if uid is not None else None
         return None
 
+    def _on_pods(self, events: list[WatchEvent]) -> None:
+        """Pod events, in order, each on its own (containment boundary 1). A pod the mirror has never seen
+        (a relist brings 150,000) is parsed and taken by `_take_first`, the others by `_on_pod`'s full path.
+        (The nodes' GPU memory the parser reads does not change during pod events: read once.)"""
+        max_mib = self.max_gpu_memory_mib()
+        pods, held, releasing, deferred = self.pods, self.ledger.pods, self.ledger.releasing, self._deferred
+        name = self.scheduler_name
+        for ev in events:
+            try:
+                uid = ev.type != "DELETED" and _uid(ev.obj)
+                if not uid or uid in pods or uid in held or uid in releasing or uid in deferred:
+                    self._on_pod(ev)
+                    continue
+                pod = parse_pod(ev.obj, scheduler_name=name, overlay=ev.overlay, max_gpu_memory_mib=max_mib)
+                self._take_first(pod)
+            except Exception as exc:  # one object, whatever went wrong with it: see containment.py
+                self._unusable(ev, exc)
+
     def _on_pod(self, ev: WatchEvent) -> None:
         if (echoed := bind_echo(ev, self.pods, self.ledger)) is not None:
             self._replace(echoed)  # its job's pods changed phase (see bind_echo.py)
@@ -367,8 +391,24 @@ class ClusterMirror:
             pod = replace(pod, group=old.group)
         self._take_pod(ev, pod)
 
+    def _take_first(self, pod: PodInfo) -> None:
+        """`_take_pod` for a pod the mirror holds nothing of (no version, no place, nothing deferred): once
+        per pod of a relist, so only what such a pod needs."""
+        uid = pod.uid
+        holds = pod.holds_resources
+        if holds:
+            pod = self._in_admitted_job(pod)
+        self.index.index(pod, None)
+        self.pods[uid] = pod
+        self.uid_by_key[pod.key] = uid
+        if holds:
+            if pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
+                self._account_found(pod)
+            else:
+                self._account_running(pod, defer=True)
+        self.handoff.refresh(pod)
+
     def _take_pod(self, ev: WatchEvent, pod: PodInfo) -> None:
-        # (once per pod of a relist: what is read twice is read into a local)
         uid = pod.uid
         if uid in self._deferred:
             self._flush()  # this pod's earlier event must be in the arrays before this one is applied
@@ -376,8 +416,11 @@ class ClusterMirror:
             self.forget_pod(uid)
             return
         old = self.pods.get(uid)
-        holds = pod.holds_resources  # (where it is and its phase: the versions below keep them)
         held, releasing = self.ledger.pods, self.ledger.releasing
+        if old is None and uid not in held and uid not in releasing:
+            self._take_first(pod)
+            return
+        holds = pod.holds_resources  # (where it is and its phase: the versions below keep them)
         if old is not None and holds and self.ledger.on_node(old):
             pod = self._as_admitted(pod, old)
         elif old is None and holds:
@@ -475,14 +518,16 @@ class ClusterMirror:
         milli at once, their MiB once its node's GPU memory is known), else whole GPUs on its node. A pod
         whose GPUs cannot be charged blocks them (`_uncharged`)."""
         assert pod.node is not None
-        row = self.state.row_of(pod.node)
+        state = self.state
+        row = state.row_of(pod.node)
         if row is None:
             self.awaiting_node.setdefault(pod.node, set()).add(pod.uid)  # accounted when the node arrives
             return
-        self.uncharged.pop(pod.uid, None)  # tried again now
+        if self.uncharged:
+            self.uncharged.pop(pod.uid, None)  # tried again now
         unreadable: str | None = None
         try:
-            placement = from_assignment(self.state, pod, row) or from_allocation(self.state, pod, row)
+            placement = from_assignment(state, pod, row) or from_allocation(state, pod, row)
         except Unaccountable as exc:
             unreadable = str(exc)
             placement = None
@@ -490,7 +535,7 @@ class ClusterMirror:
             if placement is None and defer and not whole_gpus_taken(pod):
                 # No GPU to find (a CPU-only pod: we write no assignment for those): deferred too, so a
                 # relist of many is not written to the arrays one batch per pod.
-                placement = from_request(self.state, pod, row)
+                placement = from_request(state, pod, row)
             if placement is not None and defer:
                 self._deferred[pod.uid] = (pod, placement)
                 return
@@ -661,6 +706,13 @@ class ClusterMirror:
             name = self.state.node_names[row]
             if self.state.set_blocked(row, want.get(row, set())) and name is not None:
                 self.gpu_identities.measure(self.state, name)  # what its report says of their health
+
+
+def _uid(obj: Any) -> str | None:
+    """The uid `parse_pod` gives the pod of `obj` when the object has one (None: the full path finds out)."""
+    meta = obj.get("metadata") if type(obj) is dict else None
+    uid = meta.get("uid") if type(meta) is dict else None
+    return str(uid) if uid else None
 
 
 def _annotations_readable(obj: Any) -> bool:

@@ -1,8 +1,8 @@
 """A relist's fast paths keep the state the slow ones make (issue 32).
 
-A restarted scheduler applies the whole relist in one batch: placements read from assignments are written
-to the arrays in one array program (`Ledger.hold_many`), pods' resources are read once per distinct
-declaration (`parse._declared`), the live workload counts pods by size only, and the first session re-owns
+A restarted scheduler applies the whole relist in one batch: pods first seen take the mirror's short path
+(`ClusterMirror._take_first`), placements read from assignments are written to the arrays in one array
+program (`Ledger.hold_many`), pods' resources are read once per distinct declaration (`parse._declared`), the live workload counts pods by size only, and the first session re-owns
 every running pod without recounting the inter-pod rules. Each of these must leave exactly the state the
 plain path leaves: the same events applied one at a time (every placement held on its own), parsed with
 cold memos. The world is mixed: fractions, whole GPUs, a gang, a pod with a sidecar, CPU-only pods, a
@@ -19,6 +19,7 @@ from typing import Any
 from scheduler.api.keys import GPU_ASSIGNMENT, GPU_FRACTION, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, POD_GROUP
 from scheduler.cache.cache import Cache
 from scheduler.cache.cluster import WatchEvent
+from scheduler.cache import mirror
 from scheduler.cache.ledger import Ledger
 from scheduler.model import parse
 from scheduler.model.types import Placement
@@ -143,6 +144,7 @@ def test_a_relist_in_one_batch_leaves_the_state_events_one_at_a_time_leave(monke
     one_by_one = _cache()
     with monkeypatch.context() as m:
         m.setattr(Ledger, "hold_many", _hold_each)  # each placement written and told on its own
+        m.setattr(mirror, "_uid", lambda _obj: None)  # every pod event the full path (`_on_pod`)
         for ev in copy.deepcopy(events):
             _cold_memos()
             one_by_one.apply([ev])
