@@ -112,13 +112,30 @@ def whole_gpus_taken(pod: PodInfo) -> int:
 def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
     """Whole GPUs on the node's free slots for a pod without an assignment; None when too few are free."""
     n = whole_gpus_taken(pod)
-    shares: tuple[GPUShare, ...] = ()
-    if n:  # (most pods found running without an assignment ask for no GPU: a relist's 100,000)
-        free = [
-            j for j in range(state.max_gpus)
-            if bool(state.present[row, j]) and int(state.free_milli[row, j]) == MILLI_PER_GPU
-        ]  # fmt: skip
-        if len(free) < n:
-            return None
-        shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])
+    if not n:  # (most pods found running without an assignment ask for no GPU: a relist's 100,000)
+        return _without_gpus(row, pod.cpu_milli, pod.memory_mib, pod.scalars, pod.constraints.host_ports)
+    free = [
+        j for j in range(state.max_gpus)
+        if bool(state.present[row, j]) and int(state.free_milli[row, j]) == MILLI_PER_GPU
+    ]  # fmt: skip
+    if len(free) < n:
+        return None
+    shares = tuple(GPUShare(j, MILLI_PER_GPU, int(state.total_mib[row, j])) for j in free[:n])
     return Placement(row, shares, pod.cpu_milli, pod.memory_mib, pod.scalars, pod.constraints.host_ports)
+
+
+# Places without GPUs, shared: the replicas of a controller on one node ask alike, and a Placement is never
+# written (a change is a new one), so pods holding equal ones may hold the same (8 MiB of a relist).
+_WITHOUT_GPUS: dict[tuple[int, int, int, tuple[tuple[str, int], ...], tuple[str, ...]], Placement] = {}
+
+
+def _without_gpus(
+    row: int, cpu: int, memory: int, scalars: tuple[tuple[str, int], ...], ports: tuple[str, ...]
+) -> Placement:
+    key = (row, cpu, memory, scalars, ports)
+    found = _WITHOUT_GPUS.get(key)
+    if found is None:
+        if len(_WITHOUT_GPUS) >= 65536:
+            _WITHOUT_GPUS.clear()
+        found = _WITHOUT_GPUS[key] = Placement(row, (), cpu, memory, scalars, ports)
+    return found

@@ -233,8 +233,10 @@ class JobIndex:
             if job.queue == name:
                 self.touch(key)
 
-    def index(self, pod: PodInfo, old: PodInfo | None) -> None:
-        """`pod` was added or changed (`old`: its previous version)."""
+    def index(self, pod: PodInfo, old: PodInfo | None, admission: Admission | None = None) -> None:
+        """`pod` was added or changed (`old`: its previous version). `admission`: what the assignment of a pod
+        first seen running records of its job's admission (a restarted scheduler reads each once, at the
+        relist), for `_pin`; what this scheduler built the job with comes first."""
         # A status the scheduler wrote itself (a pod condition) comes back as an event too: it changes
         # nothing read here, so it does not lift a quarantine.
         same = old is not None and old == pod
@@ -244,6 +246,9 @@ class JobIndex:
         self._dirty[key] = None  # `touch`, inlined: once per pod of a relist
         if not same and self.quarantined:
             self.quarantined.pop(key, None)
+        if admission is not None and key not in self._jobs and key not in self._admitted:
+            # (under the job's own key string, not the assignment's copy of it: 4 MiB of a relist)
+            self._admitted[key] = self._shared(admission.queue, admission.priority, admission.preemptible)
         if is_job_member(pod):
             self._members.add(key, pod)
         elif pod.terminating and pod.holds_resources:
@@ -326,15 +331,6 @@ class JobIndex:
     def _left_out(self, key: str) -> bool:
         q = self.quarantined.get(key)
         return q is not None and q.until > self.generation
-
-    def admitted_as(self, admission: Admission) -> None:
-        """What the assignment of a pod first seen running records of its job's admission (a restarted
-        scheduler reads each one once, at the relist), for `_pin`; what this scheduler built the job with
-        comes first."""
-        if admission.job not in self._jobs and admission.job not in self._admitted:
-            self._admitted[admission.job] = self._shared(
-                admission.queue, admission.priority, admission.preemptible
-            )
 
     def _shared(self, queue: str, priority: int, preemptible: bool) -> Admitted:
         """One `Admitted` per distinct admission: a relist's jobs were admitted with a few (queue, priority)

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from scheduler.api.assignment import Admission
 from scheduler.api.keys import GPU_ASSIGNMENT, SCHEDULER_NAME
 from scheduler.cache.accounting import (
     Unaccountable,
@@ -97,7 +98,9 @@ class ClusterMirror:
         # again after every batch of events (`_recharge`).
         self.uncharged: dict[str, tuple[PodInfo, frozenset[int] | None]] = {}
         self._told_uncharged: dict[str, frozenset[int] | None] = {}  # each told once, not at every retry
-        self.uid_by_key: dict[str, str] = {}  # namespace/name -> uid of the pods above
+        # namespace -> name -> uid of the pods above (by their own namespace and name strings: a map keyed by
+        # "namespace/name" made a new string a pod, 9 MiB of a relist)
+        self.uids: dict[str, dict[str, str]] = {}
         self.namespaces: dict[str, dict[str, str]] = {}  # namespace -> its labels (namespace selectors)
         # Where pods are, as inter-pod affinity and spread count them: told of every holding change.
         self.pod_topology = PodTopology(self.state, self.pod_for, self.namespaces)
@@ -309,9 +312,21 @@ class ClusterMirror:
             return pod
         res = holding.reservation
         if res is not None:
-            uid = res.uid or self.uid_by_key.get(res.pod_key)
+            uid = res.uid or self.uid_of(res.pod_key)
             return self.pods.get(uid) if uid is not None else None
         return None
+
+    def uid_of(self, key: str) -> str | None:
+        """The uid of the pod named `key` (namespace/name) the mirror knows, if any."""
+        namespace, _, name = key.partition("/")
+        names = self.uids.get(namespace)
+        return names.get(name) if names is not None else None
+
+    def _name(self, pod: PodInfo) -> None:
+        names = self.uids.get(pod.namespace)
+        if names is None:
+            names = self.uids[pod.namespace] = {}
+        names[pod.name] = pod.uid
 
     def _on_pods(self, events: list[WatchEvent]) -> None:
         """Pod events, in order, each on its own (containment boundary 1). A pod the mirror has never seen
@@ -396,11 +411,12 @@ class ClusterMirror:
         per pod of a relist, so only what such a pod needs."""
         uid = pod.uid
         holds = pod.holds_resources
+        admission = None
         if holds:
-            pod = self._in_admitted_job(pod)
-        self.index.index(pod, None)
+            pod, admission = self._in_admitted_job(pod)
+        self.index.index(pod, None, admission)
         self.pods[uid] = pod
-        self.uid_by_key[pod.key] = uid
+        self._name(pod)
         if holds:
             if pod.terminating:  # being deleted: its place leaves the plan, it occupies it until gone
                 self._account_found(pod)
@@ -421,13 +437,14 @@ class ClusterMirror:
             self._take_first(pod)
             return
         holds = pod.holds_resources  # (where it is and its phase: the versions below keep them)
+        admission = None
         if old is not None and holds and self.ledger.on_node(old):
             pod = self._as_admitted(pod, old)
         elif old is None and holds:
-            pod = self._in_admitted_job(pod)
-        self.index.index(pod, old)
+            pod, admission = self._in_admitted_job(pod)
+        self.index.index(pod, old, admission)
         self.pods[uid] = pod
-        self.uid_by_key[pod.key] = uid
+        self._name(pod)
         if old is not None and old.labels != pod.labels:  # inter-pod rules count it by its labels
             for table in (held, releasing):
                 if uid in table:
@@ -471,22 +488,19 @@ class ClusterMirror:
             error=old.error, group=old.group,
         )  # fmt: skip
 
-    def _in_admitted_job(self, pod: PodInfo) -> PodInfo:
+    def _in_admitted_job(self, pod: PodInfo) -> tuple[PodInfo, Admission | None]:
         """A pod first seen running (a restarted scheduler) is in the job its assignment records, whatever
-        its pod-group annotation says now."""
+        its pod-group annotation says now; with that admission when the pod is in its job (read once here,
+        for the job index to pin the job to it without reading again)."""
         admission = admitted_with(pod)
         if admission is None:
-            return pod
-        key = job_key(pod)
-        if admission.job != key:
+            return pod, None
+        if admission.job != job_key(pod):
             group = None if admission.job.startswith("pod:") else admission.job
             if group is not None and not group.startswith(f"{pod.namespace}/"):
-                return pod  # not a group of its namespace: not ours to believe
+                return pod, None  # not a group of its namespace: not ours to believe
             pod = replace(pod, group=group)
-            key = job_key(pod)
-        if key == admission.job:  # read once here: its job is pinned to it without reading again
-            self.index.admitted_as(admission)
-        return pod
+        return pod, admission if job_key(pod) == admission.job else None
 
     def forget_pod(self, uid: str) -> None:
         for waiting in self.awaiting_node.values():
@@ -498,8 +512,11 @@ class ClusterMirror:
         old = self.pods.pop(uid, None)
         if old is not None:
             self.index.unindex(old)
-            if self.uid_by_key.get(old.key) == uid:
-                del self.uid_by_key[old.key]
+            names = self.uids.get(old.namespace)
+            if names is not None and names.get(old.name) == uid:
+                del names[old.name]
+                if not names:
+                    del self.uids[old.namespace]
         self.ledger.release(uid)
         self.handoff.refresh(None, uid)
 
