@@ -15,6 +15,7 @@ import marshal
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from types import MappingProxyType
@@ -544,23 +545,24 @@ def _parse_pod(
     spec = _mapping(obj.get("spec"), "spec")
     annotations = _strings(meta.get("annotations"), "metadata.annotations")
     labels = _strings(meta.get("labels"), "metadata.labels")
-    error: str | None = None
+    read = _spec_reading(spec)
+    error = read.declared_error
     request = _NO_GPU
     cpu = mem = 0
     scalars: tuple[tuple[str, int], ...] = ()
-    try:
-        cpu, mem, scalars, whole = _declared(spec)[1]
-        request = _gpu_request(
-            annotations.get(GPU_FRACTION),
-            annotations.get(GPU_MEMORY),
-            annotations.get(GPU_FRACTION_NUM_DEVICES),
-            whole,
-            max_gpu_memory_mib,
-        )
-    except (InvalidGPURequest, InvalidObject) as exc:
-        error = str(exc)
-    priority_value = spec.get("priority")
-    priority_class = _text(spec.get("priorityClassName"))
+    if read.sizes is not None:
+        cpu, mem, scalars, whole = read.sizes
+        try:
+            request = _gpu_request(
+                annotations.get(GPU_FRACTION),
+                annotations.get(GPU_MEMORY),
+                annotations.get(GPU_FRACTION_NUM_DEVICES),
+                whole,
+                max_gpu_memory_mib,
+            )
+        except (InvalidGPURequest, InvalidObject) as exc:
+            error = str(exc)
+    priority_value, priority_class = read.priority, read.priority_class
     if overlay is not None and overlay.priority_class is not None:
         priority_class, priority_value = overlay.priority_class, overlay.priority
     elif overlay is not None and overlay.priority is not None and priority_value is None:
@@ -572,22 +574,14 @@ def _parse_pod(
         priority_class,
         priority_value if isinstance(priority_value, int) and not isinstance(priority_value, bool) else None,
     )
-    selector = _strings(spec.get("nodeSelector"), "spec.nodeSelector")
+    selector = read.selector
     constraints = NO_CONSTRAINTS
-    if _has_constraints(spec):
+    if read.has_constraints:
         try:
             constraints = parse_constraints(spec, namespace, name, labels)
         except InvalidSelector as exc:
             error = error or str(exc)
     models = gpu_models(selector, constraints) if selector or constraints is not NO_CONSTRAINTS else None
-    raw_tolerations = spec.get("tolerations")
-    tolerations = _tolerations(raw_tolerations) if raw_tolerations else ()
-    raw_gates = spec.get("schedulingGates")
-    gates = (
-        tuple(str(g.get("name") or "") for g in _items(raw_gates, "spec.schedulingGates"))
-        if raw_gates is not None
-        else ()
-    )
     status = _mapping(obj.get("status"), "status")
     node = _text(spec.get("nodeName"))
     return PodInfo(
@@ -602,9 +596,9 @@ def _parse_pod(
         memory_mib=mem,
         scalars=scalars,
         node_selector=selector,
-        tolerations=tolerations,
+        tolerations=read.tolerations,
         constraints=constraints,
-        gates=gates,
+        gates=read.gates,
         labels=labels,
         gpu_models=models,
         group=f"{namespace}/{overlay.group}"
@@ -614,12 +608,82 @@ def _parse_pod(
         started_s=timestamp_s(status.get("startTime")),
         phase=_phase(status, node),
         node=node,
-        ours=spec.get("schedulerName") == scheduler_name,
+        ours=read.scheduler_name == scheduler_name,
         error=error,
         annotations=annotations,
         terminating=bool(meta.get("deletionTimestamp")),
-        grace_s=_grace_s(spec),
+        grace_s=read.grace_s,
         controlled=has_controller(meta),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _SpecReading:
+    """What a pod's spec says but for the node it is bound to: the same for every pod of one template."""
+
+    sizes: Sizes | None  # cpu, memory, other resources and whole GPUs declared; None: `declared_error`
+    declared_error: str | None
+    priority: object  # spec.priority, as it came
+    priority_class: str | None
+    selector: dict[str, str]
+    has_constraints: bool  # whether `parse_constraints` has anything to read (it needs the pod's labels)
+    tolerations: tuple[Toleration, ...]
+    gates: tuple[str, ...]
+    grace_s: float
+    scheduler_name: object
+    # The spec's entries but nodeName, as read, when every one is immutable or promised frozen (the pod
+    # watch's: model/frozen.py): a spec holding the same ones reads the same (`_spec_reading`).
+    template: dict[str, Any] | None = None
+
+
+# Readings of specs whose parts the pod watch shares, found by the identity of their containers list: the
+# pods of one controller hold the same parts in specs of their own (kube/informer.py `_pod_spec`).
+_SPEC_READINGS: ByIdentity[_SpecReading] = ByIdentity()
+_NODE_NAME = "nodeName"
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def _spec_reading(spec: Obj) -> _SpecReading:
+    containers = spec.get("containers")
+    found = _SPEC_READINGS.get(containers)
+    if found is not None:
+        kept = found.template
+        assert kept is not None
+        # The same entries (each compared by identity first: the shared parts are the same objects).
+        if len(spec) - (_NODE_NAME in spec) == len(kept) and kept.items() <= spec.items():
+            return found
+    read = _read_spec(spec)
+    if is_frozen(containers):
+        kept = {k: v for k, v in spec.items() if k != _NODE_NAME}
+        if all(type(v) in _IMMUTABLE or is_frozen(v) for v in kept.values()):
+            _SPEC_READINGS.put(containers, replace(read, template=kept))
+    return read
+
+
+def _read_spec(spec: Obj) -> _SpecReading:
+    sizes: Sizes | None = None
+    declared_error = None
+    try:
+        sizes = _declared(spec)[1]
+    except (InvalidGPURequest, InvalidObject) as exc:
+        declared_error = str(exc)
+    raw_tolerations = spec.get("tolerations")
+    raw_gates = spec.get("schedulingGates")
+    return _SpecReading(
+        sizes=sizes,
+        declared_error=declared_error,
+        priority=spec.get("priority"),
+        priority_class=_text(spec.get("priorityClassName")),
+        selector=_strings(spec.get("nodeSelector"), "spec.nodeSelector"),
+        has_constraints=_has_constraints(spec),
+        tolerations=_tolerations(raw_tolerations) if raw_tolerations else (),
+        gates=(
+            tuple(str(g.get("name") or "") for g in _items(raw_gates, "spec.schedulingGates"))
+            if raw_gates is not None
+            else ()
+        ),
+        grace_s=_grace_s(spec),
+        scheduler_name=spec.get("schedulerName"),
     )
 
 

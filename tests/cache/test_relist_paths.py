@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from scheduler.api.keys import GPU_ASSIGNMENT, GPU_FRACTION, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, POD_GROUP
+from scheduler.cache import mirror
 from scheduler.cache.cache import Cache
 from scheduler.cache.cluster import WatchEvent
-from scheduler.cache import mirror
 from scheduler.cache.ledger import Ledger
 from scheduler.model import parse
 from scheduler.model.types import Placement
