@@ -100,7 +100,9 @@ def test_lws_leader_and_workers_start_together(k: Workloads, scene: Scene) -> No
     k.create(wl.lws_worker_statefulset(lw, k.get(leader)))  # LeaderCreated: workers as soon as it exists
     wait_running(k, 3, **{wl.GROUP_INDEX: "0"})
     k.delete(lw)  # a serving workload ends when it is deleted: everything goes with it
-    wait_until(lambda: not k.pods() and not k.podgroups(), timeout=30)
+    # (by the garbage collector, which learns a kind installed by a CRD at its next discovery sync, every
+    # 30 s: run first in a session, right after the CRDs, the LeaderWorkerSet's deletion waits for it)
+    wait_until(lambda: not k.pods() and not k.podgroups(), timeout=75)
 
 
 def test_lws_leader_ready_starts_the_leader_first(k: Workloads, scene: Scene) -> None:

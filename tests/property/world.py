@@ -474,7 +474,7 @@ class World:
         for key, job in index._jobs.items():
             if key in index._dirty or key in index.quarantined:
                 continue
-            members = index._members.get(key, {})
+            members = {p.uid: p for p in index._members.of(key)}
             assert {p.uid: p for p in job.members} == members, f"job {key}: members not rebuilt"
             assert all(members[p.uid] is p for p in job.members), f"job {key}: an old version of a member"
             unplaced = bool(job_facts(job, ledger).unplaced)
