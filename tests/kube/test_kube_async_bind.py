@@ -125,8 +125,13 @@ def test_every_bind_costs_one_request(scene: Scene, fault_proxy: FaultProxy) -> 
         scene.create_pod(pod_body(name, **extra))  # type: ignore[arg-type]
     wait_until(lambda: {"w2", "f1"} <= set(scene.bound()), timeout=15)
     mine = (f"/namespaces/{scene.ns}/pods/", "/nodes/")  # (a PodGroup left by an earlier test may be written)
-    writes = [(r.method, "/".join(r.path.split("/")[-2:]), r.status) for r in fault_proxy.requests
-              if r.method in ("POST", "PATCH", "PUT", "DELETE") and any(m in r.path for m in mine)]  # fmt: skip
+
+    def written() -> list[tuple[str, str, int]]:
+        return [(r.method, "/".join(r.path.split("/")[-2:]), r.status) for r in fault_proxy.requests
+                if r.method in ("POST", "PATCH", "PUT", "DELETE") and any(m in r.path for m in mine)]  # fmt: skip
+
+    # The proxy logs a request once the API server answered it: the watch may show the bind a moment before.
+    writes = wait_until(lambda: (w := written()) and len(w) >= 3 and w, timeout=5)
     assert sorted(writes) == [("POST", "f1/binding", 201), ("POST", "w1/binding", 201),
                               ("POST", "w2/binding", 201)], writes  # fmt: skip
     reads = [
