@@ -86,9 +86,21 @@ def _mib(state: ClusterState, row: int, slot: int, milli: int, assigned: int) ->
     return min(assigned or state.share_for(row, slot, milli, 0).mib, total)
 
 
-def unsized(state: ClusterState, placement: Placement) -> bool:
-    """Whether the placement holds GPUs whose memory is not known yet (its MiB are to be filled in)."""
-    return any(int(state.total_mib[placement.node, g.slot]) <= 0 for g in placement.gpus)
+def unsized(state: ClusterState, placements: list[Placement]) -> list[bool]:
+    """Whether each placement holds GPUs whose memory is not known yet (its MiB are to be filled in): the
+    memory of all the GPUs they hold read in one gather (a relist's)."""
+    rows = [pl.node for pl in placements for _ in pl.gpus]
+    if not rows:
+        return [False] * len(placements)
+    xp = state.xp
+    slots = [g.slot for pl in placements for g in pl.gpus]
+    known = state.host(state.total_mib[xp.asarray(rows), xp.asarray(slots)] > 0).tolist()
+    out, i = [], 0
+    for pl in placements:
+        n = len(pl.gpus)
+        out.append(n > 0 and not all(known[i : i + n]))
+        i += n
+    return out
 
 
 def sized(state: ClusterState, placement: Placement) -> Placement:

@@ -619,31 +619,20 @@ class ClusterMirror:
         self.ledger.reown(pod.uid, Owner(queue, job, not pod.preemptible))
 
     def _held(self, pod: PodInfo, placement: Placement) -> None:
-        """`pod` holds `placement` now: remember it if its GPUs' memory is still to come."""
-        self._told_uncharged.pop(pod.uid, None)
-        if pod.node is not None and unsized(self.state, placement):
-            self.unsized.setdefault(pod.node, set()).add(pod.uid)
+        self._held_many([(pod, placement)])
 
     def _held_many(self, held: list[tuple[PodInfo, Placement]]) -> None:
-        """`_held` for a batch (a relist): the memory of every GPU they hold read in one gather."""
+        """These pods hold these placements now: remember those whose GPUs' memory is still to come."""
         told = self._told_uncharged
         if told:
             for pod, _ in held:
                 told.pop(pod.uid, None)
-        shares = [(pod, pl) for pod, pl in held if pl.gpus and pod.node is not None]
+        shares = [(pod.uid, pod.node, pl) for pod, pl in held if pl.gpus and pod.node is not None]
         if not shares:
             return
-        rows = [pl.node for _, pl in shares for _ in pl.gpus]
-        slots = [g.slot for _, pl in shares for g in pl.gpus]
-        xp = self.state.xp
-        known = self.state.host(self.state.total_mib[xp.asarray(rows), xp.asarray(slots)] > 0).tolist()
-        i = 0
-        for pod, pl in shares:
-            n = len(pl.gpus)
-            if not all(known[i : i + n]):
-                assert pod.node is not None
-                self.unsized.setdefault(pod.node, set()).add(pod.uid)
-            i += n
+        for (uid, node, _), later in zip(shares, unsized(self.state, [pl for *_, pl in shares]), strict=True):
+            if later:
+                self.unsized.setdefault(node, set()).add(uid)
 
     def _uncharged(self, pod: PodInfo, placement: Placement | None, why: str) -> None:
         """A running pod whose GPUs could not be charged: they take no new pod until it is charged or gone
