@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scheduler.api.allocation import GPUAllocation
-from scheduler.api.assignment import GPUAssignment
+from scheduler.api.assignment import read_assignment
 from scheduler.api.keys import GPU_ALLOCATED, GPU_ASSIGNMENT, MILLI_PER_GPU
 from scheduler.model.types import GPUShare, Placement, PodInfo
 from scheduler.state.cluster_state import ClusterState
@@ -36,7 +36,7 @@ def from_assignment(state: ClusterState, pod: PodInfo, row: int) -> Placement | 
     if not raw:
         return None
     try:
-        a = GPUAssignment.from_annotation(raw)
+        a = read_assignment(raw)
     except ValueError as exc:
         raise Unaccountable(f"pod {pod.key}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     if a.node != pod.node:

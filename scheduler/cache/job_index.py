@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from scheduler.api.assignment import Admission, GPUAssignment
+from scheduler.api.assignment import AdmissionReading, read_assignment
 from scheduler.api.keys import DEFAULT_QUEUE, GPU_ASSIGNMENT
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import Queue
@@ -64,7 +64,7 @@ def claimed_usage(pod: PodInfo) -> Usage:
     if raw:
         with contextlib.suppress(ValueError):  # unreadable: its request says
             return (
-                sum(g.milli for g in GPUAssignment.from_annotation(raw).gpus),
+                sum(g.milli for g in read_assignment(raw).gpus),
                 pod.cpu_milli,
                 pod.memory_mib,
             )
@@ -73,13 +73,13 @@ def claimed_usage(pod: PodInfo) -> Usage:
     return (milli, pod.cpu_milli, pod.memory_mib)
 
 
-def admitted_with(pod: PodInfo) -> Admission | None:
+def admitted_with(pod: PodInfo) -> AdmissionReading | None:
     """What the scheduler that bound `pod` recorded in its assignment (None: nothing, or unreadable)."""
     raw = pod.annotations.get(GPU_ASSIGNMENT)
     if not raw:
         return None
     try:
-        return GPUAssignment.from_annotation(raw).admitted
+        return read_assignment(raw).admitted
     except ValueError:
         return None
 
@@ -233,7 +233,7 @@ class JobIndex:
             if job.queue == name:
                 self.touch(key)
 
-    def index(self, pod: PodInfo, old: PodInfo | None, admission: Admission | None = None) -> None:
+    def index(self, pod: PodInfo, old: PodInfo | None, admission: AdmissionReading | None = None) -> None:
         """`pod` was added or changed (`old`: its previous version). `admission`: what the assignment of a pod
         first seen running records of its job's admission (a restarted scheduler reads each once, at the
         relist), for `_pin`; what this scheduler built the job with comes first."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler.api.assignment import Admission
+from scheduler.api.assignment import AdmissionReading
 from scheduler.api.keys import GPU_ASSIGNMENT, SCHEDULER_NAME
 from scheduler.cache.accounting import (
     Unaccountable,
@@ -488,7 +488,7 @@ class ClusterMirror:
             error=old.error, group=old.group,
         )  # fmt: skip
 
-    def _in_admitted_job(self, pod: PodInfo) -> tuple[PodInfo, Admission | None]:
+    def _in_admitted_job(self, pod: PodInfo) -> tuple[PodInfo, AdmissionReading | None]:
         """A pod first seen running (a restarted scheduler) is in the job its assignment records, whatever
         its pod-group annotation says now; with that admission when the pod is in its job (read once here,
         for the job index to pin the job to it without reading again)."""
