@@ -21,7 +21,7 @@ Pipelined pod states).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
@@ -169,29 +169,29 @@ class Ledger:
         """Pod `uid` holds `placement` (placed by us, or found running). Raises OvercommitError."""
         self._swap(self.pods, uid, Holding(HoldKind.BOUND, placement, owner))
 
-    def hold_many(self, items: Iterable[tuple[str, Placement]]) -> None:
-        """`hold` for many pods at once, the arrays written in one array program (a relist). All or
-        nothing: raises OvercommitError, changing nothing, when one of them does not fit."""
-        items = list(items)
+    def hold_many(self, items: Mapping[str, Placement]) -> None:
+        """`hold` for many pods at once (by uid), the arrays written in one array program (a relist). All
+        or nothing: raises OvercommitError, changing nothing, when one of them does not fit."""
         table = self.pods
-        fresh = [(uid, pl) for uid, pl in items if uid not in table]
-        if len(fresh) != len(items) or len({uid for uid, _ in fresh}) != len(fresh):
-            for uid, pl in items:  # some are held already (or twice): one by one, each replacing the last
+        if not table.keys().isdisjoint(items):
+            for uid, pl in items.items():  # some are held already: one by one, each replacing the last
                 self.hold(uid, pl)
             return
-        self.state.write_many([pl for _, pl in fresh])
+        self.state.write_many(list(items.values()))
         # What `_swap` does for each, once for all: none of them held anything, so nothing is uncounted.
-        held = [(uid, Holding(HoldKind.BOUND, pl)) for uid, pl in fresh]
+        held = {uid: Holding(HoldKind.BOUND, pl) for uid, pl in items.items()}
         table.update(held)
         self.changes += len(held)
         if self._journal is not None:
-            self._journal.extend((table, uid, None) for uid, _ in held)
+            self._journal.extend((table, uid, None) for uid in held)
         if self._listeners:
-            holdings = [h for _, h in held]
+            holdings = list(held.values())
             for listener in self._listeners:
                 listener.arrived(holdings)
-        for pod_listener in self._pod_listeners:
-            pod_listener.arrived(held)
+        if self._pod_listeners:
+            pairs = list(held.items())
+            for pod_listener in self._pod_listeners:
+                pod_listener.arrived(pairs)
 
     def release(self, uid: str, *, arrays: bool = True) -> Holding | None:
         """Pod `uid` holds nothing any more (finished, deleted, or gone after its eviction). `arrays=False`:

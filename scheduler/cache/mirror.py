@@ -87,8 +87,10 @@ class ClusterMirror:
         self.gone: set[str] = set()
         # Pods bound to a node the mirror has not seen yet, by node name.
         self.awaiting_node: dict[str, set[str]] = {}
-        # Placements read from assignments during `apply`, written to the arrays in one go (see _flush).
-        self._deferred: dict[str, tuple[PodInfo, Placement]] = {}
+        # Placements read from assignments during `apply`, by uid (the pod's version is the one in `pods`
+        # until they are held: a later event of it holds them first), written to the arrays in one go
+        # (see _flush).
+        self._deferred: dict[str, Placement] = {}
         # Running pods holding GPU shares whose MiB are not known yet (their node's GPU memory is still to
         # come, from its GPUNodeReport), by node name: filled in when it comes (`_size`).
         self.unsized: dict[str, set[str]] = {}
@@ -177,21 +179,22 @@ class ClusterMirror:
         update refuses because one of them does not fit."""
         if not self._deferred:
             return
-        items, self._deferred = list(self._deferred.items()), {}
+        deferred, self._deferred = self._deferred, {}
         try:
-            self.ledger.hold_many((uid, pl) for uid, (_, pl) in items)
+            self.ledger.hold_many(deferred)
         except OvercommitError:
-            for uid, (pod, pl) in items:
+            for uid, pl in deferred.items():
                 try:
                     self.ledger.hold(uid, pl)
                 except OvercommitError as exc:
+                    pod = self.pods[uid]
                     self._uncharged(pod, pl, f"pod {pod.key}: {exc}")
                 else:
-                    self._held(pod, pl)
+                    self._held(uid, pl)
         else:
-            self._held_many([held for _, held in items])
+            self._held_many(deferred)
         if self.handoff.rule is not None:
-            for uid, _ in items:
+            for uid in deferred:
                 self.handoff.refresh(self.pods.get(uid), uid)
 
     # ----------------------------------------------------------------------------------------- nodes
@@ -554,7 +557,7 @@ class ClusterMirror:
                 # relist of many is not written to the arrays one batch per pod.
                 placement = from_request(state, pod, row)
             if placement is not None and defer:
-                self._deferred[pod.uid] = (pod, placement)
+                self._deferred[pod.uid] = placement
                 return
         if placement is None:
             self._flush()  # finding free whole GPUs needs the arrays up to date
@@ -573,7 +576,7 @@ class ClusterMirror:
         except OvercommitError as exc:
             self._uncharged(pod, placement, f"pod {pod.key}: {exc}")
             return
-        self._held(pod, placement)
+        self._held(pod.uid, placement)
         self.index.touch(job_key(pod))  # its job's usage changed (the node may have come after the pod)
         self.handoff.refresh(pod)
 
@@ -596,7 +599,7 @@ class ClusterMirror:
         except OvercommitError as exc:
             self.errors.add(f"pod {pod.key} runs on the GPUs its device plugin named, but {exc}")
         else:
-            self._held(pod, placement)
+            self._held(pod.uid, placement)
 
     def _account_found(self, pod: PodInfo) -> None:
         """Hold what a pod found holding resources holds (`_account_running`); one being deleted leaves the
@@ -618,21 +621,23 @@ class ClusterMirror:
         job = admission.job if admission is not None else job_key(pod)
         self.ledger.reown(pod.uid, Owner(queue, job, not pod.preemptible))
 
-    def _held(self, pod: PodInfo, placement: Placement) -> None:
-        self._held_many([(pod, placement)])
+    def _held(self, uid: str, placement: Placement) -> None:
+        self._held_many({uid: placement})
 
-    def _held_many(self, held: list[tuple[PodInfo, Placement]]) -> None:
-        """These pods hold these placements now: remember those whose GPUs' memory is still to come."""
+    def _held_many(self, held: Mapping[str, Placement]) -> None:
+        """These pods (by uid) hold these placements now: remember those whose GPUs' memory is still to
+        come."""
         told = self._told_uncharged
         if told:
-            for pod, _ in held:
-                told.pop(pod.uid, None)
-        shares = [(pod.uid, pod.node, pl) for pod, pl in held if pl.gpus and pod.node is not None]
+            for uid in held:
+                told.pop(uid, None)
+        shares = [(uid, pl) for uid, pl in held.items() if pl.gpus]
         if not shares:
             return
-        for (uid, node, _), later in zip(shares, unsized(self.state, [pl for *_, pl in shares]), strict=True):
-            if later:
-                self.unsized.setdefault(node, set()).add(uid)
+        names = self.state.node_names
+        for (uid, pl), later in zip(shares, unsized(self.state, [pl for _, pl in shares]), strict=True):
+            if later and (name := names[pl.node]) is not None:
+                self.unsized.setdefault(name, set()).add(uid)
 
     def _uncharged(self, pod: PodInfo, placement: Placement | None, why: str) -> None:
         """A running pod whose GPUs could not be charged: they take no new pod until it is charged or gone
@@ -716,9 +721,11 @@ class ClusterMirror:
 
 def _uid(obj: Any) -> str | None:
     """The uid `parse_pod` gives the pod of `obj` when the object has one (None: the full path finds out)."""
-    meta = obj.get("metadata") if type(obj) is dict else None
-    uid = meta.get("uid") if type(meta) is dict else None
-    return str(uid) if uid else None
+    try:
+        uid = obj["metadata"]["uid"]
+    except (KeyError, TypeError, IndexError):  # (no metadata, or not maps: the full path says why)
+        return None
+    return uid if type(uid) is str else (str(uid) if uid else None)
 
 
 def _annotations_readable(obj: Any) -> bool:

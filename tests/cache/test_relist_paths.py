@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from scheduler.api.keys import GPU_ASSIGNMENT, GPU_FRACTION, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, POD_GROUP
@@ -132,8 +132,8 @@ def _cold_memos() -> None:
     parse._gpu_request.cache_clear()
 
 
-def _hold_each(ledger: Ledger, items: Iterable[tuple[str, Placement]]) -> None:
-    for uid, placement in items:
+def _hold_each(ledger: Ledger, items: Mapping[str, Placement]) -> None:
+    for uid, placement in items.items():
         ledger.hold(uid, placement)
 
 

@@ -81,14 +81,14 @@ def test_a_hold_that_does_not_fit_changes_nothing() -> None:
     with pytest.raises(OvercommitError):
         led.hold("b", Placement(0, (GPUShare(0, 300, 1),), 0, 0))
     with pytest.raises(OvercommitError):  # a relist is all or nothing
-        led.hold_many([("c", half(1, 0)), ("d", Placement(0, (GPUShare(0, 300, 1),), 0, 0))])
+        led.hold_many({"c": half(1, 0), "d": Placement(0, (GPUShare(0, 300, 1),), 0, 0)})
     assert set(led.pods) == {"a"} and len(rec.seen) == 1 and free(led) == [[200, 1000], [1000, 1000]]
 
 
 def test_a_node_gone_drops_its_holdings_without_touching_other_rows() -> None:
     led, usage = ledger(), QueueUsage()
     led.add_listener(usage)
-    led.hold_many([("a", half(0, 0)), ("b", half(1, 0))])
+    led.hold_many({"a": half(0, 0), "b": half(1, 0)})
     led.reown("a", Owner("q", "j"))
     led.reown("b", Owner("q", "k"))
     led.reserve(Reservation("ns/x", "ns", "q", PodDemand(), half(0, 1), "k", 9.0))
@@ -159,11 +159,13 @@ def test_holding_many_at_once_tells_the_listeners_and_the_journal_what_holding_e
     for uid, pl in items:
         one.hold(uid, pl)
     cp = many.begin()
-    many.hold_many(items)
+    many.hold_many(dict(items))
     assert many.pods == one.pods and free(many) == free(one) and seen_many.seen == seen_one.seen
     assert many.changes == one.changes
     many.rollback(cp)  # journalled like the holds one by one
     many.commit()
     assert many.pods == {} and free(many) == [[1000, 1000], [1000, 1000]]
-    many.hold_many([("a", half(0, 0)), ("a", half(1, 1))])  # twice in one batch: the last one holds
-    assert many.pods["a"].placement == half(1, 1) and free(many) == [[1000, 1000], [1000, 500]]
+    many.hold("a", half(0, 0))
+    many.hold_many({"a": half(1, 1), "b": half(0, 1)})  # one held already: it moves, as `hold` moves it
+    assert many.pods["a"].placement == half(1, 1) and many.pods["b"].placement == half(0, 1)
+    assert free(many) == [[1000, 500], [1000, 500]]
