@@ -48,13 +48,9 @@ def from_assignment(state: ClusterState, pod: PodInfo, row: int) -> Placement | 
         if node is not None and g.index >= node.gpu_count:
             state.keep_slot(row, g.index)
     shares = tuple(
-        GPUShare(slot=g.index, milli=g.milli, mib=_mib(state, row, g.index, g.milli, g.memory_mib))
-        for g in a.gpus
+        GPUShare(g.index, g.milli, _mib(state, row, g.index, g.milli, g.memory_mib)) for g in a.gpus
     )
-    return Placement(
-        node=row, gpus=shares, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, scalars=pod.scalars,
-        ports=pod.constraints.host_ports,
-    )  # fmt: skip
+    return Placement(row, shares, pod.cpu_milli, pod.memory_mib, pod.scalars, pod.constraints.host_ports)
 
 
 def from_allocation(state: ClusterState, pod: PodInfo, row: int) -> Placement | None:
