@@ -498,11 +498,12 @@ class ClusterMirror:
         admission = admitted_with(pod)
         if admission is None:
             return pod, None
-        if admission.job != job_key(pod):
-            group = None if admission.job.startswith("pod:") else admission.job
-            if group is not None and not group.startswith(f"{pod.namespace}/"):
-                return pod, None  # not a group of its namespace: not ours to believe
-            pod = replace(pod, group=group)
+        if admission.job == job_key(pod):
+            return pod, admission
+        group = None if admission.job.startswith("pod:") else admission.job
+        if group is not None and not group.startswith(f"{pod.namespace}/"):
+            return pod, None  # not a group of its namespace: not ours to believe
+        pod = replace(pod, group=group)
         return pod, admission if job_key(pod) == admission.job else None
 
     def forget_pod(self, uid: str) -> None:

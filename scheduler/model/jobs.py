@@ -123,7 +123,11 @@ def is_job_member(pod: PodInfo) -> bool:
 
 
 def job_key(pod: PodInfo) -> str:
-    return pod.group or f"pod:{pod.key}"
+    key = pod.job_memo
+    if key is None:
+        key = pod.group or f"pod:{pod.namespace}/{pod.name}"
+        object.__setattr__(pod, "job_memo", key)  # frozen: a cache of its own fields, not a change
+    return key
 
 
 def build_jobs(

@@ -395,6 +395,8 @@ def _created_s(meta: Obj) -> float:
 def timestamp_s(raw: object) -> float | None:
     """An RFC 3339 time from an object (a string, or a datetime from the client) as Unix time; None when
     absent or unreadable."""
+    if raw is None:  # (no such field: pods made by hand, a pod the kubelet has not started)
+        return None
     if type(raw) is str:
         found = _TIMES.get(raw, _UNSEEN)
         if found is not _UNSEEN:

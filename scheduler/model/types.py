@@ -126,6 +126,9 @@ class PodInfo:
     # Its PodDemand, worked out on first use (scheduler/state/demand.py: a function of this version alone;
     # a backlog of pending pods is looked at by several actions every cycle). Not part of the pod.
     demand_memo: object = field(default=None, init=False, repr=False, compare=False)
+    # Its job's key (`scheduler/model/jobs.py` job_key), worked out on first use: a relist asks each pod's
+    # several times, and the key string, kept, is the one every job map holds for it.
+    job_memo: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:  # equal pods have the same uid (the maps it holds cannot be hashed)
         return hash(self.uid)
