@@ -121,7 +121,7 @@ def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | Non
     """Whole GPUs on the node's free slots for a pod without an assignment; None when too few are free."""
     n = whole_gpus_taken(pod)
     if not n:  # (most pods found running without an assignment ask for no GPU: a relist's 100,000)
-        return _without_gpus(row, pod.cpu_milli, pod.memory_mib, pod.scalars, pod.constraints.host_ports)
+        return without_gpus(pod, row)
     free = [
         j for j in range(state.max_gpus)
         if bool(state.present[row, j]) and int(state.free_milli[row, j]) == MILLI_PER_GPU
@@ -137,13 +137,12 @@ def from_request(state: ClusterState, pod: PodInfo, row: int) -> Placement | Non
 _WITHOUT_GPUS: dict[tuple[int, int, int, tuple[tuple[str, int], ...], tuple[str, ...]], Placement] = {}
 
 
-def _without_gpus(
-    row: int, cpu: int, memory: int, scalars: tuple[tuple[str, int], ...], ports: tuple[str, ...]
-) -> Placement:
-    key = (row, cpu, memory, scalars, ports)
+def without_gpus(pod: PodInfo, row: int) -> Placement:
+    """`from_request` for a pod that takes no whole GPU (`whole_gpus_taken` is 0): what it asks but GPUs."""
+    key = (row, pod.cpu_milli, pod.memory_mib, pod.scalars, pod.constraints.host_ports)
     found = _WITHOUT_GPUS.get(key)
     if found is None:
         if len(_WITHOUT_GPUS) >= 65536:
             _WITHOUT_GPUS.clear()
-        found = _WITHOUT_GPUS[key] = Placement(row, (), cpu, memory, scalars, ports)
+        found = _WITHOUT_GPUS[key] = Placement(row, (), *key[1:])
     return found

@@ -36,6 +36,7 @@ from scheduler.cache.accounting import (
     sized,
     unsized,
     whole_gpus_taken,
+    without_gpus,
 )
 from scheduler.cache.bind_echo import bind_echo
 from scheduler.cache.cluster import WatchEvent
@@ -556,7 +557,7 @@ class ClusterMirror:
             if placement is None and defer and not whole_gpus_taken(pod):
                 # No GPU to find (a CPU-only pod: we write no assignment for those): deferred too, so a
                 # relist of many is not written to the arrays one batch per pod.
-                placement = from_request(state, pod, row)
+                placement = without_gpus(pod, row)
             if placement is not None and defer:
                 self._deferred[pod.uid] = placement
                 return
