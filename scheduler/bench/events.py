@@ -27,6 +27,7 @@ from scheduler.bench.workload import NODE_KINDS, PodShape, draw_shape, make_node
 from scheduler.cache.cache import Cache
 from scheduler.cache.cluster import WatchEvent
 from scheduler.cache.gc_pause import BULK, paused_gc
+from scheduler.cache.handoff import HandoffRule
 from scheduler.kube.informer import WatchTarget, list_page
 from scheduler.kube.pod_decoder import pod_watch
 from scheduler.model.types import Placement
@@ -185,7 +186,8 @@ def run_events(cfg: EventsConfig) -> dict[str, Any]:
     pods, transform_s = running_pods(cfg, nodes)
     decode_cpu_s = round(transform_s, 4)  # the watch's cost, not the cache's
     settle_heap()
-    cache = Cache.create(xp, max_gpus=cfg.gpus_per_node, capacity=cfg.nodes)
+    # As the scheduler runs on a cluster (kube/runner.py): bound pods wait for Tessera's device plugin.
+    cache = Cache.create(xp, max_gpus=cfg.gpus_per_node, capacity=cfg.nodes, handoff=HandoffRule())
     t0 = time.perf_counter()
     cache.apply([WatchEvent("Node", "ADDED", n) for n in nodes])
     nodes_s = time.perf_counter() - t0

@@ -28,6 +28,7 @@ from scheduler.bench.cluster import BenchCluster
 from scheduler.bench.events import EventsConfig, running_pods
 from scheduler.bench.runner import backend_label, peak_rss_mib, settle_heap
 from scheduler.bench.workload import PodShape, make_nodes, pod_object
+from scheduler.cache.handoff import HandoffRule
 from scheduler.cycle import Scheduler, SchedulerConfig
 from scheduler.placement.registry import DEFAULT_POLICY
 
@@ -115,8 +116,9 @@ def run_failover_in_memory(cfg: FailoverConfig) -> dict[str, Any]:
     nodes = make_nodes(cfg.nodes, cfg.gpus_per_node)
     pods, _ = running_pods(EventsConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, pods=cfg.pods,
                                         seed=cfg.seed), nodes)  # fmt: skip
+    # As the scheduler runs on a cluster (kube/runner.py): bound pods wait for Tessera's device plugin.
     sched_cfg = SchedulerConfig(policy=cfg.policy, backend=cfg.backend, max_gpus_per_node=cfg.gpus_per_node,
-                                expected_nodes=cfg.nodes)  # fmt: skip
+                                expected_nodes=cfg.nodes, handoff=HandoffRule())  # fmt: skip
     # The old leader: it holds every running pod.
     old = Scheduler(_world(cfg, nodes, pods), sched_cfg)
     old.run_cycle()

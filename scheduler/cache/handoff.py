@@ -98,10 +98,10 @@ class Handoff:
 
     def _waits_on(self, pod: PodInfo) -> int | None:
         assert self.rule is not None
+        if pod.phase not in WAITING_PHASES or pod.terminating or pod.allocated:  # (a running pod: most)
+            return None
         held = self.ledger.pods.get(pod.uid)
         if held is None or held.kind not in (HoldKind.BOUND, HoldKind.ASSUMED):
-            return None
-        if pod.allocated or pod.terminating or pod.phase not in WAITING_PHASES:
             return None
         row = held.placement.node
         return row if self.rule.served(pod, self.ledger.state.nodes[row]) else None

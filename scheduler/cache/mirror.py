@@ -426,7 +426,10 @@ class ClusterMirror:
                 self._account_found(pod)
             else:
                 self._account_running(pod, defer=True)
-        self.handoff.refresh(pod)
+        # (Nothing waits for a pod never seen; one held just now was looked at by `_account_running`, one
+        # deferred is when it is held: `_flush`.)
+        if uid in self.handoff.waiting:
+            self.handoff.refresh(pod)
 
     def _take_pod(self, ev: WatchEvent, pod: PodInfo) -> None:
         uid = pod.uid
