@@ -368,8 +368,14 @@ class JobIndex:
         for pod in running:
             if (admission := admitted_with(pod)) is not None and admission.job == job.key:
                 return self._shared(admission.queue, admission.priority, admission.preemptible)
-        owner = next((h.owner for p in running if (h := self.ledger.pods.get(p.uid)) and h.owner), None)
-        return self._shared(owner.queue if owner is not None else job.queue, job.priority, job.preemptible)
+        held = self.ledger.pods
+        queue = job.queue
+        for pod in running:  # (a loop, not a generator: once per running pod of a relist, most without one)
+            h = held.get(pod.uid)
+            if h is not None and h.owner is not None:
+                queue = h.owner.queue
+                break
+        return self._shared(queue, job.priority, job.preemptible)
 
     def pending_jobs(self) -> list[Job]:
         """The jobs with members not placed (pending or invalid), as of the last `jobs()`, in the same

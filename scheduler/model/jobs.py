@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
+from dataclasses import fields
 from typing import Protocol
 
 from scheduler.api.podgroup import PodGroup
@@ -196,9 +197,17 @@ def build_job(
         min_member = len(group_pods) if first.group else 1
         explicit, grace = first.group is None, 60.0
     topology = pg.spec.topology_constraint if pg is not None else None
+    # By position, in the order of the fields (12 keywords were a tenth of the first cycle after a relist).
     return Job(
-        key=key, queue=queue, priority=priority, preemptible=preemptible, min_member=min_member,
-        created_s=first.created_s, members=tuple(group_pods), is_gang=first.group is not None,
-        explicit_group=explicit, stale_grace_s=grace, succeeded=succeeded if first.group is not None else 0,
-        topology=topology or constraint_from_annotations(first.annotations),
+        key, queue, priority, preemptible, min_member, first.created_s, tuple(group_pods), first.group is not None,
+        explicit, grace, succeeded if first.group is not None else 0,
+        topology or constraint_from_annotations(first.annotations),
     )  # fmt: skip
+
+
+_JOB_FIELDS = (
+    "key", "queue", "priority", "preemptible", "min_member", "created_s", "members", "is_gang", "explicit_group",
+    "stale_grace_s", "succeeded", "topology",
+)  # fmt: skip
+if tuple(f.name for f in fields(Job)) != _JOB_FIELDS:  # (a field added, removed or moved)
+    raise ImportError("build_job builds Job by position: its fields are not those of _JOB_FIELDS")
