@@ -5,6 +5,7 @@ text it would read otherwise is never read by its fast path (it falls back to th
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +27,7 @@ from scheduler.api.limits import MAX_GPU_MEMORY_MIB, MAX_GPUS_PER_NODE, MAX_PRIO
 # Values at and around every bound either reader checks, of every JSON type.
 _EDGE_INTS = [-1, 0, 1, 7, 63, 64, 999, 1000, 1001, MAX_GPU_MEMORY_MIB, MAX_GPU_MEMORY_MIB + 1,
               -MAX_PRIORITY, -MAX_PRIORITY - 1, MAX_PRIORITY, MAX_PRIORITY + 1, 1 << 70]  # fmt: skip
-_ODD = [None, True, False, 1.0, 1.5, "1", "true", "", [], {}]
+_ODD: list[Any] = [None, True, False, 1.0, 1.5, "1", "true", "", [], {}]
 _TIMES = ["2026-12-05T03:56:53.612015Z", "2026-12-05T03:56:53Z", "2026-12-05T03:56:53+01:00",
           "2026-12-05T03:56:53", "2026-12-05 03:56:53Z", "2026-12-05", "2026-12-05T03:56:53.1234567Z",
           "2026-02-30T00:00:00Z", "2026-12-05T23:59:60Z", "2026-12-05T03:56:53.612015z", 1733370000,
@@ -89,9 +90,10 @@ def texts(draw: st.DrawFn) -> str:
     return text
 
 
-def _schema(text: str) -> tuple[str, Any]:
+def _read(reader: Callable[[str], GPUAssignment | AssignmentReading], text: str) -> tuple[str, Any]:
+    """What `reader` makes of `text`: the values the scheduler uses, or its refusal."""
     try:
-        a = GPUAssignment.from_annotation(text)
+        a = reader(text)
     except ValueError as exc:
         return "refused", str(exc)
     ad = a.admitted
@@ -100,19 +102,14 @@ def _schema(text: str) -> tuple[str, Any]:
         tuple((g.index, g.milli, g.uuid, g.memory_mib) for g in a.gpus),
         (ad.queue, ad.job, ad.priority, ad.preemptible) if ad is not None else None,
     )
+
+
+def _schema(text: str) -> tuple[str, Any]:
+    return _read(GPUAssignment.from_annotation, text)
 
 
 def _mirror(text: str) -> tuple[str, Any]:
-    try:
-        a = read_assignment(text)
-    except ValueError as exc:
-        return "refused", str(exc)
-    ad = a.admitted
-    return "read", (
-        a.node,
-        tuple((g.index, g.milli, g.uuid, g.memory_mib) for g in a.gpus),
-        (ad.queue, ad.job, ad.priority, ad.preemptible) if ad is not None else None,
-    )
+    return _read(read_assignment, text)
 
 
 _GPU = {"index": 1, "uuid": "GPU-1", "milli": 500, "memoryMiB": 40960}
